@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class SingularityConfig(AppConfig):
+    name = "singularity"
+    verbose_name = "Singularity beings"

@@ -1,0 +1,40 @@
+"""API token authentication: ``Authorization: Bearer <key>`` (or ``Token <key>``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+from rest_framework import authentication, exceptions
+
+from singularity.models import ApiToken
+
+
+class ApiTokenAuthentication(authentication.BaseAuthentication):
+    keywords = ("bearer", "token")
+
+    def authenticate(self, request: Any) -> tuple[Any, ApiToken] | None:
+        header = authentication.get_authorization_header(request).split()
+        if not header or header[0].decode().lower() not in self.keywords:
+            return None
+        if len(header) != 2:
+            raise exceptions.AuthenticationFailed("Authorization header: expected '<Bearer|Token> <key>'.")
+        key = header[1].decode()
+        token = (
+            ApiToken.objects.select_related("user")
+            .filter(key_hash=ApiToken.hash_key(key), revoked_at__isnull=True)
+            .first()
+        )
+        if token is None or not token.user.is_active:
+            raise exceptions.AuthenticationFailed("Invalid or revoked API token.")
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+        return token.user, token
+
+    def authenticate_header(self, request: Any) -> str:
+        return "Bearer"
+
+
+def is_agent(request: Any) -> bool:
+    """True when the request is made with an agent token: such a caller is never a person."""
+    auth = getattr(request, "auth", None)
+    return isinstance(auth, ApiToken) and auth.is_agent

@@ -1,0 +1,197 @@
+"""Settings for Singularity, read from the environment through strict helpers.
+
+Embedded defaults need no server: SQLite in ``var/``, a file-system Celery
+broker, the local git forge and the demo brain. A bad value fails at boot
+naming the variable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from singularity.env import env_bool, env_decimal, env_float, env_int, env_secret, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("SINGULARITY_VAR_DIR", str(BASE_DIR / "var")))
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = env_secret("SECRET_KEY", "dev-only-insecure-key-change-me")
+ALLOWED_HOSTS = [h for h in env_str("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
+CSRF_TRUSTED_ORIGINS = [o for o in env_str("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_htmx",
+    "django_celery_beat",
+    "singularity",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "singularity.urls"
+WSGI_APPLICATION = "singularity.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "singularity.context_processors.navigation",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------
+_default_db = f"sqlite:///{VAR_DIR / 'db.sqlite3'}"
+try:
+    DATABASES = {"default": dj_database_url.parse(env_str("DATABASE_URL", _default_db), conn_max_age=0)}
+except ValueError as exc:
+    raise ImproperlyConfigured(f"DATABASE_URL: {exc}") from exc
+
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Several processes (web, worker, beat) share the file: wait on locks
+    # instead of failing, and take the write lock at BEGIN so two writers
+    # never deadlock upgrading a read lock.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 30,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    # A file, not memory, so subprocesses started by tests see the test database.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-db.sqlite3")}
+else:
+    DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME", "") or None}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "login"
+
+# --- REST API -------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "singularity.auth.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "COERCE_DECIMAL_TO_STRING": True,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Singularity API",
+    "DESCRIPTION": "Control plane for autonomous LLM agents: beings, the brain, grading and the self-evolving loop.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# --- Celery ---------------------------------------------------------------
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    _broker_dir = VAR_DIR / "broker"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "queue"),
+        "data_folder_out": str(_broker_dir / "queue"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+    }
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_TIMEZONE = TIME_ZONE
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# --- The being ------------------------------------------------------------
+SINGULARITY_STARTING_BALANCE_USD = env_decimal("SINGULARITY_STARTING_BALANCE_USD", "10")
+SINGULARITY_CHILD_STARTING_BALANCE_USD = env_decimal(
+    "SINGULARITY_CHILD_STARTING_BALANCE_USD", str(SINGULARITY_STARTING_BALANCE_USD)
+)
+SINGULARITY_MAX_TOOL_ROUNDS = env_int("SINGULARITY_MAX_TOOL_ROUNDS", 8, minimum=1)
+SINGULARITY_CYCLE_INTERVAL_SECS = env_float("SINGULARITY_CYCLE_INTERVAL_SECS", 5.0)
+SINGULARITY_INSTANCE_USD_PER_HOUR = env_decimal("SINGULARITY_INSTANCE_USD_PER_HOUR", "0")
+SINGULARITY_SHUTDOWN_GRACE_SECS = env_float("SINGULARITY_SHUTDOWN_GRACE_SECS", 5.0)
+SINGULARITY_TOOL_TIMEOUT_SECS = env_float("SINGULARITY_TOOL_TIMEOUT_SECS", 60.0)
+SINGULARITY_MCP_CONFIG = env_str("SINGULARITY_MCP_CONFIG", "")
+SINGULARITY_WORKSPACE = Path(env_str("SINGULARITY_WORKSPACE", str(VAR_DIR / "workspace")))
+SINGULARITY_PUBLIC_URL = env_str("SINGULARITY_PUBLIC_URL", "http://localhost:8000")
+# How long a worker may hold a being between saves before another may take it.
+SINGULARITY_LEASE_SECS = env_int("SINGULARITY_LEASE_SECS", 600, minimum=10)
+
+# --- The LLM gateway (Brama) ----------------------------------------------
+BRAMA_BASE_URL = env_str("BRAMA_BASE_URL", "")
+BRAMA_MODEL = env_str("BRAMA_MODEL", "demo-model")
+BRAMA_API_KEY = env_secret("BRAMA_API_KEY", "")
+BRAMA_HMAC_SECRET_FILE = env_str("BRAMA_HMAC_SECRET_FILE", "")
+BRAMA_AGENT_ID = env_str("BRAMA_AGENT_ID", "singularity")
+BRAMA_INPUT_PRICE_USD_PER_MILLION = env_decimal("BRAMA_INPUT_PRICE_USD_PER_MILLION", "0")
+BRAMA_OUTPUT_PRICE_USD_PER_MILLION = env_decimal("BRAMA_OUTPUT_PRICE_USD_PER_MILLION", "0")
+BRAMA_TIMEOUT_SECS = env_float("BRAMA_TIMEOUT_SECS", 120.0)
+BRAMA_MAX_RETRIES = env_int("BRAMA_MAX_RETRIES", 2, minimum=0)
+
+if BRAMA_HMAC_SECRET_FILE and not Path(BRAMA_HMAC_SECRET_FILE).is_file():
+    raise ImproperlyConfigured(f"BRAMA_HMAC_SECRET_FILE: no such file {BRAMA_HMAC_SECRET_FILE!r}")
+if SINGULARITY_MCP_CONFIG and not Path(SINGULARITY_MCP_CONFIG).is_file():
+    raise ImproperlyConfigured(f"SINGULARITY_MCP_CONFIG: no such file {SINGULARITY_MCP_CONFIG!r}")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"httpx": {"level": "WARNING"}, "mcp": {"level": "WARNING"}},
+}
