@@ -195,3 +195,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"httpx": {"level": "WARNING"}, "mcp": {"level": "WARNING"}},
 }
+
+from singularity.schedule import BEAT_SCHEDULE  # noqa: E402
+
+CELERY_BEAT_SCHEDULE = BEAT_SCHEDULE

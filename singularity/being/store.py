@@ -1,0 +1,83 @@
+"""Durable saves for a running being: one short transaction per step.
+
+A save writes the being's budget and mind, the current cycle and the journal
+events of that step together, guarded by the lease: a worker that lost its
+lease writes nothing. The number of queries per save is constant whatever the
+length of the journal.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from singularity.errors import StateError
+from singularity.models import Being, Cycle, Event
+
+#: Columns a running being writes; ``status`` changes only through explicit transitions.
+RUNTIME_FIELDS = (
+    "cycle",
+    "remaining",
+    "api_spent",
+    "instance_spent",
+    "total_tokens",
+    "earned",
+    "model",
+    "system_prompt",
+    "rules",
+    "learnings",
+    "memories",
+    "recent_actions",
+    "event_seq",
+)
+
+
+class Journal:
+    """Events of one step, numbered from the being's counter and written on ``save``."""
+
+    def __init__(self, being: Being) -> None:
+        self.being = being
+        self.pending: list[Event] = []
+
+    def emit(self, kind: str, data: dict[str, Any] | None = None, *, cycle: int | None = None) -> Event:
+        self.being.event_seq += 1
+        event = Event(
+            being=self.being,
+            seq=self.being.event_seq,
+            cycle=self.being.cycle if cycle is None else cycle,
+            kind=kind,
+            data=data or {},
+            created_at=timezone.now(),
+        )
+        self.pending.append(event)
+        return event
+
+    def save(self, *, owner: str, cycle: Cycle | None = None, cycle_fields: tuple[str, ...] = ()) -> None:
+        """Write the being, the cycle and the pending events at once; refuse if ``owner`` lost the lease."""
+        being = self.being
+        now = timezone.now()
+        values = {name: getattr(being, name) for name in RUNTIME_FIELDS}
+        values["lease_until"] = now + timedelta(seconds=settings.SINGULARITY_LEASE_SECS)
+        values["updated_at"] = now
+        with transaction.atomic():
+            updated = Being.objects.filter(pk=being.pk, lease_owner=owner).update(**values)
+            if updated != 1:
+                raise StateError(f"being {being.name}: lease lost to another process; nothing saved")
+            if cycle is not None:
+                if cycle.pk is None:
+                    cycle.save(force_insert=True)
+                elif cycle_fields:
+                    cycle.save(update_fields=cycle_fields)
+            if self.pending:
+                Event.objects.bulk_create(self.pending)
+        being.lease_until = values["lease_until"]
+        self.pending = []
+
+    def discard(self) -> None:
+        """Forget unsaved events and give their numbers back."""
+        self.being.event_seq -= len(self.pending)
+        self.pending = []

@@ -1,0 +1,300 @@
+"""A loopback model server speaking the OpenAI chat-completions protocol.
+
+``ChatCompletionsServer`` answers ``POST /v1/chat/completions`` with whatever
+its handler returns as a ``Reply``; tests script it, and the embedded default
+runs it with ``demo_policy`` so the real gateway client is always exercised,
+offline and deterministically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Reply:
+    """What the server answers to one chat-completions request."""
+
+    status: int = 200
+    content: str | None = None
+    #: (name, arguments) pairs; a dict is sent as JSON text, a str is sent as-is.
+    tool_calls: list[tuple[str, dict[str, Any] | str]] = field(default_factory=list)
+    #: The usage block to send; computed from the text sizes when None.
+    usage: dict[str, Any] | None = None
+    #: Leave the usage block out entirely.
+    omit_usage: bool = False
+    delay_s: float = 0.0
+    #: Bytes sent instead of a rendered body (malformed replies).
+    raw_body: bytes | None = None
+    error_message: str = "demo model error"
+    error_type: str = "server_error"
+    error_code: str | None = None
+
+
+Handler = Callable[[dict[str, Any], dict[str, str]], Reply]
+
+
+def _text_of(content: object) -> str:
+    """Return the text of a message content: a string, or the text parts of a list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return ""
+
+
+def _tokens(chars: int) -> int:
+    return (chars + 3) // 4
+
+
+def estimate_prompt_tokens(messages: list[dict[str, Any]]) -> int:
+    """Return about one token per four characters of the messages' text and tool-call arguments."""
+    chars = 0
+    for message in messages:
+        chars += len(_text_of(message.get("content")))
+        for call in message.get("tool_calls") or []:
+            chars += len(str(call.get("function", {}).get("arguments", "")))
+    return _tokens(chars)
+
+
+def _arguments_text(arguments: dict[str, Any] | str) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+
+def render_completion(reply: Reply, request_json: dict[str, Any]) -> dict[str, Any]:
+    """Return the chat-completion JSON object for a successful reply."""
+    calls = []
+    for index, (name, arguments) in enumerate(reply.tool_calls):
+        text = _arguments_text(arguments)
+        call_id = "call_" + hashlib.sha256(f"{index}:{name}:{text}".encode()).hexdigest()[:16]
+        calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": text}})
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if calls:
+        message["tool_calls"] = calls
+    body: dict[str, Any] = {
+        "id": "chatcmpl-demo-" + hashlib.sha256(json.dumps(request_json, sort_keys=True).encode()).hexdigest()[:12],
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": request_json.get("model", "demo-model"),
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+    }
+    if not reply.omit_usage:
+        usage = reply.usage
+        if usage is None:
+            prompt = estimate_prompt_tokens(request_json.get("messages") or [])
+            completion = _tokens(len(reply.content or "") + sum(len(c["function"]["arguments"]) for c in calls))
+            usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        body["usage"] = usage
+    return body
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("demo model: " + format, *args)
+
+    def _send(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _send_error_json(self, status: int, message: str, kind: str, code: str | None = None) -> None:
+        body = {"error": {"message": message, "type": kind, "code": code}}
+        self._send(status, json.dumps(body).encode())
+
+    def do_GET(self) -> None:
+        if self.path.split("?")[0].rstrip("/") != "/v1/models":
+            self._send_error_json(404, f"no route {self.path}", "invalid_request_error")
+            return
+        model = {"id": "demo-model", "object": "model", "created": 0, "owned_by": "singularity"}
+        self._send(200, json.dumps({"object": "list", "data": [model]}).encode())
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        if self.path.split("?")[0].rstrip("/") != "/v1/chat/completions":
+            self._send_error_json(404, f"no route {self.path}", "invalid_request_error")
+            return
+        try:
+            request_json = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            self._send_error_json(400, f"request body is not JSON: {exc}", "invalid_request_error")
+            return
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        try:
+            reply = self.server.handler(request_json, headers)
+        except Exception as exc:  # noqa: BLE001 - a handler bug becomes a 500 the client sees, and is logged
+            log.exception("demo model handler failed")
+            self._send_error_json(500, f"handler failed: {exc!r}", "server_error")
+            return
+        if reply.delay_s:
+            time.sleep(reply.delay_s)
+        if reply.raw_body is not None:
+            self._send(reply.status, reply.raw_body)
+        elif reply.status != 200:
+            self._send_error_json(reply.status, reply.error_message, reply.error_type, reply.error_code)
+        else:
+            self._send(200, json.dumps(render_completion(reply, request_json)).encode())
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    handler: Handler
+
+
+class ChatCompletionsServer:
+    """A chat-completions server on 127.0.0.1 answering each request with ``handler``'s ``Reply``."""
+
+    def __init__(self, handler: Handler, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.handler = handler
+        self._host = host
+        self._port = port
+        self._httpd: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def _dispatch(self, request_json: dict[str, Any], headers: dict[str, str]) -> Reply:
+        # Looked up per request so a test may swap the handler on a running server.
+        return self.handler(request_json, headers)
+
+    def start(self) -> ChatCompletionsServer:
+        """Bind, serve in a daemon thread, and return self."""
+        if self._httpd is not None:
+            return self
+        httpd = _Server((self._host, self._port), _RequestHandler)
+        httpd.handler = self._dispatch
+        self._httpd = httpd
+        self._thread = threading.Thread(target=httpd.serve_forever, name="chat-completions-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is None:
+            return
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._httpd = None
+        self._thread = None
+
+    @property
+    def port(self) -> int:
+        if self._httpd is None:
+            raise RuntimeError("the chat-completions server is not started")
+        return int(self._httpd.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        """Return the OpenAI base URL, ``http://127.0.0.1:PORT/v1``."""
+        return f"http://{self._host}:{self.port}/v1"
+
+    def __enter__(self) -> ChatCompletionsServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+# --- The demo policy --------------------------------------------------------
+
+
+def example_for_schema(schema: object, seed: int = 0) -> Any:
+    """Return a small value valid for a simple JSON schema (strings ``demo-note-<seed>``, numbers 1, true)."""
+    if not isinstance(schema, dict):
+        return f"demo-note-{seed}"
+    if "const" in schema:
+        return schema["const"]
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf", "allOf"):
+        if isinstance(schema.get(key), list) and schema[key]:
+            return example_for_schema(schema[key][0], seed)
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind is None:
+        kind = "object" if "properties" in schema else "string"
+    if kind == "object":
+        properties = schema.get("properties") or {}
+        required = schema.get("required", list(properties))
+        return {name: example_for_schema(properties.get(name, {}), seed) for name in required}
+    if kind == "array":
+        count = max(int(schema.get("minItems", 1)), 1)
+        if schema.get("maxItems") == 0:
+            count = 0
+        return [example_for_schema(schema.get("items", {}), seed) for _ in range(count)]
+    if kind in ("integer", "number"):
+        value = 1
+        if "minimum" in schema:
+            value = max(value, schema["minimum"])
+        if "maximum" in schema:
+            value = min(value, schema["maximum"])
+        return int(value) if kind == "integer" else value
+    if kind == "boolean":
+        return True
+    if kind == "null":
+        return None
+    return f"demo-note-{seed}"
+
+
+def _offered_tools(request_json: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Return the offered function tools as name → parameters schema."""
+    tools: dict[str, dict[str, Any]] = {}
+    for tool in request_json.get("tools") or []:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(function, dict) and isinstance(function.get("name"), str):
+            tools[function["name"]] = function.get("parameters") or {}
+    return tools
+
+
+def demo_policy(request_json: dict[str, Any], headers: dict[str, str]) -> Reply:
+    """Return the demo model's deterministic reply.
+
+    At the start of a cycle (last message from the user, tools offered) it
+    calls one tool chosen by a stable hash of that message; after tool
+    results it ends the cycle with a short summary. A json_schema response
+    format gets a minimal valid JSON object.
+    """
+    messages = request_json.get("messages") or []
+    last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+    response_format = request_json.get("response_format") or {}
+    if response_format.get("type") == "json_schema":
+        schema = (response_format.get("json_schema") or {}).get("schema") or {"type": "object"}
+        return Reply(content=json.dumps(example_for_schema(schema)))
+    if response_format.get("type") == "json_object":
+        return Reply(content="{}")
+
+    tools = _offered_tools(request_json)
+    if last.get("role") == "user" and tools:
+        digest = int(hashlib.sha256(_text_of(last.get("content")).encode()).hexdigest()[:16], 16)
+        names = sorted(tools)
+        # Every other cycle, when it can, the demo remembers something so the mind visibly changes.
+        if "self__remember" in tools and digest % 2 == 0:
+            name = "self__remember"
+        else:
+            name = names[digest % len(names)]
+        return Reply(tool_calls=[(name, example_for_schema(tools[name], seed=digest % 1000))])
+    if last.get("role") == "tool":
+        used = [
+            call.get("function", {}).get("name", "?")
+            for message in messages
+            if isinstance(message, dict) and message.get("role") == "assistant"
+            for call in message.get("tool_calls") or []
+        ]
+        recent = used[-1] if used else "a tool"
+        return Reply(content=f"Demo model: used {recent} and noted the result. Ending this cycle.")
+    return Reply(content="Demo model: nothing to do this cycle.")

@@ -1,0 +1,305 @@
+"""Brama, the LLM gateway: one chat completion over the OpenAI protocol.
+
+This is the only module that imports ``openai``. It raises ``GatewayError``
+(our ``UpstreamError``) marked permanent or transient, and refuses any reply
+whose usage block cannot be debited honestly, so the caller never debits a
+completion it cannot account for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import openai
+from django.conf import settings
+
+from singularity.errors import ConfigError, UpstreamError
+
+if TYPE_CHECKING:
+    from singularity.demo_model import ChatCompletionsServer
+
+#: Client errors that may pass on their own: request timeout and rate limit.
+TRANSIENT_CLIENT_STATUSES = frozenset({408, 429})
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    #: The raw JSON text exactly as the model sent it; the caller parses it.
+    arguments: str
+
+
+@dataclass(frozen=True)
+class Completion:
+    content: str | None
+    tool_calls: list[ToolCall]
+    usage: Usage
+    model: str
+    #: Wall time of the whole call, SDK retries included.
+    elapsed_ns: int
+    #: The assistant message in OpenAI wire shape, ready to append to the conversation.
+    message: dict[str, Any]
+
+
+class GatewayError(UpstreamError):
+    """Brama failed or answered something we cannot account for."""
+
+
+def _unsupported(detail: str) -> GatewayError:
+    return GatewayError(f"brama: unsupported response: {detail}", permanent=True)
+
+
+def sign(secret: bytes, agent_id: str, timestamp: str, body: bytes) -> str:
+    """Return the lowercase hex HMAC-SHA256 of ``agent_id:timestamp:sha256_hex(body)``."""
+    body_digest = hashlib.sha256(body).hexdigest()
+    payload = f"{agent_id}:{timestamp}:{body_digest}".encode()
+    return hmac.new(secret, payload, hashlib.sha256).hexdigest()
+
+
+class _Signer:
+    """An httpx request hook adding the agent headers and signature to every attempt."""
+
+    def __init__(self, secret: bytes, agent_id: str) -> None:
+        self.secret = secret
+        self.agent_id = agent_id
+
+    def __call__(self, request: httpx.Request) -> None:
+        timestamp = str(int(time.time()))
+        request.headers["x-agent-id"] = self.agent_id
+        request.headers["x-agent-timestamp"] = timestamp
+        request.headers["x-agent-signature"] = sign(self.secret, self.agent_id, timestamp, request.read())
+
+
+class Gateway:
+    """A chat-completions client for one Brama endpoint."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        hmac_secret: bytes | None = None,
+        agent_id: str = "singularity",
+        timeout: float = 120,
+        max_retries: int = 2,
+    ) -> None:
+        self.base_url = base_url
+        self.agent_id = agent_id
+        hooks = {"request": [_Signer(hmac_secret, agent_id)]} if hmac_secret else {}
+        self._http = httpx.Client(timeout=timeout, event_hooks=hooks)
+        self._client = openai.OpenAI(
+            base_url=base_url,
+            api_key=api_key,
+            http_client=self._http,
+            max_retries=max_retries,
+            timeout=timeout,
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> Gateway:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def complete(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        response_format: dict[str, Any] | None = None,
+    ) -> Completion:
+        """Return one validated completion, or raise ``GatewayError`` (permanent or transient).
+
+        ``tools`` is sent only when non-empty; ``response_format`` only when given.
+        """
+        extra: dict[str, Any] = {}
+        if tools:
+            extra["tools"] = tools
+        if response_format is not None:
+            extra["response_format"] = response_format
+        started = time.perf_counter_ns()
+        try:
+            raw = self._client.chat.completions.with_raw_response.create(model=model, messages=messages, **extra)
+            body = raw.http_response.content
+        except openai.APIStatusError as exc:
+            raise _status_error(exc) from exc
+        except openai.APITimeoutError as exc:
+            raise GatewayError(f"brama: timed out calling {self.base_url}", permanent=False) from exc
+        except openai.APIConnectionError as exc:
+            raise GatewayError(f"brama: cannot reach {self.base_url}: {exc.__cause__ or exc}", permanent=False) from exc
+        elapsed_ns = time.perf_counter_ns() - started
+        return parse_completion(body, requested_model=model, elapsed_ns=elapsed_ns)
+
+
+def _status_error(exc: openai.APIStatusError) -> GatewayError:
+    """Return the GatewayError for an HTTP error answer: 5xx, 408 and 429 are transient."""
+    status = exc.status_code
+    detail = _server_message(exc.body) or exc.message
+    permanent = status < 500 and status not in TRANSIENT_CLIENT_STATUSES
+    return GatewayError(f"brama: HTTP {status}: {detail}", permanent=permanent)
+
+
+def _server_message(body: object) -> str:
+    """Return the server's own error message from an error body, or an empty string."""
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+            return inner["message"]
+        if isinstance(inner, str):
+            return inner
+    if isinstance(body, str):
+        return body[:500]
+    return ""
+
+
+def _token_count(usage: dict[str, Any], key: str) -> int:
+    value = usage.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _unsupported(f"usage {key} is not an integer")
+    if value < 0:
+        raise _unsupported(f"usage {key} is negative")
+    return value
+
+
+def parse_usage(data: object) -> Usage:
+    """Return the usage block as ``Usage``, refusing one that would make accounting drift."""
+    if not isinstance(data, dict):
+        raise _unsupported("no usage block")
+    usage = Usage(
+        prompt_tokens=_token_count(data, "prompt_tokens"),
+        completion_tokens=_token_count(data, "completion_tokens"),
+        total_tokens=_token_count(data, "total_tokens"),
+    )
+    # A total of 0 means the gateway did not count; only a real disagreement is refused.
+    if usage.total_tokens != 0 and usage.total_tokens != usage.prompt_tokens + usage.completion_tokens:
+        raise GatewayError("brama: usage total does not match prompt plus completion", permanent=True)
+    return usage
+
+
+def _parse_tool_call(data: object) -> ToolCall:
+    if not isinstance(data, dict) or data.get("type") != "function":
+        raise _unsupported("a tool call is not of type function")
+    function = data.get("function")
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+        raise _unsupported("a tool call has no function name")
+    if not isinstance(data.get("id"), str) or not data["id"]:
+        raise _unsupported("a tool call has no id")
+    arguments = function.get("arguments", "")
+    if not isinstance(arguments, str):
+        raise _unsupported("tool call arguments are not JSON text")
+    return ToolCall(id=data["id"], name=function["name"], arguments=arguments)
+
+
+def parse_completion(body: bytes, *, requested_model: str, elapsed_ns: int) -> Completion:
+    """Return the ``Completion`` in a chat-completions response body, or raise a permanent ``GatewayError``."""
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _unsupported(f"body is not JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise _unsupported("body is not a JSON object")
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise _unsupported("no choices")
+    choice = choices[0]
+    message = choice.get("message") if isinstance(choice, dict) else None
+    if not isinstance(message, dict):
+        raise _unsupported("the first choice has no message")
+    content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        raise _unsupported("message content is not text")
+    raw_calls = message.get("tool_calls") or []
+    if not isinstance(raw_calls, list):
+        raise _unsupported("tool_calls is not a list")
+    tool_calls = [_parse_tool_call(call) for call in raw_calls]
+    if "usage" not in data or data["usage"] is None:
+        raise _unsupported("no usage block")
+    usage = parse_usage(data["usage"])
+    model = data.get("model")
+    if model is not None and not isinstance(model, str):
+        raise _unsupported("model is not text")
+    wire: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        # The API refuses an empty tool_calls list, so the key is present only when there are calls.
+        wire["tool_calls"] = [
+            {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+            for call in tool_calls
+        ]
+    return Completion(
+        content=content,
+        tool_calls=tool_calls,
+        usage=usage,
+        model=model or requested_model,
+        elapsed_ns=elapsed_ns,
+        message=wire,
+    )
+
+
+# --- Factory from settings --------------------------------------------------
+
+_demo_lock = threading.Lock()
+_demo_server: ChatCompletionsServer | None = None
+
+
+def is_demo() -> bool:
+    """Return True when no gateway is configured and the bundled demo model answers instead."""
+    return not settings.BRAMA_BASE_URL
+
+
+def demo_base_url() -> str:
+    """Return the base URL of this process's demo model server, starting it on first use."""
+    global _demo_server
+    with _demo_lock:
+        if _demo_server is None:
+            from singularity.demo_model import ChatCompletionsServer, demo_policy
+
+            server = ChatCompletionsServer(demo_policy)
+            server.start()
+            _demo_server = server
+        return _demo_server.base_url
+
+
+def _read_secret(path: str) -> bytes | None:
+    if not path:
+        return None
+    try:
+        return Path(path).read_bytes().rstrip(b"\r\n")
+    except OSError as exc:
+        raise ConfigError(f"BRAMA_HMAC_SECRET_FILE: cannot read {path!r}: {exc.strerror}") from exc
+
+
+def get_gateway() -> Gateway:
+    """Return a Gateway configured from settings; the demo model server when BRAMA_BASE_URL is empty."""
+    common: dict[str, Any] = {
+        "agent_id": settings.BRAMA_AGENT_ID,
+        "timeout": settings.BRAMA_TIMEOUT_SECS,
+        "max_retries": settings.BRAMA_MAX_RETRIES,
+    }
+    if is_demo():
+        return Gateway(demo_base_url(), "demo", **common)
+    return Gateway(
+        settings.BRAMA_BASE_URL,
+        settings.BRAMA_API_KEY,
+        hmac_secret=_read_secret(settings.BRAMA_HMAC_SECRET_FILE),
+        **common,
+    )

@@ -1,0 +1,71 @@
+"""Bring up the web server, a Celery worker and Celery beat together; Ctrl-C stops all of them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandParser
+
+from singularity.being.demo import ensure_demo_being
+
+# Realistic prices for the demo model, so the demo being visibly spends (only when the gateway is the demo).
+DEMO_PRICES = {"BRAMA_INPUT_PRICE_USD_PER_MILLION": "2.50", "BRAMA_OUTPUT_PRICE_USD_PER_MILLION": "10.00"}
+
+
+class Command(BaseCommand):
+    help = "Run web, worker and beat in one terminal (the embedded default)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+        parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+        parser.add_argument("--no-demo", action="store_true", help="Do not create and start the demo being.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        env = dict(os.environ)
+        demo = not settings.BRAMA_BASE_URL
+        if demo:
+            for key, value in DEMO_PRICES.items():
+                env.setdefault(key, value)
+        python = sys.executable
+        commands = {
+            "web": [python, "manage.py", "runserver", f"{options['host']}:{options['port']}", "--noreload"],
+            "worker": [python, "-m", "celery", "-A", "singularity", "worker", "-l", "info", "--pool", "threads", "--concurrency", "4"],
+            "beat": [python, "-m", "celery", "-A", "singularity", "beat", "-l", "info"],
+        }
+        settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
+        if demo and not options["no_demo"]:
+            ensure_demo_being()
+        procs = {name: subprocess.Popen(cmd, env=env) for name, cmd in commands.items()}
+        self.stdout.write(self.style.SUCCESS(f"Singularity is up: http://{options['host']}:{options['port']}/  (Ctrl-C stops)"))
+        stopping = False
+
+        def stop(*_: Any) -> None:
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+        code = 0
+        while not stopping:
+            for name, proc in procs.items():
+                if proc.poll() is not None:
+                    self.stderr.write(f"{name} exited with code {proc.returncode}; stopping the others")
+                    code, stopping = proc.returncode or 1, True
+                    break
+            time.sleep(0.5)
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for proc in procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        sys.exit(code)
