@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 from datetime import timedelta
 
@@ -14,14 +15,16 @@ from singularity.models import Being
 
 
 def owner_id(kind: str) -> str:
-    """An owner name for this process: ``<kind>:<host>:<pid>``."""
-    return f"{kind}:{socket.gethostname()}:{os.getpid()}"
+    """A fresh owner name: ``<kind>:<host>:<pid>:<nonce>``, unique even between threads of one process."""
+    return f"{kind}:{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
 def _holder_is_dead(owner: str) -> bool:
     """True when the lease holder was a process on this host that no longer exists."""
-    parts = owner.rsplit(":", 2)
-    if len(parts) != 3 or parts[1] != socket.gethostname() or not parts[2].isdigit():
+    parts = owner.split(":")
+    if len(parts) != 4 or parts[1] != socket.gethostname() or not parts[2].isdigit():
+        return False
+    if int(parts[2]) == os.getpid():
         return False
     try:
         os.kill(int(parts[2]), 0)
