@@ -116,7 +116,11 @@ def test_a_real_celery_worker_runs_a_being_cycle(gateway_settings, fake_gateway,
     if celery_app.conf.broker_url.startswith("filesystem://"):
         folder = tmp_path / "broker"
         folder.mkdir()
-        celery_app.conf.broker_transport_options = {"data_folder_in": str(folder), "data_folder_out": str(folder)}
+        celery_app.conf.broker_transport_options = {
+            "data_folder_in": str(folder),
+            "data_folder_out": str(folder),
+            "control_folder": str(tmp_path / "control"),
+        }
     fake_gateway.script(Reply(content="from a worker"))
     being = start_on_workers(create_being("ada"), by="alice")
     with start_worker(celery_app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
