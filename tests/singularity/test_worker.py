@@ -107,12 +107,13 @@ def test_beat_wakes_beings_on_a_schedule_with_an_expiry():
     assert entry["options"]["expires"] > 0
 
 
-def test_a_real_celery_worker_runs_a_being_cycle(gateway_settings, fake_gateway, tmp_path):
+def test_a_real_celery_worker_runs_a_being_cycle(gateway_settings, fake_gateway, tmp_path, monkeypatch):
     """A worker consuming from the configured broker (file system here, Redis in CI's second run)."""
     from celery.contrib.testing.worker import start_worker
 
     from singularity.tasks import run_being_cycle
 
+    monkeypatch.setattr(celery_app.conf, "broker_transport_options", dict(celery_app.conf.broker_transport_options))
     if celery_app.conf.broker_url.startswith("filesystem://"):
         folder = tmp_path / "broker"
         folder.mkdir()
