@@ -107,13 +107,13 @@ def test_beat_wakes_beings_on_a_schedule_with_an_expiry():
     assert entry["options"]["expires"] > 0
 
 
-def test_a_real_celery_worker_runs_a_being_cycle(gateway_settings, fake_gateway, tmp_path, monkeypatch):
+def test_a_real_celery_worker_runs_a_being_cycle(gateway_settings, fake_gateway, tmp_path):
     """A worker consuming from the configured broker (file system here, Redis in CI's second run)."""
     from celery.contrib.testing.worker import start_worker
 
     from singularity.tasks import run_being_cycle
 
-    monkeypatch.setattr(celery_app.conf, "broker_transport_options", dict(celery_app.conf.broker_transport_options))
+    saved = dict(celery_app.conf.broker_transport_options)
     if celery_app.conf.broker_url.startswith("filesystem://"):
         folder = tmp_path / "broker"
         folder.mkdir()
@@ -124,9 +124,12 @@ def test_a_real_celery_worker_runs_a_being_cycle(gateway_settings, fake_gateway,
         }
     fake_gateway.script(Reply(content="from a worker"))
     being = start_on_workers(create_being("ada"), by="alice")
-    with start_worker(celery_app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
-        run_being_cycle.delay(being.pk)
-        deadline = time.monotonic() + 30
-        while not Cycle.objects.filter(being=being, status="completed").exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
+    try:
+        with start_worker(celery_app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
+            run_being_cycle.delay(being.pk)
+            deadline = time.monotonic() + 30
+            while not Cycle.objects.filter(being=being, status="completed").exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+    finally:
+        celery_app.conf.broker_transport_options = saved
     assert Cycle.objects.get(being=being).final_content == "from a worker"
