@@ -1,0 +1,90 @@
+"""The SVG line chart: exact ticks, accessible titles, Decimal-safe values, reference lines."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from xml.etree import ElementTree
+
+from singularity.plots import HLine, Series, line_chart, nice_ticks
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def parse(svg: str) -> ElementTree.Element:
+    return ElementTree.fromstring(svg)
+
+
+def test_nice_ticks_are_round_and_cover_the_range() -> None:
+    assert nice_ticks(Decimal("0.13"), Decimal("0.97")) == [Decimal(x) for x in ("0", "0.2", "0.4", "0.6", "0.8", "1")]
+
+
+def test_nice_ticks_for_integers_never_step_below_one() -> None:
+    assert nice_ticks(1, 3, count=8, integer=True) == [1, 2, 3]
+
+
+def test_nice_ticks_widen_a_flat_range() -> None:
+    ticks = nice_ticks(Decimal(5), Decimal(5))
+    assert ticks[0] < 5 < ticks[-1]
+
+
+def test_it_plots_decimals_with_a_title_per_point() -> None:
+    series = [Series("Balance", [(1, Decimal("9.9843")), (2, Decimal("9.5")), (3, Decimal("8.25"))])]
+    root = parse(line_chart(series, x_label="cycle", y_label="USD", y_format=lambda v: f"${v}"))
+    titles = [t.text for t in root.iter(f"{SVG}title")]
+    assert titles[0] == "Balance"
+    assert "Balance at cycle 1: $9.9843" in titles
+    assert "Balance at cycle 3: $8.25" in titles
+    assert len(list(root.iter(f"{SVG}circle"))) == 3
+
+
+def test_it_is_labelled_for_screen_readers() -> None:
+    svg = line_chart([Series("Spent", [(0, 0), (4, Decimal("1.5"))])], title="Spend", chart_id="c1")
+    root = parse(svg)
+    assert root.get("role") == "img"
+    assert root.get("aria-labelledby") == "c1-title c1-desc"
+    desc = root.find(f"{SVG}desc")
+    assert desc is not None and desc.text == "Latest: Spent 1.5 at 4."
+
+
+def test_axis_ticks_are_exact_decimal_text() -> None:
+    svg = line_chart([Series("a", [(0, Decimal("0.1")), (1, Decimal("0.3"))])])
+    labels = re.findall(r'text-anchor="end">([^<]+)</text>', svg)
+    assert "0.1" in labels and "0.3" in labels
+    assert not any("0000000" in label for label in labels)
+
+
+def test_higher_values_are_drawn_higher() -> None:
+    root = parse(line_chart([Series("a", [(0, 1), (1, 5)])]))
+    low, high = (float(c.get("cy")) for c in root.iter(f"{SVG}circle"))
+    assert high < low  # SVG y grows downwards
+
+
+def test_hlines_widen_the_domain_and_are_labelled() -> None:
+    svg = line_chart([Series("score", [(0, 5), (1, 6)])], hlines=[HLine(10, "target"), HLine(0, "floor")])
+    root = parse(svg)
+    lines = [g for g in root.iter(f"{SVG}g") if g.get("class") == "hline"]
+    assert [g.find(f"{SVG}text").text for g in lines] == ["target: 10", "floor: 0"]
+    target_y = float(lines[0].find(f"{SVG}line").get("y1"))
+    point_ys = [float(c.get("cy")) for c in root.iter(f"{SVG}circle")]
+    assert target_y < min(point_ys)
+
+
+def test_it_escapes_labels() -> None:
+    svg = line_chart([Series("<b>&", [(0, 1)])], x_label="<x>")
+    assert "<b>&" not in svg
+    assert "&lt;b&gt;&amp;" in svg
+    parse(svg)
+
+
+def test_an_empty_chart_says_no_data() -> None:
+    svg = line_chart([Series("Balance", [])])
+    assert "No data yet" in svg
+    assert "<circle" not in svg
+    parse(svg)
+
+
+def test_a_legend_names_every_series() -> None:
+    root = parse(line_chart([Series("Balance", [(0, 1)]), Series("Spent", [(0, 0)], dashed=True)]))
+    legend = next(g for g in root.iter(f"{SVG}g") if g.get("class") == "legend")
+    assert [t.text for t in legend.iter(f"{SVG}text")] == ["Balance", "Spent"]
