@@ -1,16 +1,155 @@
-from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+"""The being pages: the list with a "New being" form, the detail page, start and stop.
 
-from singularity.models import Being
+One view serves a full page or, for HTMX, the partial named by the request's
+target (the journal and the summary poll every few seconds).
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db.models import F, OuterRef, QuerySet, Subquery, Sum, Window
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from singularity.being.actions import create_being, request_stop, start_on_workers
+from singularity.errors import ConfigError, StateError
+from singularity.forms import BeingForm
+from singularity.models import Being, Event
+from singularity.plots import HLine, Series, line_chart
+from singularity.templatetags.singularity_tags import money
+
+BEINGS_PER_PAGE = 50
+CYCLES_PER_PAGE = 25
+JOURNAL_LINES = 50
+#: The plot shows at most this many of the latest cycles.
+PLOT_CYCLES = 200
+PARTIALS = {"journal": "beings/partials/journal.html", "summary": "beings/partials/summary.html"}
+
+
+def _get_being(name: str) -> Being:
+    return get_object_or_404(Being.objects.select_related("parent"), name=name)
+
+
+def _beings_for_list() -> QuerySet[Being]:
+    """Beings with their parent and the time of their latest journal event, in one query."""
+    latest = Event.objects.filter(being=OuterRef("pk")).order_by("-seq").values("created_at")[:1]
+    return Being.objects.select_related("parent").annotate(last_activity=Subquery(latest)).order_by("name")
 
 
 @login_required
+@require_http_methods(["GET", "POST"])
 def being_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "beings/list.html", {"beings": Being.objects.all()})
+    form = BeingForm(request.POST or None)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            being = create_being(data["name"], starting=data["starting_usd"], stimulus=data["stimulus"])
+        except ConfigError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Created {being.name} with {money(being.starting)}.")
+            return redirect(being)
+    page = Paginator(_beings_for_list(), BEINGS_PER_PAGE).get_page(request.GET.get("page"))
+    status = 400 if form.is_bound else 200
+    return render(request, "beings/list.html", {"page": page, "form": form}, status=status)
+
+
+def _journal(being: Being, kind: str, before: str) -> dict[str, object]:
+    """The newest journal events of ``being`` (newest first, optionally of one kind and before a seq) and whether older ones exist."""
+    events = being.events.order_by("-seq")
+    if kind:
+        events = events.filter(kind=kind)
+    if before.isdigit():
+        events = events.filter(seq__lt=int(before))
+    rows = list(events[: JOURNAL_LINES + 1])
+    return {"events": rows[:JOURNAL_LINES], "more": len(rows) > JOURNAL_LINES}
 
 
 @login_required
 def being_detail(request: HttpRequest, name: str) -> HttpResponse:
-    being = get_object_or_404(Being, name=name)
-    return render(request, "beings/detail.html", {"being": being})
+    being = _get_being(name)
+    kind = request.GET.get("kind", "") if request.GET.get("kind") in Event.Kind.values else ""
+    before = request.GET.get("before", "")
+    context = {"being": being, "kind": kind, "kinds": Event.Kind.values, "before": before}
+    if request.htmx and request.htmx.target in PARTIALS:
+        if request.htmx.target == "journal":
+            context.update(_journal(being, kind, before))
+        return render(request, PARTIALS[request.htmx.target], context)
+    context.update(_journal(being, kind, before))
+    context["cycles"] = Paginator(being.cycles.defer("messages"), CYCLES_PER_PAGE).get_page(request.GET.get("page"))
+    context["children"] = list(being.children.order_by("name").values_list("name", flat=True))
+    context["plot"] = budget_chart(being)
+    return render(request, "beings/detail.html", context)
+
+
+@login_required
+@require_POST
+def being_start(request: HttpRequest, name: str) -> HttpResponse:
+    being = _get_being(name)
+    try:
+        start_on_workers(being, by=request.user.get_username())
+    except (StateError, ConfigError) as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"{being.name} is running on the workers.")
+    return redirect(being)
+
+
+@login_required
+@require_POST
+def being_stop(request: HttpRequest, name: str) -> HttpResponse:
+    being = _get_being(name)
+    try:
+        request_stop(being, by=request.user.get_username())
+    except (StateError, ConfigError) as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"{being.name} is {being.status}.")
+    return redirect(being)
+
+
+def budget_chart(being: Being) -> str:
+    """Return an SVG plot of balance, cumulative spend and cumulative earnings over the latest cycles.
+
+    One query: running sums are window functions, so the plot stays right when
+    it shows only the latest ``PLOT_CYCLES`` cycles.
+    """
+    rows = list(
+        being.cycles.annotate(
+            spent_to_date=Window(Sum("spent"), order_by=F("number").asc()),
+            earned_to_date=Window(Sum("earned"), order_by=F("number").asc()),
+        )
+        .order_by("-number")
+        .values("number", "balance_after", "spent_to_date", "earned_to_date")[:PLOT_CYCLES]
+    )[::-1]
+    balance, spent, earned = [], [], []
+    if not rows or rows[0]["number"] <= 1:
+        balance.append((0, being.starting))
+        spent.append((0, 0))
+        earned.append((0, 0))
+    for row in rows:
+        after = row["balance_after"]
+        if after is None:
+            after = being.starting - row["spent_to_date"] + row["earned_to_date"]
+        balance.append((row["number"], after))
+        spent.append((row["number"], row["spent_to_date"]))
+        earned.append((row["number"], row["earned_to_date"]))
+    series = [
+        Series("Balance", balance, color="#0072B2"),
+        Series("Spent to date", spent, color="#D55E00"),
+        Series("Earned to date", earned, color="#009E73"),
+    ]
+    return line_chart(
+        series,
+        width=760,
+        height=300,
+        x_label="cycle",
+        y_label="USD",
+        hlines=[HLine(0, "Empty"), HLine(being.starting, "Start", color="#5f6b7a")],
+        title=f"{being.name}: balance, spend and earnings by cycle",
+        y_format=money,
+        chart_id="budget-chart",
+    )

@@ -1,0 +1,179 @@
+"""Template filters that show the being's numbers and journal as people read them."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from decimal import ROUND_HALF_EVEN, Decimal
+from typing import Any
+
+from django import template
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from singularity.models import Event
+from singularity.money import EXACT, MoneyError, money_str, parse_money
+
+register = template.Library()
+
+#: Pages show money to the millionth of a dollar; the exact amount is in the title.
+SHOWN_QUANTUM = Decimal("0.000001")
+
+
+def _amount(value: Any) -> Decimal | None:
+    """The Decimal for ``value`` (a Decimal, int or decimal string), or None when it is not money."""
+    if value is None or value == "":
+        return None
+    try:
+        return parse_money(value)
+    except MoneyError:
+        return None
+
+
+@register.filter
+def money(value: Any) -> str:
+    """Return an amount as "$9.9843": rounded to 6 decimals, trailing zeros trimmed to the cents.
+
+    A non-zero amount too small to show reads "<$0.000001"; None reads as an
+    empty string and text that is not money is returned unchanged.
+    """
+    amount = _amount(value)
+    if amount is None:
+        return "" if value is None else str(value)
+    shown = amount.quantize(SHOWN_QUANTUM, rounding=ROUND_HALF_EVEN, context=EXACT)
+    sign = "-" if amount < 0 else ""
+    if not shown and amount:
+        return f"{sign}<$0.000001"
+    return f"{sign}${money_str(abs(shown))}"
+
+
+@register.filter
+def signed_money(value: Any) -> str:
+    """Return an amount with an explicit sign ("+$1.20", "-$0.30"); zero has none."""
+    text = money(value)
+    amount = _amount(value)
+    return f"+{text}" if amount is not None and amount > 0 else text
+
+
+@register.filter
+def money_exact(value: Any) -> str:
+    """Return the exact ledger amount as "9.984300000001 USD" (for titles and tooltips)."""
+    amount = _amount(value)
+    return "" if amount is None else f"{money_str(amount)} USD"
+
+
+@register.filter
+def sign_class(value: Any) -> str:
+    """Return "pos", "neg" or "zero" for colouring an amount."""
+    amount = _amount(value)
+    if not amount:
+        return "zero"
+    return "pos" if amount > 0 else "neg"
+
+
+@register.filter
+def pairs(mapping: Any) -> list[tuple[str, Any]]:
+    """Return a dict's (key, value) pairs sorted by key; a template's ``.items`` would read a key named "items"."""
+    return sorted(mapping.items()) if isinstance(mapping, dict) else []
+
+
+@register.filter
+def status_badge(status: str) -> SafeString:
+    """Return a coloured badge for a being's, a cycle's or a tool's status."""
+    return format_html('<span class="badge {}">{}</span>', status, str(status).replace("_", " "))
+
+
+@register.filter
+def duration(started: datetime | None, finished: datetime | None) -> str:
+    """Return the time between two instants as "850 ms", "12.3 s" or "4 min 05 s"; "" while unfinished."""
+    if started is None or finished is None:
+        return ""
+    return _span(finished - started)
+
+
+def _span(delta: timedelta) -> str:
+    seconds = delta.total_seconds()
+    if seconds < 1:
+        return f"{round(seconds * 1000)} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def _money_html(value: Any, css: str = "") -> SafeString:
+    return format_html('<span class="money {}" title="{}">{}</span>', css, money_exact(value), money(value))
+
+
+def _summary_tool(data: dict[str, Any]) -> SafeString:
+    bits = format_html("<code>{}</code> {}", data.get("tool", "?"), status_badge(str(data.get("status", "?"))))
+    if "duration_ms" in data:
+        bits = format_html("{} <span class='muted'>{} ms</span>", bits, data["duration_ms"])
+    if data.get("error"):
+        bits = format_html("{} <span class='error'>{}</span>", bits, data["error"])
+    return bits
+
+
+def _summary_debit(data: dict[str, Any]) -> SafeString:
+    return format_html(
+        "spent {} <span class='muted'>(api {}, instance {})</span> · remaining {}",
+        _money_html(data.get("amount"), "neg"),
+        money(data.get("api")),
+        money(data.get("instance")),
+        _money_html(data.get("remaining")),
+    )
+
+
+def _summary_model(data: dict[str, Any]) -> SafeString:
+    usage = data.get("usage") or {}
+    return format_html(
+        "round {} · <code>{}</code> · {} + {} tokens · {} tool call(s)",
+        data.get("round", "?"),
+        data.get("model", "?"),
+        usage.get("prompt_tokens", "?"),
+        usage.get("completion_tokens", "?"),
+        data.get("tool_calls", 0),
+    )
+
+
+def _summary_revenue(data: dict[str, Any]) -> SafeString:
+    return format_html(
+        "earned {} from <code>{}</code> <span class='muted'>({})</span>",
+        _money_html(data.get("amount"), "pos"),
+        data.get("source", "?"),
+        data.get("key", ""),
+    )
+
+
+def _summary_warning(data: dict[str, Any]) -> SafeString:
+    extra = format_html_join(
+        " ", "<span class='muted'>{}={}</span>", ((k, v) for k, v in data.items() if k != "message")
+    )
+    return format_html("<span class='warning-text'>⚠ {}</span> {}", data.get("message", ""), extra)
+
+
+def _summary_cycle(data: dict[str, Any]) -> SafeString:
+    return format_html("balance {} · model <code>{}</code>", _money_html(data.get("balance")), data.get("model", "?"))
+
+
+def _summary_lifecycle(data: dict[str, Any]) -> SafeString:
+    return format_html_join(" · ", "{}: {}", data.items())
+
+
+_SUMMARIES = {
+    Event.Kind.TOOL_FINISHED: _summary_tool,
+    Event.Kind.COST_DEBITED: _summary_debit,
+    Event.Kind.MODEL_COMPLETED: _summary_model,
+    Event.Kind.REVENUE_CREDITED: _summary_revenue,
+    Event.Kind.WARNING: _summary_warning,
+    Event.Kind.CYCLE_STARTED: _summary_cycle,
+}
+
+
+@register.filter
+def event_summary(event: Event) -> SafeString:
+    """Return the event's data as one readable line of HTML: the tool and its status badge, amounts, warnings."""
+    render = _SUMMARIES.get(event.kind, _summary_lifecycle)
+    return render(event.data if isinstance(event.data, dict) else {"data": event.data})
