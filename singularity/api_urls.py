@@ -1,3 +1,10 @@
-from django.urls import path
+"""Routes of the REST API, mounted at ``/api/``."""
 
-urlpatterns: list = []
+from rest_framework.routers import SimpleRouter
+
+from singularity.api import BeingViewSet
+
+router = SimpleRouter()
+router.register("beings", BeingViewSet, basename="api-being")
+
+urlpatterns = router.urls
