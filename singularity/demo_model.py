@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def _arguments_text(arguments: dict[str, Any] | str) -> str:
 
 def render_completion(reply: Reply, request_json: dict[str, Any]) -> dict[str, Any]:
     """Return the chat-completion JSON object for a successful reply."""
-    calls = []
+    calls: list[dict[str, Any]] = []
     for index, (name, arguments) in enumerate(reply.tool_calls):
         text = _arguments_text(arguments)
         call_id = "call_" + hashlib.sha256(f"{index}:{name}:{text}".encode()).hexdigest()[:16]
@@ -136,7 +136,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
             return
         headers = {name.lower(): value for name, value in self.headers.items()}
         try:
-            reply = self.server.handler(request_json, headers)
+            reply = self.server.owner.respond(request_json, headers, raw)
         except Exception as exc:  # noqa: BLE001 - a handler bug becomes a 500 the client sees, and is logged
             log.exception("demo model handler failed")
             self._send_error_json(500, f"handler failed: {exc!r}", "server_error")
@@ -153,31 +153,43 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
-    handler: Handler
+    owner: ChatCompletionsServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Usually a client that gave up (timed out) before a delayed reply: expected, so not on stderr.
+        log.debug("demo model: error serving %s", client_address, exc_info=True)
 
 
 class ChatCompletionsServer:
     """A chat-completions server on 127.0.0.1 answering each request with ``handler``'s ``Reply``."""
 
-    def __init__(self, handler: Handler, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, handler: Handler | None = None, *, host: str = "127.0.0.1", port: int = 0) -> None:
         self.handler = handler
         self._host = host
         self._port = port
         self._httpd: _Server | None = None
         self._thread: threading.Thread | None = None
 
-    def _dispatch(self, request_json: dict[str, Any], headers: dict[str, str]) -> Reply:
-        # Looked up per request so a test may swap the handler on a running server.
+    def respond(self, request_json: dict[str, Any], headers: dict[str, str], body: bytes) -> Reply:
+        """Return the reply to one request (``body`` is the raw request bytes); subclasses may override."""
+        if self.handler is None:
+            raise RuntimeError("the chat-completions server has no handler")
         return self.handler(request_json, headers)
 
-    def start(self) -> ChatCompletionsServer:
+    def start(self) -> Self:
         """Bind, serve in a daemon thread, and return self."""
         if self._httpd is not None:
             return self
         httpd = _Server((self._host, self._port), _RequestHandler)
-        httpd.handler = self._dispatch
+        httpd.owner = self
         self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, name="chat-completions-server", daemon=True)
+        self._thread = threading.Thread(
+            target=httpd.serve_forever,
+            # A short poll keeps stop() fast; the default 0.5 s adds up across many tests.
+            kwargs={"poll_interval": 0.05},
+            name="chat-completions-server",
+            daemon=True,
+        )
         self._thread.start()
         return self
 
@@ -202,7 +214,7 @@ class ChatCompletionsServer:
         """Return the OpenAI base URL, ``http://127.0.0.1:PORT/v1``."""
         return f"http://{self._host}:{self.port}/v1"
 
-    def __enter__(self) -> ChatCompletionsServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
@@ -283,10 +295,10 @@ def demo_policy(request_json: dict[str, Any], headers: dict[str, str]) -> Reply:
         digest = int(hashlib.sha256(_text_of(last.get("content")).encode()).hexdigest()[:16], 16)
         names = sorted(tools)
         # Every other cycle, when it can, the demo remembers something so the mind visibly changes.
-        if "self__remember" in tools and digest % 2 == 0:
-            name = "self__remember"
-        else:
-            name = names[digest % len(names)]
+        others = [name for name in names if name != "self__remember"] or names
+        name = (
+            "self__remember" if "self__remember" in tools and digest % 2 == 0 else others[(digest // 2) % len(others)]
+        )
         return Reply(tool_calls=[(name, example_for_schema(tools[name], seed=digest % 1000))])
     if last.get("role") == "tool":
         used = [

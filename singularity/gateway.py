@@ -13,9 +13,10 @@ import hmac
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import httpx
 import openai
@@ -86,6 +87,10 @@ class _Signer:
         request.headers["x-agent-signature"] = sign(self.secret, self.agent_id, timestamp, request.read())
 
 
+def _drop_authorization(request: httpx.Request) -> None:
+    request.headers.pop("authorization", None)
+
+
 class Gateway:
     """A chat-completions client for one Brama endpoint."""
 
@@ -101,12 +106,18 @@ class Gateway:
     ) -> None:
         self.base_url = base_url
         self.agent_id = agent_id
-        hooks = {"request": [_Signer(hmac_secret, agent_id)]} if hmac_secret else {}
-        self._http = httpx.Client(timeout=timeout, event_hooks=hooks)
+        request_hooks: list[Callable[[httpx.Request], None]] = []
+        if not api_key:
+            # A keyless gateway is allowed; the SDK insists on a key, so it gets a placeholder that never leaves.
+            request_hooks.append(_drop_authorization)
+        if hmac_secret:
+            request_hooks.append(_Signer(hmac_secret, agent_id))
+        self._http = httpx.Client(timeout=timeout, event_hooks={"request": request_hooks})
         self._client = openai.OpenAI(
             base_url=base_url,
-            api_key=api_key,
-            http_client=self._http,
+            api_key=api_key or "no-key",
+            # openai 3.x is typed for httpx2 but accepts an httpx.Client at runtime (tested).
+            http_client=self._http,  # type: ignore[arg-type]
             max_retries=max_retries,
             timeout=timeout,
         )
@@ -139,7 +150,9 @@ class Gateway:
             extra["response_format"] = response_format
         started = time.perf_counter_ns()
         try:
-            raw = self._client.chat.completions.with_raw_response.create(model=model, messages=messages, **extra)
+            raw = self._client.chat.completions.with_raw_response.create(
+                model=model, messages=cast(Any, messages), **extra
+            )
             body = raw.http_response.content
         except openai.APIStatusError as exc:
             raise _status_error(exc) from exc

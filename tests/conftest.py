@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 
+pytest_plugins = ["tests.fakes.fixtures"]
+
 
 @pytest.fixture
 def alice(db) -> User:
