@@ -13,7 +13,8 @@ import hmac
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -149,19 +150,30 @@ class Gateway:
         if response_format is not None:
             extra["response_format"] = response_format
         started = time.perf_counter_ns()
-        try:
+        with self._translated_errors():
             raw = self._client.chat.completions.with_raw_response.create(
                 model=model, messages=cast(Any, messages), **extra
             )
             body = raw.http_response.content
+        elapsed_ns = time.perf_counter_ns() - started
+        return parse_completion(body, requested_model=model, elapsed_ns=elapsed_ns)
+
+    def ping(self) -> None:
+        """Ask the gateway for its model list (costs nothing); raise ``GatewayError`` if it does not answer."""
+        with self._translated_errors():
+            self._client.models.with_raw_response.list()
+
+    @contextmanager
+    def _translated_errors(self) -> Iterator[None]:
+        """Turn the SDK's errors into ``GatewayError``, permanent or transient."""
+        try:
+            yield
         except openai.APIStatusError as exc:
             raise _status_error(exc) from exc
         except openai.APITimeoutError as exc:
             raise GatewayError(f"brama: timed out calling {self.base_url}", permanent=False) from exc
         except openai.APIConnectionError as exc:
             raise GatewayError(f"brama: cannot reach {self.base_url}: {exc.__cause__ or exc}", permanent=False) from exc
-        elapsed_ns = time.perf_counter_ns() - started
-        return parse_completion(body, requested_model=model, elapsed_ns=elapsed_ns)
 
 
 def _status_error(exc: openai.APIStatusError) -> GatewayError:

@@ -339,3 +339,15 @@ def test_get_gateway_reads_the_configured_gateway_and_secret_file(
     # The file's trailing newline is not part of the secret.
     timestamp = request.headers["x-agent-timestamp"]
     assert request.headers["x-agent-signature"] == sign(b"file-secret", "agent-9", timestamp, request.body)
+
+
+def test_ping_answers_when_the_gateway_lists_models(fake_gateway):
+    fake_gateway.gateway().ping()
+
+
+def test_ping_of_an_unreachable_gateway_is_a_transient_error():
+    from singularity.gateway import Gateway, GatewayError
+
+    with pytest.raises(GatewayError, match="cannot reach") as info:
+        Gateway("http://127.0.0.1:9/v1", "k", max_retries=0, timeout=2).ping()
+    assert info.value.permanent is False
