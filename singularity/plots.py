@@ -175,7 +175,8 @@ def line_chart(
         parts.append(
             f'<g class="hline"><line x1="{left}" x2="{right}" y1="{y}" y2="{y}" stroke="{escape(line.color)}" '
             f'stroke-dasharray="6 4" stroke-width="1.5"><title>{escape(text)}</title></line>'
-            f'<text x="{right - 4}" y="{y - 4}" text-anchor="end" font-size="11" fill="{escape(line.color)}">'
+            f'<text x="{right - 4}" y="{y - 4}" text-anchor="end" font-size="11" fill="{escape(line.color)}" '
+            'stroke="#fff" stroke-width="3" paint-order="stroke">'
             f"{escape(text)}</text></g>"
         )
     for index, one in enumerate(series):

@@ -81,7 +81,7 @@ def being_detail(request: HttpRequest, name: str) -> HttpResponse:
     context.update(_journal(being, kind, before))
     context["cycles"] = Paginator(being.cycles.defer("messages"), CYCLES_PER_PAGE).get_page(request.GET.get("page"))
     context["children"] = list(being.children.order_by("name").values_list("name", flat=True))
-    context["plot"] = budget_chart(being)
+    context["plots"] = budget_charts(being)
     return render(request, "beings/detail.html", context)
 
 
@@ -111,11 +111,12 @@ def being_stop(request: HttpRequest, name: str) -> HttpResponse:
     return redirect(being)
 
 
-def budget_chart(being: Being) -> str:
-    """Return an SVG plot of balance, cumulative spend and cumulative earnings over the latest cycles.
+def budget_charts(being: Being) -> list[str]:
+    """Return two SVG plots over the latest cycles: the balance, and spend and earnings to date.
 
-    One query: running sums are window functions, so the plot stays right when
-    it shows only the latest ``PLOT_CYCLES`` cycles.
+    Two panels because cents of spend vanish on a scale of dollars of balance.
+    One query: running sums are window functions, so they stay right when the
+    plots show only the latest ``PLOT_CYCLES`` cycles.
     """
     rows = list(
         being.cycles.annotate(
@@ -132,24 +133,24 @@ def budget_chart(being: Being) -> str:
         earned.append((0, 0))
     for row in rows:
         after = row["balance_after"]
-        if after is None:
+        if after is None:  # the cycle in flight
             after = being.starting - row["spent_to_date"] + row["earned_to_date"]
         balance.append((row["number"], after))
         spent.append((row["number"], row["spent_to_date"]))
         earned.append((row["number"], row["earned_to_date"]))
-    series = [
-        Series("Balance", balance, color="#0072B2"),
-        Series("Spent to date", spent, color="#D55E00"),
-        Series("Earned to date", earned, color="#009E73"),
+    common = {"width": 560, "height": 260, "x_label": "cycle", "y_label": "USD", "y_format": money}
+    return [
+        line_chart(
+            [Series("Balance", balance, color="#0072B2")],
+            hlines=[HLine(0, "Empty"), HLine(being.starting, "Start", color="#5f6b7a")],
+            title=f"{being.name}: balance by cycle",
+            chart_id="balance-chart",
+            **common,
+        ),
+        line_chart(
+            [Series("Spent to date", spent, color="#D55E00"), Series("Earned to date", earned, color="#009E73")],
+            title=f"{being.name}: spend and earnings to date by cycle",
+            chart_id="flow-chart",
+            **common,
+        ),
     ]
-    return line_chart(
-        series,
-        width=760,
-        height=300,
-        x_label="cycle",
-        y_label="USD",
-        hlines=[HLine(0, "Empty"), HLine(being.starting, "Start", color="#5f6b7a")],
-        title=f"{being.name}: balance, spend and earnings by cycle",
-        y_format=money,
-        chart_id="budget-chart",
-    )

@@ -178,7 +178,7 @@ def test_the_detail_page_shows_budget_tiles_and_the_plot(client_alice: Client) -
     assert "$11.2343" in body  # balance: 10 - 0.2657 + 1.5
     assert "$0.2657" in body  # api spent
     assert "+$1.2343" in body  # net profit
-    assert 'id="budget-chart-title"' in body
+    assert 'id="balance-chart-title"' in body and 'id="flow-chart-title"' in body
     assert "Balance at cycle 2: $11.2343" in body
     assert "Spent to date at cycle 2: $0.2657" in body
     assert "Earned to date at cycle 2: $1.50" in body
