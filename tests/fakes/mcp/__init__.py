@@ -1,0 +1,1 @@
+"""MCP server scripts run as real child processes by the tool tests."""
