@@ -1,0 +1,136 @@
+"""The tool catalogue a being thinks with: its built-in self tools and every MCP server's tools."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from django.conf import settings
+
+from singularity.errors import ConfigError
+from singularity.tools.boundary import cross_boundary
+from singularity.tools.builtin import BUILTINS, Builtin, ToolFailure, validate_arguments
+from singularity.tools.mcp_config import load_mcp_config
+from singularity.tools.mcp_host import McpHost
+from singularity.tools.outcome import FAILED, SUCCESS, ToolOutcome, ToolSpec
+
+#: What the OpenAI function-calling API accepts as a function name.
+MAX_TOOL_NAME = 64
+
+
+def check_names(specs: list[ToolSpec]) -> None:
+    """Raise ``ConfigError`` when two tools share a name or a name is not a valid function name."""
+    seen: dict[str, str] = {}
+    for spec in specs:
+        if spec.name in seen:
+            raise ConfigError(f"tools: {spec.name}: offered by both {seen[spec.name]} and {spec.source}")
+        if len(spec.name) > MAX_TOOL_NAME or not all(c.isascii() and (c.isalnum() or c in "_-") for c in spec.name):
+            raise ConfigError(
+                f"tools: {spec.name!r} from {spec.source}: a tool name is at most {MAX_TOOL_NAME} letters, digits, '_' or '-'"
+            )
+        seen[spec.name] = spec.source
+
+
+class ToolCatalogue:
+    """Built-in tools first, then MCP tools in config order; ``call`` never raises for tool problems."""
+
+    def __init__(self, builtins: tuple[Builtin, ...] = BUILTINS, host: McpHost | None = None) -> None:
+        self._builtins = {tool.name: tool for tool in builtins}
+        self._host = host
+        self._specs = [ToolSpec(t.name, t.description, t.parameters, "builtin") for t in builtins]
+        if host is not None:
+            self._specs.extend(host.specs())
+        check_names(self._specs)
+        self._by_name = {spec.name: spec for spec in self._specs}
+
+    def specs(self) -> list[ToolSpec]:
+        """Return every tool's spec in the catalogue's stable order."""
+        return list(self._specs)
+
+    def openai_tools(self) -> list[dict[str, Any]]:
+        """Return the tools in the OpenAI chat-completions ``tools`` format, in stable order."""
+        return [
+            {"type": "function", "function": {"name": s.name, "description": s.description, "parameters": s.parameters}}
+            for s in self._specs
+        ]
+
+    def call(self, being: Any, name: str, arguments: str | dict[str, Any]) -> ToolOutcome:
+        """Run one tool call and return its outcome, timed, with ``result`` past the output boundary.
+
+        Failed and indeterminate outcomes show the model ``{"error": <error>}``;
+        a rejected success keeps status ``success`` and its ``raw``.
+        """
+        started = time.monotonic()
+        outcome = self._dispatch(being, name, arguments)
+        outcome.duration_ms = int((time.monotonic() - started) * 1000)
+        shown = outcome.raw if outcome.status == SUCCESS else {"error": outcome.error}
+        _accepted, outcome.result = cross_boundary(shown)
+        return outcome
+
+    def _dispatch(self, being: Any, name: str, arguments: str | dict[str, Any]) -> ToolOutcome:
+        if name not in self._by_name:
+            return _failed(name, f"unknown_tool: {name}")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError as exc:
+                return _failed(name, f"invalid arguments: not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+        if not isinstance(arguments, dict):
+            return _failed(name, f"invalid arguments: expected a JSON object, got {type(arguments).__name__}")
+        builtin = self._builtins.get(name)
+        if builtin is not None:
+            return _run_builtin(builtin, being, arguments)
+        assert self._host is not None
+        server, tool = name.split("__", 1)
+        return self._host.call(server, tool, arguments)
+
+    def close(self) -> None:
+        """Stop the MCP servers within the shutdown grace."""
+        if self._host is not None:
+            self._host.close()
+
+    def __enter__(self) -> ToolCatalogue:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _failed(name: str, error: str) -> ToolOutcome:
+    return ToolOutcome(name, FAILED, None, None, error=error)
+
+
+def _run_builtin(builtin: Builtin, being: Any, arguments: dict[str, Any]) -> ToolOutcome:
+    problem = validate_arguments(builtin.parameters, arguments)
+    if problem:
+        return _failed(builtin.name, f"invalid arguments: {problem}")
+    try:
+        raw = builtin.run(being, arguments)
+    except ToolFailure as exc:
+        return _failed(builtin.name, str(exc))
+    return ToolOutcome(builtin.name, SUCCESS, raw, raw)
+
+
+def build_catalogue(
+    *, mcp_config_path: str | None = None, call_timeout: float | None = None, shutdown_grace: float | None = None
+) -> ToolCatalogue:
+    """Return a started catalogue: built-ins plus the servers of the MCP config (none when no config is set).
+
+    Raises ``ConfigError`` for a bad config or clashing tool names, and
+    ``UpstreamError(permanent=True)`` when a server fails to start; nothing is
+    left running in either case.
+    """
+    path = settings.SINGULARITY_MCP_CONFIG if mcp_config_path is None else mcp_config_path
+    timeout = settings.SINGULARITY_TOOL_TIMEOUT_SECS if call_timeout is None else call_timeout
+    grace = settings.SINGULARITY_SHUTDOWN_GRACE_SECS if shutdown_grace is None else shutdown_grace
+    servers = load_mcp_config(path) if path else []
+    if not servers:
+        return ToolCatalogue()
+    host = McpHost(servers, call_timeout=timeout, shutdown_grace=grace)
+    host.start()
+    try:
+        return ToolCatalogue(host=host)
+    except ConfigError:
+        host.close()
+        raise
