@@ -128,3 +128,6 @@ def test_the_list_creates_a_being_from_the_form(page, live_server, alice) -> Non
     page.wait_for_url(f"{live_server.url}/beings/scout/")
     assert page.locator("#summary .badge").inner_text() == "created"
     assert Being.objects.get(name="scout").starting == Decimal("1.25")
+    page.goto(f"{live_server.url}/beings/")
+    assert page.locator("table.beings tbody tr").first.locator("td").nth(4).inner_text() == "$1.25"
+    page.screenshot(path="/tmp/being_list.png", full_page=True)
