@@ -137,6 +137,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "BeingStatusEnum": "singularity.models.Being.Status",
+        "CycleStatusEnum": "singularity.models.Cycle.Status",
+    },
 }
 
 # --- Celery ---------------------------------------------------------------
