@@ -93,7 +93,9 @@ def env_decimal(
     return number
 
 
-def env_float(name: str, default: float, *, minimum: float | None = 0.0, environ: dict[str, str] | None = None) -> float:
+def env_float(
+    name: str, default: float, *, minimum: float | None = 0.0, environ: dict[str, str] | None = None
+) -> float:
     value = _raw(name, environ)
     if value is None or value == "":
         return default

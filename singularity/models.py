@@ -173,7 +173,9 @@ class ApiToken(models.Model):
     name = models.CharField(max_length=100)
     prefix = models.CharField(max_length=8, editable=False)
     key_hash = models.CharField(max_length=64, unique=True, editable=False)
-    is_agent = models.BooleanField(default=False, help_text="Agents may read and narrow; they never answer cards or rate.")
+    is_agent = models.BooleanField(
+        default=False, help_text="Agents may read and narrow; they never answer cards or rate."
+    )
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)

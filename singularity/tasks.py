@@ -17,4 +17,3 @@ def wake_beings() -> int:
 @shared_task(ignore_result=True)
 def run_being_cycle(being_id: int) -> bool:
     return run_worker_cycle(being_id)
-

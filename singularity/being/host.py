@@ -49,7 +49,9 @@ class Host:
         being = self.being
         if not lease.acquire(being, self.owner):
             being.refresh_from_db()
-            raise StateError(f"being {being.name} is being run by {being.lease_owner} until {being.lease_until:%Y-%m-%d %H:%M:%S %Z}")
+            raise StateError(
+                f"being {being.name} is being run by {being.lease_owner} until {being.lease_until:%Y-%m-%d %H:%M:%S %Z}"
+            )
         Being.objects.filter(pk=being.pk).update(status=Being.Status.RUNNING, host=Being.Host.CLI, last_error="")
         being.status, being.host = Being.Status.RUNNING, Being.Host.CLI
         journal = self.runtime.journal
@@ -101,4 +103,3 @@ class Host:
             self.runtime.journal.discard()
             finish_stopped(being, by=self.owner, reason=reason)
             lease.release(being, self.owner)
-

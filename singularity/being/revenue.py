@@ -61,5 +61,7 @@ def find_revenue(tool_name: str, result: Any) -> RevenueFinding | None:
     except MoneyError as exc:
         return RevenueFinding(key=key, amount=None, problem=f"{exc}; nothing credited")
     if amount <= 0:
-        return RevenueFinding(key=key, amount=None, problem=f"{tool_name}: {key} {value!r} is not positive; nothing credited")
+        return RevenueFinding(
+            key=key, amount=None, problem=f"{tool_name}: {key} {value!r} is not positive; nothing credited"
+        )
     return RevenueFinding(key=key, amount=amount)

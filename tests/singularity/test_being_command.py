@@ -42,7 +42,9 @@ def test_once_prints_the_report_and_the_ledger_matches_hand_arithmetic(fake_gate
         Reply(tool_calls=[("self__remember", {"key": "plan", "value": "sell"})], usage=usage(1200, 300)),
         Reply(content="Cycle done.", usage=usage(1500, 100)),
     )
-    env = env_for(fake_gateway, tmp_path, BRAMA_INPUT_PRICE_USD_PER_MILLION="3", BRAMA_OUTPUT_PRICE_USD_PER_MILLION="15")
+    env = env_for(
+        fake_gateway, tmp_path, BRAMA_INPUT_PRICE_USD_PER_MILLION="3", BRAMA_OUTPUT_PRICE_USD_PER_MILLION="15"
+    )
     proc = manage("being", "once", "--name", "ada", env=env)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
@@ -58,8 +60,14 @@ def test_once_prints_the_report_and_the_ledger_matches_hand_arithmetic(fake_gate
         "actions": [{"tool": "self__remember", "status": "success"}],
     }
     assert kinds("ada") == [
-        "started", "cycle_started", "model_completed", "cost_debited", "tool_finished",
-        "model_completed", "cost_debited", "stopped",
+        "started",
+        "cycle_started",
+        "model_completed",
+        "cost_debited",
+        "tool_finished",
+        "model_completed",
+        "cost_debited",
+        "stopped",
     ]
     being = Being.objects.get(name="ada")
     assert being.status == "stopped" and being.remaining == Decimal("9.9859")
@@ -97,7 +105,15 @@ def test_bad_configuration_fails_at_boot_naming_the_variable(tmp_path, variable,
 
 
 def test_a_stimulus_over_64_kib_is_refused_and_nothing_is_created(tmp_path):
-    proc = manage("being", "once", "--name", "ada", "--stimulus", "x" * (64 * 1024 + 1), env=manage_env(SINGULARITY_WORKSPACE=str(tmp_path)))
+    proc = manage(
+        "being",
+        "once",
+        "--name",
+        "ada",
+        "--stimulus",
+        "x" * (64 * 1024 + 1),
+        env=manage_env(SINGULARITY_WORKSPACE=str(tmp_path)),
+    )
     assert proc.returncode == 2
     assert "--stimulus: 65537 bytes is over the 65536-byte limit" in proc.stderr
     assert not Being.objects.exists()
@@ -112,7 +128,13 @@ def test_a_stimulus_with_nul_is_refused():
 def test_a_broken_mcp_config_fails_with_exit_2_naming_the_key(tmp_path):
     config = tmp_path / "mcp.json"
     config.write_text(json.dumps({"mcpServers": {"finance": {"args": ["x"]}}}))
-    proc = manage("being", "once", "--name", "ada", env=manage_env(SINGULARITY_MCP_CONFIG=str(config), SINGULARITY_WORKSPACE=str(tmp_path)))
+    proc = manage(
+        "being",
+        "once",
+        "--name",
+        "ada",
+        env=manage_env(SINGULARITY_MCP_CONFIG=str(config), SINGULARITY_WORKSPACE=str(tmp_path)),
+    )
     assert proc.returncode == 2, proc.stderr
     assert "mcpServers.finance" in proc.stderr and str(config) in proc.stderr
 
@@ -147,7 +169,11 @@ def test_a_transient_error_is_journaled_and_the_loop_continues_until_exhausted(f
     being = Being.objects.get(name="ada")
     assert being.status == "exhausted"
     assert being.remaining == Decimal(0)
-    assert [c.status for c in Cycle.objects.filter(being=being).order_by("number")] == ["failed", "completed", "completed"]
+    assert [c.status for c in Cycle.objects.filter(being=being).order_by("number")] == [
+        "failed",
+        "completed",
+        "completed",
+    ]
     events = kinds("ada")
     assert events.count("warning") == 1 and events[-1] == "stopped"
     assert Event.objects.filter(being=being, kind="stopped").get().data["status"] == "exhausted"
@@ -155,7 +181,9 @@ def test_a_transient_error_is_journaled_and_the_loop_continues_until_exhausted(f
 
 def test_sigint_stops_after_the_current_step_and_journals_stopped(fake_gateway, tmp_path):
     fake_gateway.handler = lambda request, headers: Reply(content="idle", usage=usage(1, 1), delay_s=0.05)
-    proc = spawn("being", "run", "--name", "ada", env=env_for(fake_gateway, tmp_path, SINGULARITY_CYCLE_INTERVAL_SECS="0.05"))
+    proc = spawn(
+        "being", "run", "--name", "ada", env=env_for(fake_gateway, tmp_path, SINGULARITY_CYCLE_INTERVAL_SECS="0.05")
+    )
     deadline = time.monotonic() + 30
     while len(fake_gateway.requests) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -19,7 +19,11 @@ REMEMBER = ("self__remember", {"key": "k", "value": "v"})
 
 
 def usage(prompt: int, completion: int, total: int | None = None) -> dict[str, int]:
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion if total is None else total}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion if total is None else total,
+    }
 
 
 @pytest.fixture
@@ -132,7 +136,11 @@ def test_every_round_sends_the_full_tool_catalogue_and_rebuilt_mind(fake_gateway
 def test_tool_calls_run_in_order_and_their_outcomes_reach_the_model(fake_gateway, catalogue):
     fake_gateway.script(
         Reply(
-            tool_calls=[("self__remember", {"key": "a", "value": "1"}), ("nope__missing", {}), ("self__recall", {"key": "a"})],
+            tool_calls=[
+                ("self__remember", {"key": "a", "value": "1"}),
+                ("nope__missing", {}),
+                ("self__recall", {"key": "a"}),
+            ],
             usage=usage(5, 5),
         ),
         Reply(content="fine", usage=usage(5, 5)),
@@ -170,9 +178,13 @@ def test_the_debit_follows_the_seed_formula_exactly(fake_gateway, catalogue):
 
 def test_money_stays_exact_where_floats_would_drift(fake_gateway, catalogue):
     # Three debits of 0.1 µ$-priced tokens: float arithmetic gives 0.30000000000000004.
-    fake_gateway.script(*[Reply(tool_calls=[REMEMBER], usage=usage(1, 0)) for _ in range(2)], Reply(content="x", usage=usage(1, 0)))
+    fake_gateway.script(
+        *[Reply(tool_calls=[REMEMBER], usage=usage(1, 0)) for _ in range(2)], Reply(content="x", usage=usage(1, 0))
+    )
     being = make_being(starting="0.3")
-    runtime = make_runtime(being, fake_gateway.gateway(), catalogue, prices=Prices(Decimal("100000"), Decimal(0), Decimal(0)))
+    runtime = make_runtime(
+        being, fake_gateway.gateway(), catalogue, prices=Prices(Decimal("100000"), Decimal(0), Decimal(0))
+    )
     runtime.run_cycle()
     being.refresh_from_db()
     assert being.api_spent == Decimal("0.3")
@@ -183,7 +195,9 @@ def test_money_stays_exact_where_floats_would_drift(fake_gateway, catalogue):
 def test_instance_time_is_priced_per_hour_of_call_wall_time(fake_gateway, catalogue):
     fake_gateway.script(Reply(content="slow", usage=usage(0, 0), delay_s=0.05))
     being = make_being()
-    runtime = make_runtime(being, fake_gateway.gateway(), catalogue, prices=Prices(Decimal(0), Decimal(0), Decimal("3.6")))
+    runtime = make_runtime(
+        being, fake_gateway.gateway(), catalogue, prices=Prices(Decimal(0), Decimal(0), Decimal("3.6"))
+    )
     runtime.run_cycle()
     completed = Event.objects.get(being=being, kind="model_completed")
     elapsed = completed.data["elapsed_ns"]
@@ -212,7 +226,9 @@ def test_each_completion_is_debited_once_and_journaled_as_a_pair(fake_gateway, c
         Reply(content="end", usage=usage(300, 30)),
     )
     being = make_being()
-    make_runtime(being, fake_gateway.gateway(), catalogue, prices=Prices(Decimal(1), Decimal(2), Decimal(0))).run_cycle()
+    make_runtime(
+        being, fake_gateway.gateway(), catalogue, prices=Prices(Decimal(1), Decimal(2), Decimal(0))
+    ).run_cycle()
     sequence = [k for k in kinds(being) if k in ("model_completed", "cost_debited")]
     assert sequence == ["model_completed", "cost_debited"] * 3
     debits = [Decimal(e.data["amount"]) for e in Event.objects.filter(being=being, kind="cost_debited")]
@@ -238,7 +254,9 @@ def test_a_usage_total_mismatch_is_refused_and_nothing_is_debited(fake_gateway, 
 def test_a_zero_usage_total_is_accepted(fake_gateway, catalogue):
     fake_gateway.script(Reply(content="x", usage=usage(10, 5, total=0)))
     being = make_being()
-    make_runtime(being, fake_gateway.gateway(), catalogue, prices=Prices(Decimal(1000000), Decimal(0), Decimal(0))).run_cycle()
+    make_runtime(
+        being, fake_gateway.gateway(), catalogue, prices=Prices(Decimal(1000000), Decimal(0), Decimal(0))
+    ).run_cycle()
     being.refresh_from_db()
     assert being.remaining == Decimal(0)
     assert being.total_tokens == 15
@@ -257,9 +275,20 @@ def test_total_tokens_saturate_instead_of_overflowing(fake_gateway, catalogue):
 def test_net_profit_is_derived_and_the_report_carries_the_headline_numbers(fake_gateway, catalogue):
     fake_gateway.script(Reply(content="x", usage=usage(1000, 1000)))
     being = make_being()
-    report = make_runtime(being, fake_gateway.gateway(), catalogue, prices=Prices(Decimal(1), Decimal(1), Decimal(0))).run_cycle()
+    report = make_runtime(
+        being, fake_gateway.gateway(), catalogue, prices=Prices(Decimal(1), Decimal(1), Decimal(0))
+    ).run_cycle()
     doc = report.as_json()
-    assert set(doc) == {"cycle", "status", "final_content", "balance_usd", "earned_usd", "net_profit_usd", "total_tokens", "actions"}
+    assert set(doc) == {
+        "cycle",
+        "status",
+        "final_content",
+        "balance_usd",
+        "earned_usd",
+        "net_profit_usd",
+        "total_tokens",
+        "actions",
+    }
     assert doc["balance_usd"] == "9.998"
     assert doc["net_profit_usd"] == "-0.002"
     assert doc["earned_usd"] == "0.00"

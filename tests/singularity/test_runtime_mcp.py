@@ -34,7 +34,10 @@ def test_a_finance_tool_reporting_revenue_is_credited_with_the_tool_as_source(fa
     assert being.earned == Decimal("3.75")  # 1.25 nested in an object + 2.5 as a float in an array
     assert being.remaining == Decimal("13.75")
     credits = Event.objects.filter(being=being, kind="revenue_credited").order_by("seq")
-    assert [(e.data["amount"], e.data["source"]) for e in credits] == [("1.25", "finance__sell"), ("2.50", "finance__report")]
+    assert [(e.data["amount"], e.data["source"]) for e in credits] == [
+        ("1.25", "finance__sell"),
+        ("2.50", "finance__report"),
+    ]
     assert report.net_profit == Decimal("3.75")
     # The credit follows the tool's own journal line.
     order = list(Event.objects.filter(being=being).order_by("seq").values_list("kind", flat=True))
@@ -83,7 +86,9 @@ def test_a_secret_in_a_tool_result_is_replaced_before_the_model_sees_it(fake_gat
 
 def test_children_spawned_by_a_being_are_recorded_in_its_mind(fake_gateway, catalogue, settings):
     settings.SINGULARITY_CHILD_STARTING_BALANCE_USD = Decimal("2.5")
-    being, _ = run_with_tools(fake_gateway, catalogue, ("self__spawn_child", {"name": "ada-jr", "prompt": "Sell lemonade."}))
+    being, _ = run_with_tools(
+        fake_gateway, catalogue, ("self__spawn_child", {"name": "ada-jr", "prompt": "Sell lemonade."})
+    )
     child = Being.objects.get(name="ada-jr")
     assert child.parent == being and child.starting == Decimal("2.5") and child.system_prompt == "Sell lemonade."
     assert being.remaining == Decimal(10)  # the child's balance comes from configuration, not the parent

@@ -18,9 +18,6 @@ from singularity.models import Being
 from singularity.tools import ToolCatalogue, ToolOutcome, ToolSpec, build_catalogue
 from singularity.tools.builtin import MAX_FILE_BYTES
 from singularity.tools.catalogue import check_names
-
-# Until tests/conftest.py lists "tests.fakes.mcp_fixtures" in pytest_plugins.
-from tests.fakes.mcp_fixtures import *  # noqa: F403
 from tests.fakes.mcp_fixtures import ECHO_SERVER, FINANCE_SERVER, stdio_entry
 
 WriteConfig = Callable[[dict[str, Any]], str]

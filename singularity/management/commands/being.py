@@ -29,7 +29,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
-        for name, text in (("run", "Live cycle after cycle until stopped or exhausted."), ("once", "Run one cycle and print its report as JSON.")):
+        for name, text in (
+            ("run", "Live cycle after cycle until stopped or exhausted."),
+            ("once", "Run one cycle and print its report as JSON."),
+        ):
             p = sub.add_parser(name, help=text)
             p.add_argument("--name", required=True, help="The being's name (created on first use).")
             p.add_argument("--resume", action="store_true", help="Continue an existing being.")
@@ -108,12 +111,17 @@ class Command(BaseCommand):
         with build_catalogue() as catalogue:
             specs = catalogue.specs()
         if options["json"]:
-            rows = [{"name": s.name, "source": s.source, "description": s.description, "parameters": s.parameters} for s in specs]
+            rows = [
+                {"name": s.name, "source": s.source, "description": s.description, "parameters": s.parameters}
+                for s in specs
+            ]
             self.stdout.write(json.dumps(rows, indent=2))
         else:
             width = max((len(s.name) for s in specs), default=10)
             for spec in specs:
-                self.stdout.write(f"{spec.name:<{width}}  {spec.source:<16}  {spec.description.splitlines()[0] if spec.description else ''}")
+                self.stdout.write(
+                    f"{spec.name:<{width}}  {spec.source:<16}  {spec.description.splitlines()[0] if spec.description else ''}"
+                )
         return 0
 
     def _doctor(self, options: dict[str, Any]) -> int:

@@ -35,14 +35,29 @@ class Command(BaseCommand):
         python = sys.executable
         commands = {
             "web": [python, "manage.py", "runserver", f"{options['host']}:{options['port']}", "--noreload"],
-            "worker": [python, "-m", "celery", "-A", "singularity", "worker", "-l", "info", "--pool", "threads", "--concurrency", "4"],
+            "worker": [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "singularity",
+                "worker",
+                "-l",
+                "info",
+                "--pool",
+                "threads",
+                "--concurrency",
+                "4",
+            ],
             "beat": [python, "-m", "celery", "-A", "singularity", "beat", "-l", "info"],
         }
         settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
         if demo and not options["no_demo"]:
             ensure_demo_being()
         procs = {name: subprocess.Popen(cmd, env=env) for name, cmd in commands.items()}
-        self.stdout.write(self.style.SUCCESS(f"Singularity is up: http://{options['host']}:{options['port']}/  (Ctrl-C stops)"))
+        self.stdout.write(
+            self.style.SUCCESS(f"Singularity is up: http://{options['host']}:{options['port']}/  (Ctrl-C stops)")
+        )
         stopping = False
 
         def stop(*_: Any) -> None:
