@@ -73,8 +73,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--pg-url", default="postgres://postgres@127.0.0.1:5432/singularity_bench")
-    parser.add_argument("--cycles", type=int, default=200)
-    parser.add_argument("--tools-per-round", type=int, default=4)
+    parser.add_argument("--cycles", type=int, default=50)
+    parser.add_argument("--tools-per-round", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=8, help="rounds per cycle in the many-rounds scenario")
     parser.add_argument(
         "--history", type=int, default=100_000, help="journal events to pre-fill for the long-journal run"
@@ -111,6 +111,28 @@ def main() -> None:
     echo = ROOT / "tests/fakes/mcp/echo_server.py"
     config.write_text(json.dumps({"mcpServers": {"bench": {"command": sys.executable, "args": [str(echo)]}}}))
 
+    from singularity.being.runtime import Runtime
+
+    samples: dict[str, list[int]] = {"round": [], "tool": [], "round_q": [], "tool_q": []}
+
+    def instrument(method_name: str, key: str, subtract_tool: bool) -> None:
+        original = getattr(Runtime, method_name)
+
+        def timed(self, *a, **kw):
+            c0, q0 = timed_tools.spent_ns, len(connection.queries_log)
+            t0 = time.perf_counter_ns()
+            try:
+                return original(self, *a, **kw)
+            finally:
+                spent = time.perf_counter_ns() - t0 - ((timed_tools.spent_ns - c0) if subtract_tool else 0)
+                samples[key].append(spent)
+                samples[key + "_q"].append(len(connection.queries_log) - q0)
+
+        setattr(Runtime, method_name, timed)
+
+    instrument("_debit", "round", subtract_tool=False)
+    instrument("_run_tool", "tool", subtract_tool=True)
+
     def measure(label: str, n_rounds: int, n_tools: int, history: int = 0) -> dict:
         mode["rounds"], mode["tools"] = n_rounds, n_tools
         being = create_being(f"bench-{label}", starting="1000000")
@@ -122,52 +144,53 @@ def main() -> None:
             being.save(update_fields=["event_seq"])
         runtime = make_runtime(being, gateway, timed_tools, prices=Prices(1, 1, 1), max_rounds=n_rounds)
         runtime.run_cycle()  # warm up
+        for values in samples.values():
+            values.clear()
         ours, queries = [], []
         for _ in range(args.cycles):
+            reset_queries()  # the query log is a bounded deque; keep it from filling
             t0, g0, c0 = time.perf_counter_ns(), gateway.spent_ns, timed_tools.spent_ns
-            reset_queries()  # the query log is a bounded deque; a full one makes the capture read zero
             with CaptureQueriesContext(connection) as ctx:
                 runtime.run_cycle()
             ours.append((time.perf_counter_ns() - t0) - (gateway.spent_ns - g0) - (timed_tools.spent_ns - c0))
             queries.append(len(ctx.captured_queries))
+
+        def med(key: str) -> float:
+            return statistics.median(samples[key]) if samples[key] else 0.0
+
+        def p95(key: str) -> float:
+            values = sorted(samples[key])
+            return values[int(len(values) * 0.95)] if values else 0.0
+
         return {
-            "median_ms": statistics.median(ours) / 1e6,
-            "p95_ms": sorted(ours)[int(len(ours) * 0.95)] / 1e6,
-            "queries": statistics.median(queries),
+            "cycle_ms": statistics.median(ours) / 1e6,
+            "cycle_queries": statistics.median(queries),
+            "round_ms": med("round") / 1e6,
+            "round_p95_ms": p95("round") / 1e6,
+            "round_q": med("round_q"),
+            "tool_ms": med("tool") / 1e6,
+            "tool_p95_ms": p95("tool") / 1e6,
+            "tool_q": med("tool_q"),
         }
 
     with ChatCompletionsServer(answer) as server, build_catalogue(mcp_config_path=str(config)) as catalogue:
         gateway = Timed(Gateway(server.base_url, "bench", max_retries=0), "complete")
         timed_tools = Timed(catalogue, "call")
-        a = measure("a", 1, 0)  # fixed cost + 1 round
-        b = measure("b", rounds, 1)  # fixed + rounds rounds + (rounds-1) tools
-        c = measure("c", 2, tools)  # fixed + 2 rounds + tools tools
-        long = measure("long", 2, tools, history=args.history)
+        short = measure("short", rounds, tools)
+        long = measure("long", rounds, tools, history=args.history)
 
-    # a = F + r;  b = F + R*r + (R-1)*t;  c = F + 2r + T*t  -> solve for r, t.
-    R, T = rounds, tools
-    db, dc = b["median_ms"] - a["median_ms"], c["median_ms"] - a["median_ms"]
-    # db = (R-1)(r + t); dc = r + T*t
-    r_plus_t = db / (R - 1)
-    t = (dc - r_plus_t) / (T - 1)
-    r = r_plus_t - t
-    fixed = a["median_ms"] - r
-    print(f"database: {connection.vendor}  cycles per scenario: {args.cycles}")
-    print(
-        f"A  1 round, no tools             : ours median {a['median_ms']:.3f} ms  p95 {a['p95_ms']:.3f} ms  queries {a['queries']:.0f}"
-    )
-    print(
-        f"B  {R} rounds, 1 tool each        : ours median {b['median_ms']:.3f} ms  p95 {b['p95_ms']:.3f} ms  queries {b['queries']:.0f}"
-    )
-    print(
-        f"C  2 rounds, {T} tools in round 1  : ours median {c['median_ms']:.3f} ms  p95 {c['p95_ms']:.3f} ms  queries {c['queries']:.0f}"
-    )
-    print(
-        f"C' same with {args.history:,} journal events: ours median {long['median_ms']:.3f} ms  queries {long['queries']:.0f}"
-    )
-    print(f"=> per model round (debit + durable save): {r:.3f} ms")
-    print(f"=> per tool call (outcome, journal, durable save): {t:.3f} ms")
-    print(f"=> per cycle fixed (gate, framing, cycle row, finish): {fixed:.3f} ms")
+    print(f"database: {connection.vendor}  cycles: {args.cycles} of {rounds} rounds, {tools} tool calls per tool round")
+    for label, m in (("journal of ~0 events", short), (f"journal of {args.history:,} events", long)):
+        print(f"-- {label}")
+        print(
+            f"   per model round (debit + journal + durable save): median {m['round_ms']:.3f} ms  p95 {m['round_p95_ms']:.3f} ms  queries {m['round_q']:.0f}"
+        )
+        print(
+            f"   per tool call (outcome, journal, durable save):    median {m['tool_ms']:.3f} ms  p95 {m['tool_p95_ms']:.3f} ms  queries {m['tool_q']:.0f}"
+        )
+        print(
+            f"   per cycle, ours in all:                            median {m['cycle_ms']:.3f} ms  queries {m['cycle_queries']:.0f}"
+        )
 
 
 if __name__ == "__main__":
