@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "django_celery_beat",
     "singularity",
+    "grading",
 ]
 
 MIDDLEWARE = [
@@ -181,6 +182,15 @@ SINGULARITY_WORKSPACE = Path(env_str("SINGULARITY_WORKSPACE", str(VAR_DIR / "wor
 SINGULARITY_PUBLIC_URL = env_str("SINGULARITY_PUBLIC_URL", "http://localhost:8000")
 # How long a worker may hold a being between saves before another may take it.
 SINGULARITY_LEASE_SECS = env_int("SINGULARITY_LEASE_SECS", 600, minimum=10)
+
+# --- The brain -------------------------------------------------------------
+#: A path or URL of the brain's git repository. Empty: a local bare repository
+#: made from the bundled demo brain under var/ (created by `brain sync`).
+BRAIN_REPO = env_str("BRAIN_REPO", "")
+BRAIN_BRANCH = env_str("BRAIN_BRANCH", "main")
+BRAIN_CHECKOUT = Path(env_str("BRAIN_CHECKOUT", str(VAR_DIR / "brain")))
+BRAIN_SYNC_SECS = env_float("BRAIN_SYNC_SECS", 60.0)
+DEMO_BRAIN_DIR = BASE_DIR / "demo_brain"
 
 # --- The LLM gateway (Brama) ----------------------------------------------
 BRAMA_BASE_URL = env_str("BRAMA_BASE_URL", "")

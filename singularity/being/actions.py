@@ -17,7 +17,7 @@ from singularity.being.framing import DEFAULT_SYSTEM_PROMPT
 from singularity.being.store import Journal
 from singularity.errors import ConfigError, StateError
 from singularity.models import Being, Event, being_name_validator
-from singularity.money import MoneyError, parse_money
+from singularity.money import MoneyError, money_str, parse_money
 
 MAX_STIMULUS_BYTES = 64 * 1024
 
@@ -86,7 +86,7 @@ def start_on_workers(being: Being, *, by: str) -> Being:
     if being.status == Being.Status.RUNNING:
         raise StateError(f"being {being.name} is already running (on {being.get_host_display()})")
     if not being.solvent:
-        raise StateError(f"being {being.name} is exhausted: its balance is {being.remaining} USD")
+        raise StateError(f"being {being.name} is exhausted: its balance is {money_str(being.remaining)} USD")
     _journal_unleased(
         being,
         Event.Kind.STARTED,

@@ -52,7 +52,7 @@ def test_the_start_action_calls_start_on_workers(admin_client: Client) -> None:
     assert (nova.status, nova.host) == ("running", "worker")
     assert nova.events.get(kind="started").data["by"] == "alice"
     assert "Started on the workers: nova" in body
-    assert "eing broke is exhausted: its balance is 0 USD" in body
+    assert "eing broke is exhausted: its balance is 0.00 USD" in body
     assert Being.objects.get(name="broke").status == "created"
 
 

@@ -1,0 +1,256 @@
+"""Entities read from the brain, their executions, grades (bookings), ratings.
+
+An ``Entity`` is one definition file in the brain (a workflow or pipeline
+scenario, a heartbeat, a chat role), with its resolved evaluation/loop terms.
+An ``Execution`` is one run of it. A ``Grade`` is both the booking made at
+the run's terminal (holding a ``sample.maxPerDay`` slot, due at
+``gradeAfterHours``) and, once graded, the result. A ``Rating`` is one
+person's number for one metric of one run.
+"""
+
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from singularity.fields import MoneyField
+
+
+class Entity(models.Model):
+    class Kind(models.TextChoices):
+        WORKFLOW = "workflow"
+        PIPELINE = "pipeline"
+        HEARTBEAT = "heartbeat"
+        ROLE = "role"
+
+    class TargetKind(models.TextChoices):
+        SCENARIO = "scenario"
+        HEARTBEAT = "heartbeat"
+        ROLE = "role"
+
+    #: The file stem: ``features/**/<slug>.scenario.md``.
+    slug = models.CharField(max_length=100)
+    target_kind = models.CharField(max_length=16, choices=TargetKind.choices)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    path = models.CharField(max_length=500, help_text="Path of the definition file inside the brain.")
+    name = models.CharField(max_length=200, blank=True, default="")
+    description = models.TextField(blank=True, default="")
+    body = models.TextField(blank=True, default="")
+    #: The frontmatter as plain data (comments live in the file; writers use the round-trip loader).
+    frontmatter = models.JSONField(default=dict, blank=True)
+    #: Resolved ``evaluation`` / ``loop`` / ``chat`` terms (see singularity.brain.terms).
+    terms = models.JSONField(default=dict, blank=True)
+    #: For each resolved key (dotted path), the tier it came from: "engine", "manifest" or "entity".
+    provenance = models.JSONField(default=dict, blank=True)
+    schedule = models.CharField(max_length=100, blank=True, default="")
+    definition_hash = models.CharField(max_length=64, blank=True, default="")
+    loop_module_hash = models.CharField(max_length=64, blank=True, default="")
+    pipeline_path = models.CharField(max_length=500, blank=True, default="")
+    loop_module_path = models.CharField(max_length=500, blank=True, default="")
+    commit = models.CharField(max_length=40, blank=True, default="")
+    load_error = models.TextField(blank=True, default="")
+    #: False once the file is gone from the brain; its history stays.
+    present = models.BooleanField(default=True)
+    evaluation_enabled = models.BooleanField(default=False)
+    loop_enabled = models.BooleanField(default=False)
+    synced_at = models.DateTimeField(default=timezone.now)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["target_kind", "slug"]
+        constraints = [models.UniqueConstraint(fields=["target_kind", "slug"], name="entity_target_unique")]
+        verbose_name_plural = "entities"
+
+    def __str__(self) -> str:
+        return f"{self.target_kind}:{self.slug}"
+
+    @property
+    def ok(self) -> bool:
+        return not self.load_error
+
+    @property
+    def unattended(self) -> bool:
+        """Nobody decides each execution: a scheduled scenario, every heartbeat, every chat role."""
+        return self.kind in (self.Kind.HEARTBEAT, self.Kind.ROLE) or bool(self.schedule)
+
+    def evaluation(self) -> dict[str, Any]:
+        return dict(self.terms.get("evaluation") or {})
+
+    def loop(self) -> dict[str, Any]:
+        return dict(self.terms.get("loop") or {})
+
+    def get_absolute_url(self) -> str:
+        from django.urls import reverse
+
+        return reverse("grading:entity", args=[self.target_kind, self.slug])
+
+
+class Execution(models.Model):
+    class RunKind(models.TextChoices):
+        WORKFLOW = "workflow"
+        PIPELINE = "pipeline"
+        HEARTBEAT = "heartbeat"
+        EPISODE = "episode"
+
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    class Source(models.TextChoices):
+        MANUAL = "manual", "started by a person"
+        SCHEDULE = "schedule", "started on schedule"
+        API = "api", "reported through the API"
+        LOOP = "loop", "launched by the loop"
+        DEMO = "demo", "started by the demo driver"
+
+    class Sampling(models.TextChoices):
+        PENDING = "", "not decided yet"
+        SAMPLED = "sampled"
+        EXEMPT = "exempt", "graded whatever the sample (the engine needs a verdict)"
+        RATED = "rated", "booked by a person's rating"
+        MANUAL = "manual", "booked by eval_start"
+        SKIPPED_RATE = "skipped_rate", "passed by: outside sample.rate"
+        SKIPPED_CAP = "skipped_cap", "passed by: sample.maxPerDay reached"
+        SKIPPED_NO_CEILING = "skipped_no_ceiling", "not graded: unattended and no maxPerDay at any tier"
+        OFF = "off", "grading off for this entity"
+        LOOP_LAUNCHED = "loop_launched", "a loop replay: graded only by the cycle that launched it"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    entity = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="executions")
+    run_kind = models.CharField(max_length=16, choices=RunKind.choices)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.MANUAL)
+    input = models.JSONField(default=dict, blank=True)
+    output = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    #: Tool calls in order: [{"tool", "arguments", "status", "error", "duration_ms", "dry_run"}].
+    trace = models.JSONField(default=list, blank=True)
+    cost_usd = MoneyField(default=Decimal(0))
+    duration_ms = models.BigIntegerField(null=True, blank=True)
+    tool_failures = models.PositiveIntegerField(default=0)
+    commit = models.CharField(max_length=40, blank=True, default="")
+    definition_hash = models.CharField(max_length=64, blank=True, default="")
+    #: A replay: reads live, acts on nothing; never graded by the sampler, never in a window.
+    loop_launched = models.BooleanField(default=False)
+    sampling = models.CharField(max_length=24, choices=Sampling.choices, blank=True, default="")
+    started_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    started_at = models.DateTimeField(default=timezone.now)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [
+            models.Index(fields=["entity", "-started_at"]),
+            models.Index(fields=["entity", "status", "-completed_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_kind}:{self.id}"
+
+    @property
+    def terminal(self) -> bool:
+        return self.status != self.Status.RUNNING
+
+    def get_absolute_url(self) -> str:
+        from django.urls import reverse
+
+        return reverse("grading:run", args=[self.id])
+
+
+class Grade(models.Model):
+    """The booking of a run's grading, then its result. One per execution."""
+
+    class Status(models.TextChoices):
+        BOOKED = "booked"
+        GRADING = "grading"
+        GRADED = "graded"
+        FAILED = "failed"
+
+    execution = models.OneToOneField(Execution, on_delete=models.CASCADE, related_name="grade", primary_key=True)
+    entity = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="grades")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.BOOKED)
+    #: Why it was booked: "sampled", "exempt:<why>", "rated", "manual".
+    reason = models.CharField(max_length=64, default="sampled")
+    #: Holds a ``sample.maxPerDay`` slot on this calendar day (configured time zone); exempt bookings hold none.
+    holds_slot = models.BooleanField(default=True)
+    day = models.DateField()
+    booked_at = models.DateTimeField(default=timezone.now)
+    due_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    graded_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    #: The judge's overall score on 0..1 (None under method: none).
+    score = models.FloatField(null=True, blank=True)
+    passed = models.BooleanField(null=True, blank=True)
+    failure_category = models.CharField(max_length=100, blank=True, default="")
+    #: Per criterion: [{"criterion", "scope" ("run" | "task:<id>"), "passed", "score", "reasoning", "evidence"}].
+    criteria = models.JSONField(default=list, blank=True)
+    feedback = models.TextField(blank=True, default="")
+    #: The metric vector, every value on its own unit (judged/reported normalized to 0..1): {"id": value}.
+    metrics = models.JSONField(default=dict, blank=True)
+    #: Who graded: {"model", "method", "method_hash", "loop_hash", "role_hash"} (see grading.pin).
+    judge = models.JSONField(default=dict, blank=True)
+    #: Set when the grading itself failed: "judge: no structured output", "grading job lost", …
+    error = models.TextField(blank=True, default="")
+    cost_usd = MoneyField(default=Decimal(0))
+
+    class Meta:
+        ordering = ["-booked_at"]
+        indexes = [
+            models.Index(fields=["entity", "status", "-graded_at"]),
+            models.Index(fields=["status", "due_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"grade of {self.execution_id} ({self.status})"
+
+
+class SampleDay(models.Model):
+    """How many ``sample.maxPerDay`` slots an entity has booked on one calendar day."""
+
+    entity = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="sample_days")
+    day = models.DateField()
+    booked = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["entity", "day"], name="sample_day_unique")]
+
+
+class Rating(models.Model):
+    """One person's number for one metric of one run; a later rating by the same person replaces it."""
+
+    execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="ratings")
+    metric_id = models.CharField(max_length=100)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="ratings")
+    #: The value on the metric's own scale, as given (exact).
+    value = models.DecimalField(max_digits=20, decimal_places=6)
+    #: The same on 0..1: (value - min) / (max - min).
+    normalized = models.FloatField()
+    note = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["execution", "metric_id", "user"], name="one_rating_per_person_metric_run")
+        ]
+        indexes = [models.Index(fields=["execution", "metric_id"])]
+
+
+class RatingSubmission(models.Model):
+    """A rating request already answered, by idempotency key: a retry writes nothing and gets the same answer."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    idempotency_key = models.CharField(max_length=200)
+    execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="rating_submissions")
+    answer = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "idempotency_key"], name="rating_idempotency_unique")]
