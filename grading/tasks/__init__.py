@@ -1,0 +1,3 @@
+"""Celery tasks of the grading app, one module per topic; Celery finds them through this package."""
+
+from grading.tasks import brain, grading, runs  # noqa: F401
