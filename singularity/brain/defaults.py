@@ -51,7 +51,7 @@ LOOP: dict[str, Any] = {
     "preset": "repair",
     "threshold": None,
     "trigger": {"windowRuns": 5, "minFailures": 2, "every": None},
-    "check": {"mode": None, "inputs": 5, "trials": 1, "incumbent": "frozen"},
+    "check": {"mode": None, "inputs": 5, "trials": 1, "deadlineHours": 24, "incumbent": "frozen"},
     "watch": {
         "mode": "observe",
         "windowRuns": None,  # None: the trigger's
@@ -80,7 +80,14 @@ LOOP: dict[str, Any] = {
     "editablePaths": [],
     "protectedPaths": [],
     "maxChangedLines": 600,
+    # The lock groups this entity joins (any tier, nearest list wins whole; [] leaves).
+    "group": [],
+    # Manifest only: the groups themselves, {id: {"lock": bool, "repair": "bypass" | "wait"}}.
+    "groups": {},
 }
+
+#: The terms of one lock group that its declaration leaves out.
+GROUP: dict[str, Any] = {"lock": True, "repair": "bypass"}
 
 CHAT: dict[str, Any] = {
     "episode": {"idleHours": 24},
