@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -275,13 +276,114 @@ def _offered_tools(request_json: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return tools
 
 
+# --- The classifier skill ----------------------------------------------------
+
+_RULES_HEADING = re.compile(r"^##\s+Rules\s*$", re.MULTILINE)
+_NEXT_HEADING = re.compile(r"^#{1,6}\s", re.MULTILINE)
+_RULE_LINE = re.compile(r"^\s*[-*]\s+(?P<keywords>.+?)\s*(?:->|→)\s*(?P<label>\S(?:.*\S)?)\s*$")
+
+
+@dataclass(frozen=True)
+class Rules:
+    """Keyword rules read from a ``## Rules`` section: (keywords, label) in order, and the fallback label."""
+
+    rules: tuple[tuple[tuple[str, ...], str], ...]
+    otherwise: str
+
+
+def parse_rules(text: str) -> Rules | None:
+    """Return the rules of the first ``## Rules`` section in ``text``; None without one or without an ``otherwise``.
+
+    A rule is a list item ``- kw1, kw2 -> label`` (or ``→``); ``- otherwise -> label``
+    names the label when no rule matches. Other lines of the section are ignored.
+    """
+    heading = _RULES_HEADING.search(text)
+    if heading is None:
+        return None
+    section = text[heading.end() :]
+    following = _NEXT_HEADING.search(section)
+    if following is not None:
+        section = section[: following.start()]
+    rules: list[tuple[tuple[str, ...], str]] = []
+    otherwise: str | None = None
+    for line in section.splitlines():
+        match = _RULE_LINE.match(line)
+        if match is None:
+            continue
+        keywords = tuple(k.strip() for k in match["keywords"].split(",") if k.strip())
+        label = match["label"]
+        if keywords == ("otherwise",):
+            otherwise = label
+        elif keywords:
+            rules.append((keywords, label))
+    if otherwise is None:
+        return None
+    return Rules(rules=tuple(rules), otherwise=otherwise)
+
+
+def _keyword_pattern(keyword: str) -> re.Pattern[str]:
+    # A whole word or phrase: no word character may touch either end, and any
+    # run of spaces inside a phrase matches any run of whitespace.
+    words = r"\s+".join(re.escape(word) for word in keyword.split())
+    return re.compile(rf"(?<!\w){words}(?!\w)", re.IGNORECASE)
+
+
+def classify(rules: Rules, text: str) -> str:
+    """Return the label of the first rule with a keyword in ``text``, else the ``otherwise`` label.
+
+    Keywords match case-insensitively as whole words or phrases: ``crash``
+    matches "The app will CRASH." but not "crashes" — a rule that should
+    catch "crashes" has to say so, which is exactly what a proposer can add.
+    """
+    for keywords, label in rules.rules:
+        if any(_keyword_pattern(keyword).search(text) for keyword in keywords):
+            return label
+    return rules.otherwise
+
+
+def _task_text(content: object) -> str:
+    """Return the text to classify from a user message: a JSON object's public string values, else the text.
+
+    A runtime may send a run's input as a JSON object; keys starting with
+    ``_`` are labels for grading (a ticket's ``_expected``), never read.
+    """
+    text = _text_of(content)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(data, dict):
+        return text
+    return "\n".join(v for k, v in data.items() if isinstance(v, str) and not str(k).startswith("_"))
+
+
+def _classifier_reply(messages: list[Any], tools: dict[str, dict[str, Any]]) -> Reply | None:
+    """Return the label reply when a system message holds ``## Rules`` and the model is asked to answer; else None."""
+    system = "\n".join(
+        _text_of(m.get("content")) for m in messages if isinstance(m, dict) and m.get("role") == "system"
+    )
+    rules = parse_rules(system)
+    if rules is None:
+        return None
+    last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+    if tools and last.get("role") != "user":
+        return None
+    user = next((m for m in reversed(messages) if isinstance(m, dict) and m.get("role") == "user"), None)
+    if user is None:
+        return None
+    return Reply(content=classify(rules, _task_text(user.get("content"))))
+
+
 def demo_policy(request_json: dict[str, Any], headers: dict[str, str]) -> Reply:
     """Return the demo model's deterministic reply.
 
-    At the start of a cycle (last message from the user, tools offered) it
-    calls one tool chosen by a stable hash of that message; after tool
-    results it ends the cycle with a short summary. A json_schema response
-    format gets a minimal valid JSON object.
+    A json_schema response format gets a minimal valid JSON object. When a
+    system message holds a ``## Rules`` section (see ``parse_rules``) and the
+    request offers no tools or ends with the user's message, it answers
+    exactly the label the rules give the last user message (``classify``).
+    Otherwise, at the start of a cycle (last message from the user, tools
+    offered) it calls one tool chosen by a stable hash of that message; after
+    tool results it ends the cycle with a short summary.
     """
     messages = request_json.get("messages") or []
     last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
@@ -293,6 +395,9 @@ def demo_policy(request_json: dict[str, Any], headers: dict[str, str]) -> Reply:
         return Reply(content="{}")
 
     tools = _offered_tools(request_json)
+    labelled = _classifier_reply(messages, tools)
+    if labelled is not None:
+        return labelled
     if last.get("role") == "user" and tools:
         digest = int(hashlib.sha256(_text_of(last.get("content")).encode()).hexdigest()[:16], 16)
         names = sorted(tools)
