@@ -202,6 +202,8 @@ BRAMA_INPUT_PRICE_USD_PER_MILLION = env_decimal("BRAMA_INPUT_PRICE_USD_PER_MILLI
 BRAMA_OUTPUT_PRICE_USD_PER_MILLION = env_decimal("BRAMA_OUTPUT_PRICE_USD_PER_MILLION", "0")
 BRAMA_TIMEOUT_SECS = env_float("BRAMA_TIMEOUT_SECS", 120.0)
 BRAMA_MAX_RETRIES = env_int("BRAMA_MAX_RETRIES", 2, minimum=0)
+#: Start a demo triage run and a pricing run every 20 s (on by default only when the demo model answers).
+DEMO_DRIVER = env_bool("SINGULARITY_DEMO_DRIVER", not BRAMA_BASE_URL)
 
 if BRAMA_HMAC_SECRET_FILE and not Path(BRAMA_HMAC_SECRET_FILE).is_file():
     raise ImproperlyConfigured(f"BRAMA_HMAC_SECRET_FILE: no such file {BRAMA_HMAC_SECRET_FILE!r}")
