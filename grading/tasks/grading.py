@@ -1,1 +1,29 @@
-"""Celery tasks (filled in by its owner)."""
+"""Celery tasks for grading: thin wrappers over grading.booking and grading.grade."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+
+@shared_task(ignore_result=True)
+def grade_execution(grade_id: str) -> bool:
+    """Grade one due booking; return whether this worker did the grading."""
+    from grading.grade import grade_by_id
+
+    return grade_by_id(grade_id)
+
+
+@shared_task(ignore_result=True)
+def sweep_due() -> int:
+    """Enqueue grading for every booking whose time has come."""
+    from grading import booking
+
+    return booking.sweep_due()
+
+
+@shared_task(ignore_result=True)
+def sweep_lost() -> int:
+    """Fail bookings whose grading job never ran ("grading job lost") and free their slots."""
+    from grading import booking
+
+    return booking.sweep_lost()

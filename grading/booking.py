@@ -1,0 +1,293 @@
+"""Booking a run's grading: at its terminal, on a person's rating, by hand, or because the loop needs a verdict.
+
+A booking is a ``Grade`` row in status ``booked`` with ``due_at`` (the run's
+end plus ``gradeAfterHours``). A sampled booking holds its ``maxPerDay`` slot
+from the terminal on, even while the judge waits. Grading is enqueued after
+commit when the booking is due now, and ``sweep_due`` enqueues the delayed
+ones when their time comes; ``sweep_lost`` fails a booking whose job never
+ran ("grading job lost") and gives its slot back. Every function here is
+idempotent: asking twice books once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.db import transaction
+from django.utils import timezone
+
+from grading.models import Entity, Execution, Grade
+from grading.sampling import calendar_day, decide, free_slot
+from singularity.errors import ConfigError, StateError
+
+log = logging.getLogger(__name__)
+
+Sampling = Execution.Sampling
+
+LOST = "grading job lost"
+DEFAULT_LOST_GRACE = timedelta(minutes=15)
+
+#: Asked at every terminal: a check returning a reason (e.g. "watch:<cycle>") books the run exempt.
+ExemptionCheck = Callable[[Execution], "str | None"]
+_exemption_checks: list[ExemptionCheck] = []
+
+
+class GradingOff(ConfigError):
+    """The entity's grading is off (``evaluation.enabled: false``): nothing books a grade for it."""
+
+
+def register_exemption(check: ExemptionCheck) -> ExemptionCheck:
+    """Register a check asked at every terminal (the loop's watch uses it); return the check (usable as a decorator).
+
+    A check that returns a reason books the run exempt: graded whatever the
+    sample, holding no slot. Registering the same check twice registers it once.
+    """
+    if check not in _exemption_checks:
+        _exemption_checks.append(check)
+    return check
+
+
+def unregister_exemption(check: ExemptionCheck) -> None:
+    if check in _exemption_checks:
+        _exemption_checks.remove(check)
+
+
+def lag(entity: Entity) -> timedelta:
+    """Return the entity's resolved ``gradeAfterHours`` as a timedelta (zero by default)."""
+    hours = entity.evaluation().get("gradeAfterHours") or 0
+    return timedelta(hours=float(Decimal(str(hours))))
+
+
+def owed_at(execution: Execution, entity: Entity) -> datetime:
+    """Return when the grade of ``execution`` is owed: its end plus ``gradeAfterHours``."""
+    return (execution.completed_at or timezone.now()) + lag(entity)
+
+
+def _locked(execution: Execution) -> Execution:
+    """Re-read the execution under a row lock (inside the caller's transaction); StateError while it runs."""
+    locked = Execution.objects.select_for_update().select_related("entity").get(pk=execution.pk)
+    if not locked.terminal:
+        raise StateError(f"execution {locked.pk} of {locked.entity} is still running: nothing to grade yet")
+    return locked
+
+
+def _refuse_when_off(entity: Entity) -> None:
+    if not entity.evaluation_enabled:
+        raise GradingOff(f"{entity}: evaluation.enabled is false, so no grading is booked for its runs")
+
+
+def _enqueue_on_commit(grade_id: object) -> None:
+    from grading.tasks.grading import grade_execution
+
+    transaction.on_commit(lambda: grade_execution.delay(str(grade_id)))
+
+
+def _book(
+    execution: Execution,
+    *,
+    reason: str,
+    sampling: str,
+    holds_slot: bool,
+    due_at: datetime,
+    day: object | None = None,
+) -> Grade:
+    """Create the booking and record the sampling verdict; enqueue grading after commit when it is due now."""
+    now = timezone.now()
+    grade = Grade.objects.create(
+        execution=execution,
+        entity=execution.entity,
+        status=Grade.Status.BOOKED,
+        reason=reason,
+        holds_slot=holds_slot,
+        day=day or calendar_day(now),
+        booked_at=now,
+        due_at=due_at,
+    )
+    Execution.objects.filter(pk=execution.pk).update(sampling=sampling)
+    execution.sampling = sampling
+    if due_at <= now:
+        _enqueue_on_commit(grade.pk)
+    return grade
+
+
+def _exemption(execution: Execution) -> str | None:
+    """Return the first reason a registered check gives for grading this run whatever the sample, or None."""
+    for check in list(_exemption_checks):
+        why = check(execution)
+        if why:
+            return str(why)
+    return None
+
+
+def on_terminal(execution: Execution) -> Grade | None:
+    """Decide whether a finished run is graded and book it; return the booking, or None when it is not graded.
+
+    The verdict lands on ``execution.sampling``. A run the loop needs a
+    verdict on (a registered exemption check says why) is booked exempt. A
+    sampled run takes one ``maxPerDay`` slot on today's calendar day and
+    keeps it while the judge waits ``gradeAfterHours``. Calling it again
+    returns the existing booking (or None) and changes nothing.
+    """
+    with transaction.atomic():
+        locked = _locked(execution)
+        existing = Grade.objects.filter(execution=locked).first()
+        if existing is not None:
+            execution.sampling = locked.sampling
+            return existing
+        if locked.sampling:
+            execution.sampling = locked.sampling
+            return None
+        entity = locked.entity
+        why = _exemption(locked) if entity.evaluation_enabled and not locked.loop_launched else None
+        if why:
+            grade = _book(
+                locked,
+                reason=f"exempt:{why}"[:64],
+                sampling=Sampling.EXEMPT,
+                holds_slot=False,
+                due_at=owed_at(locked, entity),
+            )
+        else:
+            day = calendar_day()
+            verdict = decide(locked, entity, day=day)
+            if verdict != Sampling.SAMPLED:
+                Execution.objects.filter(pk=locked.pk).update(sampling=verdict)
+                execution.sampling = verdict
+                return None
+            grade = _book(
+                locked,
+                reason="sampled",
+                sampling=Sampling.SAMPLED,
+                holds_slot=True,
+                due_at=owed_at(locked, entity),
+                day=day,
+            )
+    execution.sampling = grade.execution.sampling
+    return grade
+
+
+def book_exempt(execution: Execution, why: str) -> Grade:
+    """Book a run the loop needs a verdict on, whatever the sample and the ceiling; return the booking.
+
+    The booking holds no ``maxPerDay`` slot. A loop replay is due at once;
+    an observed run waits out ``gradeAfterHours`` like any other. An existing
+    booking is returned as it is. GradingOff when the entity's grading is off.
+    """
+    with transaction.atomic():
+        locked = _locked(execution)
+        existing = Grade.objects.filter(execution=locked).first()
+        if existing is not None:
+            return existing
+        entity = locked.entity
+        _refuse_when_off(entity)
+        due_at = timezone.now() if locked.loop_launched else owed_at(locked, entity)
+        grade = _book(
+            locked,
+            reason=f"exempt:{why}"[:64],
+            sampling=Sampling.EXEMPT,
+            holds_slot=False,
+            due_at=due_at,
+        )
+    execution.sampling = Sampling.EXEMPT
+    return grade
+
+
+def book_for_rating(execution: Execution) -> Grade:
+    """Book the grading of a run a person rated; return the booking (the existing one when already booked).
+
+    Not a sample: it asks neither ``sample.rate`` nor ``maxPerDay`` and holds
+    no slot; the grade is owed ``gradeAfterHours`` after the run's end.
+    GradingOff when the entity's grading is off.
+    """
+    with transaction.atomic():
+        locked = _locked(execution)
+        existing = Grade.objects.filter(execution=locked).first()
+        if existing is not None:
+            return existing
+        entity = locked.entity
+        _refuse_when_off(entity)
+        grade = _book(locked, reason="rated", sampling=Sampling.RATED, holds_slot=False, due_at=owed_at(locked, entity))
+    execution.sampling = Sampling.RATED
+    return grade
+
+
+def eval_start(execution: Execution) -> Grade:
+    """Grade a run now and return its grade: books it when unbooked, pulls a delayed booking forward.
+
+    Never a second grade: a run has one ``Grade`` row. A graded or failed one
+    is graded again under the current judge; one being graded right now is
+    returned as it is. GradingOff when the entity's grading is off.
+    """
+    from grading.grade import grade_now
+
+    with transaction.atomic():
+        locked = _locked(execution)
+        entity = locked.entity
+        _refuse_when_off(entity)
+        now = timezone.now()
+        grade = Grade.objects.filter(execution=locked).first()
+        if grade is None:
+            grade = Grade.objects.create(
+                execution=locked,
+                entity=entity,
+                reason="manual",
+                holds_slot=False,
+                day=calendar_day(now),
+                booked_at=now,
+                due_at=now,
+            )
+            Execution.objects.filter(pk=locked.pk).update(sampling=Sampling.MANUAL)
+        elif grade.status == Grade.Status.GRADING:
+            return grade
+        else:
+            Grade.objects.filter(pk=grade.pk).update(status=Grade.Status.BOOKED, due_at=now, error="")
+            grade.refresh_from_db()
+    return grade_now(grade)
+
+
+def sweep_due(*, now: datetime | None = None, limit: int = 500) -> int:
+    """Enqueue grading for every booking whose time has come; return how many were enqueued.
+
+    Enqueuing twice is harmless: ``grade_now`` claims a booking once.
+    """
+    now = now or timezone.now()
+    ids = list(
+        Grade.objects.filter(status=Grade.Status.BOOKED, due_at__lte=now)
+        .order_by("due_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    for grade_id in ids:
+        _enqueue_on_commit(grade_id)
+    return len(ids)
+
+
+def fail_lost(grade: Grade, *, status: str) -> bool:
+    """Fail one booking as "grading job lost" if it is still in ``status``; give its slot back. Return whether it did."""
+    with transaction.atomic():
+        changed = Grade.objects.filter(pk=grade.pk, status=status, attempts=grade.attempts).update(
+            status=Grade.Status.FAILED, error=LOST, holds_slot=False
+        )
+        if changed and grade.holds_slot:
+            free_slot(grade.entity_id, grade.day)
+    if changed:
+        log.warning("grading of %s lost (was %s, due %s); slot freed", grade.execution_id, status, grade.due_at)
+    return bool(changed)
+
+
+def sweep_lost(grace: timedelta = DEFAULT_LOST_GRACE, *, now: datetime | None = None) -> int:
+    """Fail bookings whose job never started or never finished within ``grace`` of its start; return how many.
+
+    A booking still ``booked`` past ``due_at + grace`` and a grading still in
+    flight past ``started_at + grace`` are failed with "grading job lost",
+    and the ``maxPerDay`` slot they held is given back. Running it twice
+    fails nothing twice.
+    """
+    now = now or timezone.now()
+    deadline = now - grace
+    stale = list(Grade.objects.filter(status=Grade.Status.BOOKED, due_at__lt=deadline)) + list(
+        Grade.objects.filter(status=Grade.Status.GRADING, started_at__lt=deadline)
+    )
+    return sum(fail_lost(grade, status=grade.status) for grade in stale)
