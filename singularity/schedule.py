@@ -6,4 +6,14 @@ BEAT_SCHEDULE = {
         "schedule": 2.0,
         "options": {"expires": 10},
     },
+    "grading-sweep-due": {
+        "task": "grading.tasks.grading.sweep_due",
+        "schedule": 30.0,
+        "options": {"expires": 25},
+    },
+    "grading-sweep-lost": {
+        "task": "grading.tasks.grading.sweep_lost",
+        "schedule": 300.0,
+        "options": {"expires": 240},
+    },
 }
