@@ -11,6 +11,11 @@ BEAT_SCHEDULE = {
         "schedule": 30.0,
         "options": {"expires": 25},
     },
+    "drive-demo": {
+        "task": "grading.tasks.drive_demo",
+        "schedule": 20.0,
+        "options": {"expires": 15},
+    },
     "grading-sweep-lost": {
         "task": "grading.tasks.grading.sweep_lost",
         "schedule": 300.0,
