@@ -167,7 +167,8 @@ def _load_methods(checkout: Checkout, commit: str, files: list[str]) -> dict[str
         methods[name] = method
     if "default" not in methods:
         raw = DEFAULT_METHOD_FILE.read_bytes()
-        method = MethodFile(name="default", path=f"{prefix}default.md", text="", sha256=sha256(raw), source="engine")
+        path = f"engine:{DEFAULT_METHOD_FILE.name}"
+        method = MethodFile(name="default", path=path, text="", sha256=sha256(raw), source="engine")
         method.error = _method_error(method, raw)
         methods["default"] = method
     return methods
