@@ -1,6 +1,13 @@
 """Every periodic task, in one place, each with an expiry. Imported by settings: no Django imports here."""
 
+from singularity.env import env_float
+
 BEAT_SCHEDULE = {
+    "sync-brain": {
+        "task": "grading.tasks.brain.sync_brain",
+        "schedule": env_float("BRAIN_SYNC_SECS", 60.0),
+        "options": {"expires": env_float("BRAIN_SYNC_SECS", 60.0)},
+    },
     "wake-beings": {
         "task": "singularity.tasks.wake_beings",
         "schedule": 2.0,
