@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "django_celery_beat",
     "singularity",
+    "hitl",
     "grading",
 ]
 
@@ -204,6 +205,15 @@ BRAMA_TIMEOUT_SECS = env_float("BRAMA_TIMEOUT_SECS", 120.0)
 BRAMA_MAX_RETRIES = env_int("BRAMA_MAX_RETRIES", 2, minimum=0)
 #: Start a demo triage run and a pricing run every 20 s (on by default only when the demo model answers).
 DEMO_DRIVER = env_bool("SINGULARITY_DEMO_DRIVER", not BRAMA_BASE_URL)
+
+# --- Telegram: cards and notices pushed to a chat (off unless token and chat are set)
+TELEGRAM_BOT_TOKEN = env_secret("TELEGRAM_BOT_TOKEN", "")
+TELEGRAM_CHAT_ID = env_str("TELEGRAM_CHAT_ID", "")
+#: "<telegram user id>:<username>,…" — who may answer, merged with the admin's Telegram users table.
+TELEGRAM_USERS = env_str("TELEGRAM_USERS", "")
+TELEGRAM_WEBHOOK_SECRET = env_secret("TELEGRAM_WEBHOOK_SECRET", "")
+TELEGRAM_API_URL = env_str("TELEGRAM_API_URL", "https://api.telegram.org/bot")
+TELEGRAM_SEND_PER_SECOND = env_float("TELEGRAM_SEND_PER_SECOND", 1.0, minimum=0.001)
 
 if BRAMA_HMAC_SECRET_FILE and not Path(BRAMA_HMAC_SECRET_FILE).is_file():
     raise ImproperlyConfigured(f"BRAMA_HMAC_SECRET_FILE: no such file {BRAMA_HMAC_SECRET_FILE!r}")
