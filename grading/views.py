@@ -1,0 +1,551 @@
+"""The grading pages under ``/evolution/``: entities, one entity, one run, and Rate runs.
+
+Rate runs gives or changes the viewer's own rating inline with HTMX; every
+form also works without JavaScript (a POST, then a redirect back). Every
+rating goes through ``grading.ratings.rate`` — the one door.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db import transaction
+from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods, require_POST
+
+from grading.calibration import calibration
+from grading.models import Entity, Execution, Grade, Rating
+from grading.ratings import human_metrics, on_scale, people_values, rate, scale_of
+from singularity.errors import ConfigError, StateError
+from singularity.plots import HLine, Series, line_chart
+from singularity.templatetags.singularity_tags import money
+
+RECENT_RUNS = 25
+#: The plots show at most this many of the newest graded runs.
+PLOT_RUNS = 200
+#: Rate runs shows at most this many of the newest terminal runs.
+RATE_RUNS = 30
+#: A scale with at most this many steps is rated with one button per answer.
+MAX_BUTTONS = 8
+
+
+# --- Showing numbers as people read them ---------------------------------------------------------
+
+
+def _plain(value: Any) -> str:
+    """Decimal text of a number without exponent or trailing zeros."""
+    number = _decimal(value)
+    if number is None:
+        return ""
+    text = format(number.normalize(), "f")
+    return "0" if text in ("-0", "") else text
+
+
+def _decimal(value: Any) -> Decimal | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return Decimal(repr(value)) if isinstance(value, float) else Decimal(str(value))
+    except ArithmeticError:
+        return None
+
+
+def scale_label(scale: dict[str, Any], value: Decimal) -> str:
+    """Return the rubric's words for ``value``: a step ("3") or an inclusive band ("2..4"); "" when none says."""
+    for key, words in (scale.get("labels") or {}).items():
+        low, _, high = str(key).partition("..")
+        try:
+            lo, hi = Decimal(low), Decimal(high or low)
+        except ArithmeticError:
+            continue
+        if lo <= value <= hi:
+            return str(words)
+    return ""
+
+
+def rated_on_scale(spec: dict[str, Any], normalized: Any) -> str:
+    """Return a 0..1 value on the metric's own scale with its rubric words: "4 · Good"; "—" when absent."""
+    if _decimal(normalized) is None:
+        return "—"
+    shown = on_scale(spec, float(normalized))
+    assert shown is not None
+    words = scale_label(scale_of(spec), shown)
+    return f"{_plain(shown)} · {words}" if words else _plain(shown)
+
+
+def show_metric(spec: dict[str, Any], value: Any) -> str:
+    """Return a metric's value in its unit: money as $, ms as seconds, a rated metric on its scale; "—" when absent."""
+    number = _decimal(value)
+    if number is None:
+        return "—"
+    unit = spec.get("unit")
+    if unit == "usd":
+        return money(number)
+    if unit == "ms":
+        return f"{_plain((number / 1000).quantize(Decimal('0.001')))} s"
+    if spec.get("kind") in ("judged", "reported") and (spec.get("scale") or spec.get("human")):
+        return rated_on_scale(spec, value)
+    if unit == "count":
+        return _plain(number)
+    return _plain(number.quantize(Decimal("0.0001")) if number != number.to_integral_value() else number)
+
+
+# --- Lists and lookups ---------------------------------------------------------------------------
+
+
+def _newest_grade(field_name: str) -> Subquery:
+    newest = Grade.objects.filter(entity=OuterRef("pk"), status=Grade.Status.GRADED).order_by("-graded_at")
+    return Subquery(newest.values(field_name)[:1])
+
+
+def entities_for_list() -> QuerySet[Entity]:
+    """Every entity with its run count and its newest grade's outcome and time, in one query."""
+    return Entity.objects.annotate(
+        runs=Count("executions", distinct=True),
+        last_passed=_newest_grade("passed"),
+        last_score=_newest_grade("score"),
+        last_graded_at=_newest_grade("graded_at"),
+    ).order_by("kind", "slug")
+
+
+def _get_entity(target_kind: str, slug: str) -> Entity:
+    return get_object_or_404(Entity, target_kind=target_kind, slug=slug)
+
+
+def _get_run(run_id: uuid.UUID) -> Execution:
+    return get_object_or_404(Execution.objects.select_related("entity", "started_by"), pk=run_id)
+
+
+def _grade_of(execution: Execution) -> Grade | None:
+    return Grade.objects.filter(execution=execution).first()
+
+
+# --- Entity page pieces --------------------------------------------------------------------------
+
+
+def _leaves(prefix: str, value: Any) -> list[tuple[str, Any]]:
+    if isinstance(value, dict) and value:
+        return [leaf for key, inner in value.items() for leaf in _leaves(f"{prefix}.{key}", inner)]
+    return [(prefix, value)]
+
+
+def _tier(provenance: dict[str, str], path: str) -> str:
+    """The tier a dotted key came from: its own entry, else its nearest ancestor's, else the engine."""
+    while path:
+        if path in provenance:
+            return provenance[path]
+        path = path.rpartition(".")[0]
+    return "engine"
+
+
+def terms_table(entity: Entity) -> list[dict[str, Any]]:
+    """Every resolved evaluation and loop key (metrics apart) with its value and the tier it came from."""
+    rows = []
+    for block in ("evaluation", "loop"):
+        for key, value in (entity.terms.get(block) or {}).items():
+            if block == "evaluation" and key == "metrics":
+                continue
+            for path, leaf in _leaves(f"{block}.{key}", value):
+                shown = json.dumps(leaf, ensure_ascii=False) if not isinstance(leaf, str) else leaf
+                rows.append({"key": path, "value": shown, "tier": _tier(entity.provenance or {}, path)})
+    return rows
+
+
+def metric_rows(entity: Entity) -> list[dict[str, Any]]:
+    """The resolved metrics, one row each, with their tier."""
+    rows = []
+    for metric_id, spec in ((entity.terms.get("evaluation") or {}).get("metrics") or {}).items():
+        scale = spec.get("scale")
+        if scale is None and spec.get("kind") in ("judged", "reported") and human_metrics(entity).get(metric_id):
+            scale = scale_of(spec)
+        rows.append(
+            {
+                "id": metric_id,
+                "spec": spec,
+                "scale": f"{scale['min']}..{scale['max']}" + (f" step {scale['step']}" if scale.get("step") else "")
+                if scale
+                else "",
+                "target": show_metric(spec, spec.get("target")) if spec.get("target") is not None else "",
+                "floor": show_metric(spec, spec.get("floor")) if spec.get("floor") is not None else "",
+                "tier": _tier(entity.provenance or {}, f"evaluation.metrics.{metric_id}"),
+            }
+        )
+    return rows
+
+
+def _y_format(spec: dict[str, Any]):
+    if spec.get("unit") == "usd":
+        return money
+    if spec.get("unit") == "ms":
+        return lambda value: show_metric(spec, value)
+    return _plain
+
+
+def metric_plots(entity: Entity) -> list[dict[str, Any]]:
+    """One SVG plot per metric over the entity's graded runs (oldest first), with target and floor lines.
+
+    A human-rated metric gets people's median beside the judge's number. One
+    query for the grades and one for the ratings.
+    """
+    specs = (entity.terms.get("evaluation") or {}).get("metrics") or {}
+    grades = list(
+        Grade.objects.filter(entity=entity, status=Grade.Status.GRADED, execution__loop_launched=False)
+        .order_by("-graded_at")
+        .values_list("execution_id", "metrics")[:PLOT_RUNS]
+    )[::-1]
+    humans = human_metrics(entity)
+    people = people_values(execution_id for execution_id, _ in grades) if humans else {}
+    plots = []
+    for metric_id, spec in specs.items():
+        judged, rated = [], []
+        for number, (execution_id, vector) in enumerate(grades, start=1):
+            value = _decimal((vector or {}).get(metric_id))
+            if value is not None:
+                judged.append((number, value))
+            median = people.get(str(execution_id), {}).get(metric_id)
+            if median is not None:
+                rated.append((number, _decimal(median)))
+        series = []
+        if spec.get("kind") != "reported":
+            series.append(Series("Judge" if metric_id in humans else metric_id, judged, color="#0072B2"))
+        if metric_id in humans:
+            series.append(Series("People (median)", rated, color="#D55E00", dashed=spec.get("kind") != "reported"))
+        hlines = []
+        if spec.get("target") is not None:
+            hlines.append(HLine(_decimal(spec["target"]) or 0, "Target", color="#009E73"))
+        if spec.get("floor") is not None:
+            hlines.append(HLine(_decimal(spec["floor"]) or 0, "Floor"))
+        y_format = _y_format(spec)
+        chart = line_chart(
+            series,
+            width=560,
+            height=240,
+            x_label="graded run",
+            y_label=spec.get("unit") or "",
+            hlines=hlines,
+            title=f"{entity.name or entity.slug}: {metric_id} by graded run",
+            chart_id=f"plot-{metric_id}",
+            y_format=y_format,
+        )
+        plots.append({"metric_id": metric_id, "chart": chart})
+    return plots
+
+
+def recent_runs(entity: Entity) -> list[Execution]:
+    return list(entity.executions.select_related("grade").order_by("-started_at")[:RECENT_RUNS])
+
+
+def _calibration_context(entity: Entity) -> dict[str, Any]:
+    return {"entity": entity, "calibration": calibration(entity)}
+
+
+# --- Pages ---------------------------------------------------------------------------------------
+
+
+@login_required
+def entity_list(request: HttpRequest) -> HttpResponse:
+    return render(request, "grading/entity_list.html", {"entities": entities_for_list()})
+
+
+@login_required
+def entity_detail(request: HttpRequest, target_kind: str, slug: str) -> HttpResponse:
+    entity = _get_entity(target_kind, slug)
+    context = {
+        "entity": entity,
+        "terms": terms_table(entity),
+        "metrics": metric_rows(entity),
+        "plots": metric_plots(entity),
+        "calibration": calibration(entity),
+        "runs": recent_runs(entity),
+        "runnable": entity.kind in (Entity.Kind.WORKFLOW, Entity.Kind.PIPELINE) and entity.ok,
+        "run_input": request.session.pop("run_input", "{}"),
+    }
+    return render(request, "grading/entity_detail.html", context)
+
+
+def parse_run_input(text: str) -> dict[str, Any]:
+    """Return the run's input from the form's JSON text: an object; ConfigError naming the field otherwise."""
+    try:
+        data = json.loads(text or "{}")
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"input: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"input: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+@login_required
+@require_POST
+def entity_run(request: HttpRequest, target_kind: str, slug: str) -> HttpResponse:
+    """Start a run of a workflow or pipeline on the workers; the run appears on the page once it starts."""
+    entity = _get_entity(target_kind, slug)
+    if entity.kind not in (Entity.Kind.WORKFLOW, Entity.Kind.PIPELINE) or not entity.ok:
+        messages.error(
+            request, f"{entity} cannot be run from here (a {entity.kind}{', broken' if not entity.ok else ''})."
+        )
+        return redirect(entity)
+    try:
+        data = parse_run_input(request.POST.get("input", ""))
+    except ConfigError as exc:
+        request.session["run_input"] = request.POST.get("input", "")
+        messages.error(request, str(exc))
+        return redirect(entity)
+    from grading.tasks.runs import run_entity_task
+
+    user_id = request.user.pk
+    transaction.on_commit(
+        lambda: run_entity_task.delay(entity.pk, input=data, source=Execution.Source.MANUAL, user_id=user_id)
+    )
+    messages.success(request, f"Started a run of {entity.name or entity.slug} on the workers.")
+    return redirect(entity)
+
+
+def criteria_rows(grade: Grade | None) -> list[dict[str, Any]]:
+    return list(grade.criteria or []) if grade else []
+
+
+def metric_vector(execution: Execution, grade: Grade | None) -> list[dict[str, Any]]:
+    """Each metric of the run: the judge's (or computed) value in its unit, people's median and their ratings."""
+    specs = (execution.entity.terms.get("evaluation") or {}).get("metrics") or {}
+    vector = dict(grade.metrics or {}) if grade else {}
+    ratings: dict[str, list[Rating]] = {}
+    for rating in Rating.objects.filter(execution=execution).select_related("user").order_by("metric_id", "user_id"):
+        ratings.setdefault(rating.metric_id, []).append(rating)
+    people = people_values([execution.pk]).get(str(execution.pk), {})
+    rows = []
+    for metric_id in list(specs) + [m for m in vector if m not in specs]:
+        spec = specs.get(metric_id) or {}
+        given = ratings.get(metric_id, [])
+        rows.append(
+            {
+                "id": metric_id,
+                "spec": spec,
+                "judge": show_metric(spec, vector.get(metric_id)),
+                "people": rated_on_scale(spec, people.get(metric_id)) if metric_id in people else "",
+                "ratings": [{"user": r.user.get_username(), "value": _plain(r.value), "note": r.note} for r in given],
+            }
+        )
+    return rows
+
+
+@login_required
+def run_detail(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    execution = _get_run(run_id)
+    grade = _grade_of(execution)
+    context = {
+        "run": execution,
+        "entity": execution.entity,
+        "grade": grade,
+        "criteria": criteria_rows(grade),
+        "vector": metric_vector(execution, grade),
+        "input_json": json.dumps(execution.input, indent=2, ensure_ascii=False),
+        "output_json": json.dumps(execution.output, indent=2, ensure_ascii=False),
+        "trace": execution.trace or [],
+    }
+    return render(request, "grading/run_detail.html", context)
+
+
+@login_required
+@require_POST
+def run_grade(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    """Grade a run now (eval_start): books it when unbooked, pulls a delayed booking forward."""
+    from grading.booking import eval_start
+
+    execution = _get_run(run_id)
+    try:
+        grade = eval_start(execution)
+    except (StateError, ConfigError) as exc:
+        messages.error(request, str(exc))
+    else:
+        if grade.status == Grade.Status.FAILED:
+            messages.error(request, f"Grading failed: {grade.error}")
+        else:
+            messages.success(request, f"Grade: {grade.get_status_display()}.")
+    return redirect(execution)
+
+
+# --- Rate runs -----------------------------------------------------------------------------------
+
+
+@dataclass
+class RateCell:
+    """One human-rated metric of one run on Rate runs: the judge's, people's and the viewer's own numbers."""
+
+    metric_id: str
+    spec: dict[str, Any]
+    judge: str
+    people: str
+    people_count: int
+    mine: Rating | None
+    choices: list[tuple[str, str]]
+    scale: dict[str, Any]
+    key: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    @property
+    def mine_value(self) -> str:
+        return _plain(self.mine.value) if self.mine else ""
+
+
+@dataclass
+class RateRow:
+    """One run on Rate runs; ``graded`` is False for a run with no judge's numbers (e.g. the sampler passed it by)."""
+
+    run: Execution
+    cells: list[RateCell]
+    graded: bool
+    answer: dict[str, Any] | None = None
+
+
+def scale_choices(scale: dict[str, Any]) -> list[tuple[str, str]]:
+    """Return (value, label) per step when the scale has at most ``MAX_BUTTONS`` steps, else [] (a number input)."""
+    step = _decimal(scale.get("step"))
+    low, high = _decimal(scale["min"]), _decimal(scale["max"])
+    if not step or low is None or high is None or (high - low) / step + 1 > MAX_BUTTONS:
+        return []
+    choices, value = [], low
+    while value <= high:
+        words = scale_label(scale, value)
+        choices.append((_plain(value), f"{_plain(value)} · {words}" if words else _plain(value)))
+        value += step
+    return choices
+
+
+def rateable_entities(entity: Entity | None = None) -> list[Entity]:
+    """Entities with at least one human-rated metric and grading on (one query)."""
+    entities = Entity.objects.filter(evaluation_enabled=True, load_error="")
+    if entity is not None:
+        entities = entities.filter(pk=entity.pk)
+    return [e for e in entities.order_by("kind", "slug") if human_metrics(e)]
+
+
+def rate_rows(user: Any, runs: list[Execution]) -> list[RateRow]:
+    """Build the Rate runs rows for ``runs``: two queries (people's medians, the viewer's own ratings)."""
+    ids = [run.pk for run in runs]
+    people = people_values(ids)
+    counts: dict[tuple[str, str], int] = {}
+    for execution_id, metric_id, n in (
+        Rating.objects.filter(execution_id__in=ids)
+        .values("execution_id", "metric_id")
+        .annotate(n=Count("id"))
+        .values_list("execution_id", "metric_id", "n")
+    ):
+        counts[(str(execution_id), metric_id)] = n
+    mine = {(str(r.execution_id), r.metric_id): r for r in Rating.objects.filter(execution_id__in=ids, user=user)}
+    rows = []
+    for run in runs:
+        grade = getattr(run, "grade", None) if _has_grade(run) else None
+        vector = (grade.metrics or {}) if grade and grade.status == Grade.Status.GRADED else {}
+        cells = []
+        for metric_id, spec in human_metrics(run.entity).items():
+            scale = scale_of(spec)
+            judge = rated_on_scale(spec, vector.get(metric_id)) if spec.get("kind") == "judged" else ""
+            median = people.get(str(run.pk), {}).get(metric_id)
+            cells.append(
+                RateCell(
+                    metric_id=metric_id,
+                    spec=spec,
+                    judge=judge,
+                    people=rated_on_scale(spec, median),
+                    people_count=counts.get((str(run.pk), metric_id), 0),
+                    mine=mine.get((str(run.pk), metric_id)),
+                    choices=scale_choices(scale),
+                    scale=scale,
+                )
+            )
+        rows.append(RateRow(run=run, cells=cells, graded=bool(vector)))
+    return rows
+
+
+def _has_grade(run: Execution) -> bool:
+    """True when the run has a Grade row (read through select_related, so no query)."""
+    return hasattr(run, "grade")
+
+
+def rate_runs_for(entities: list[Entity]) -> list[Execution]:
+    """The newest terminal runs (never loop replays) of ``entities``, with their entity and grade."""
+    return list(
+        Execution.objects.filter(entity__in=entities, loop_launched=False, completed_at__isnull=False)
+        .exclude(status=Execution.Status.RUNNING)
+        .select_related("entity", "grade")
+        .order_by("-completed_at")[:RATE_RUNS]
+    )
+
+
+def _entity_filter(request: HttpRequest) -> Entity | None:
+    wanted = request.GET.get("entity") or request.POST.get("entity_filter") or ""
+    target_kind, _, slug = wanted.partition(":")
+    return Entity.objects.filter(target_kind=target_kind, slug=slug).first() if slug else None
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def rate_runs(request: HttpRequest) -> HttpResponse:
+    """Rate runs: the newest runs with the judge and people side by side, and the viewer's own rating."""
+    if request.method == "POST":
+        return _rate_post(request)
+    chosen = _entity_filter(request)
+    entities = rateable_entities(chosen)
+    context = {
+        "rows": rate_rows(request.user, rate_runs_for(entities)),
+        "calibrations": [_calibration_context(e) for e in entities if calibration(e)],
+        "entities": rateable_entities(),
+        "chosen": chosen,
+        "chosen_key": f"{chosen.target_kind}:{chosen.slug}" if chosen else "",
+    }
+    return render(request, "grading/rate.html", context)
+
+
+def _rate_post(request: HttpRequest) -> HttpResponse:
+    """One metric of one run rated through the one door; HTMX gets the run's row back, a browser a redirect."""
+    post = request.POST
+    answer = rate(
+        actor_user=request.user,
+        is_agent=False,
+        run_kind=post.get("run_kind", ""),
+        run_id=post.get("run_id", ""),
+        idempotency_key=post.get("idempotency_key", ""),
+        ratings=[
+            {"metric_id": post.get("metric_id", ""), "value": post.get("value", ""), "note": post.get("note", "")}
+        ],
+    )
+    status = {"ok": 200, "not_found": 404, "precondition": 409, "invalid": 400, "refused": 403}[answer.code]
+    if not request.htmx:
+        (messages.success if answer.ok else messages.error)(request, _said(answer.as_dict()))
+        back = reverse("grading:rate")
+        if post.get("entity_filter"):
+            back += f"?entity={post['entity_filter']}"
+        return redirect(f"{back}#run-{post.get('run_id', '')}")
+    run = Execution.objects.select_related("entity", "grade").filter(pk=_uuid(post.get("run_id"))).first()
+    if run is None:
+        return HttpResponse(_said(answer.as_dict()), status=status)
+    (row,) = rate_rows(request.user, [run])
+    row.answer = answer.as_dict()
+    context = {"row": row, "oob": _calibration_context(run.entity), "entity_filter": post.get("entity_filter", "")}
+    # An answer the page shows in place: HTMX swaps 2xx only, so a refusal is still 200 with its code in the row.
+    response = render(request, "grading/partials/rate_row.html", context)
+    response["X-Rate-Code"] = answer.code
+    return response
+
+
+def _said(answer: dict[str, Any]) -> str:
+    return "Saved." if answer["ok"] else f"Not saved ({answer['code']}): {answer['detail']}"
+
+
+def _uuid(value: Any) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None
+
+
+def evolution_home(request: HttpRequest) -> HttpResponse:
+    return redirect("grading:entities")
