@@ -10,6 +10,8 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("", include("singularity.web_urls")),
+    path("evolution/", include("grading.urls")),
+    path("", include("hitl.urls")),
     path("api/", include("singularity.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
