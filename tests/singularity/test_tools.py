@@ -80,6 +80,7 @@ def test_it_names_mcp_tools_server_double_underscore_tool(catalogue: ToolCatalog
         "echo__crash",
         "echo__sleep",
         "echo__write_marker",
+        "echo__read_marker",
     ]
     sources = {spec.name: spec.source for spec in catalogue.specs()}
     assert (sources["finance__sell"], sources["echo__echo"], sources["self__recall"]) == (

@@ -3,7 +3,8 @@
 With ``--stubborn`` it ignores SIGTERM and keeps running after stdin ends.
 
 ``write_marker`` and ``crash`` append a line to a file so tests can count
-how many times a tool really ran.
+how many times a tool really ran; ``read_marker`` (annotated read-only)
+only counts them, so a test can see a read answer live under a replay.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 import time
 
 from mcp.server.fastmcp import FastMCP
+from mcp.types import ToolAnnotations
 
 
 def _mark(path: str, what: str) -> None:
@@ -52,6 +54,12 @@ def build(server: FastMCP) -> FastMCP:
     def write_marker(path: str) -> dict[str, int]:
         """Append a line to ``path`` and return how many lines it has."""
         _mark(path, "ran")
+        with open(path, encoding="utf-8") as marker:
+            return {"lines": sum(1 for _ in marker)}
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+    def read_marker(path: str) -> dict[str, int]:
+        """A read-only tool: return how many lines ``path`` has."""
         with open(path, encoding="utf-8") as marker:
             return {"lines": sum(1 for _ in marker)}
 
