@@ -8,48 +8,26 @@ a crash loses at most the round in flight.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
 
+from singularity.agent import COMPLETED, ROUND_LIMIT, AgentHooks, AgentLoop, CatalogueLike, GatewayLike, Prices
 from singularity.being.framing import framing_message, system_message
 from singularity.being.ledger import apply_credit, apply_debit
 from singularity.being.revenue import find_revenue
 from singularity.being.store import Journal
 from singularity.errors import UpstreamError
 from singularity.models import RECENT_ACTIONS, Being, Cycle, Event
-from singularity.money import debit_for, money_str
+from singularity.money import Debit, money_str
+
+__all__ = ["ROUND_LIMIT_WARNING", "CatalogueLike", "CycleReport", "GatewayLike", "Prices", "Runtime"]
 
 ROUND_LIMIT_WARNING = "maximum tool rounds reached"
-
-
-class GatewayLike(Protocol):
-    def complete(self, *, model: str, messages: list[dict], tools: list[dict]) -> Any: ...
-
-
-class CatalogueLike(Protocol):
-    def openai_tools(self) -> list[dict]: ...
-    def call(self, being: Being, name: str, arguments: str | dict) -> Any: ...
-
-
-@dataclass(frozen=True)
-class Prices:
-    input_per_million: Decimal
-    output_per_million: Decimal
-    instance_per_hour: Decimal
-
-    @classmethod
-    def from_settings(cls) -> Prices:
-        return cls(
-            input_per_million=settings.BRAMA_INPUT_PRICE_USD_PER_MILLION,
-            output_per_million=settings.BRAMA_OUTPUT_PRICE_USD_PER_MILLION,
-            instance_per_hour=settings.SINGULARITY_INSTANCE_USD_PER_HOUR,
-        )
 
 
 @dataclass
@@ -145,52 +123,49 @@ class Runtime:
         cycle = Cycle(being=being, number=being.cycle, started_at=timezone.now())
         self.journal.emit(Event.Kind.CYCLE_STARTED, {"balance": money_str(being.remaining), "model": being.model})
         self.journal.save(owner=self.owner, cycle=cycle)
-        tools = self.catalogue.openai_tools()
 
-        status = Cycle.Status.TOOL_ROUND_LIMIT
-        for round_number in range(1, self.max_rounds + 1):
-            if not being.solvent:
-                status = Cycle.Status.BUDGET_EXHAUSTED
-                self._mark_exhausted()
-                break
-            if self.should_stop():
-                status = Cycle.Status.INTERRUPTED
-                break
-            messages = [system_message(being), framing, *cycle.messages]
-            try:
-                completion = self.gateway.complete(model=being.model, messages=messages, tools=tools)
-            except UpstreamError as exc:
-                cycle.error = str(exc)
-                self.journal.emit(Event.Kind.WARNING, {"message": str(exc), "permanent": exc.permanent})
-                self._finish(cycle, Cycle.Status.FAILED)
-                raise
-            self._debit(cycle, completion, round_number)
-            if not completion.tool_calls:
-                cycle.final_content = completion.content or ""
-                status = Cycle.Status.COMPLETED
-                break
-            for call in completion.tool_calls:
-                actions.append(self._run_tool(cycle, call))
-        else:
+        loop = AgentLoop(
+            gateway=self.gateway,
+            tools=self.catalogue.openai_tools(),
+            call_tool=lambda name, arguments: self.catalogue.call(being, name, arguments),
+            model=lambda: being.model,
+            system=lambda: system_message(being),
+            prices=self.prices,
+            max_rounds=self.max_rounds,
+            hooks=_CycleHooks(self, cycle, actions),
+        )
+        result = loop.run([framing], cycle.messages)
+        if result.status == COMPLETED:
+            cycle.final_content = result.final_content
+            status = Cycle.Status.COMPLETED
+        elif result.status == ROUND_LIMIT:
             self.journal.emit(Event.Kind.WARNING, {"message": ROUND_LIMIT_WARNING, "rounds": self.max_rounds})
+            status = Cycle.Status.TOOL_ROUND_LIMIT
+        else:
+            status = result.status
 
         self._finish(cycle, status)
         return self._report(cycle, status, actions)
 
-    def _debit(self, cycle: Cycle, completion: Any, round_number: int) -> None:
+    # -- the being's side of each step, called by the agent loop's hooks ------
+    def _before_round(self) -> str | None:
+        if not self.being.solvent:
+            self._mark_exhausted()
+            return Cycle.Status.BUDGET_EXHAUSTED
+        if self.should_stop():
+            return Cycle.Status.INTERRUPTED
+        return None
+
+    def _gateway_failed(self, cycle: Cycle, exc: UpstreamError) -> None:
+        cycle.error = str(exc)
+        self.journal.emit(Event.Kind.WARNING, {"message": str(exc), "permanent": exc.permanent})
+        self._finish(cycle, Cycle.Status.FAILED)
+
+    def _debit(self, cycle: Cycle, completion: Any, debit: Debit, round_number: int) -> None:
         usage = completion.usage
-        debit = debit_for(
-            prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens,
-            elapsed_ns=completion.elapsed_ns,
-            input_price_per_million=self.prices.input_per_million,
-            output_price_per_million=self.prices.output_per_million,
-            instance_usd_per_hour=self.prices.instance_per_hour,
-        )
         apply_debit(self.being, debit, usage.prompt_tokens + usage.completion_tokens)
         cycle.rounds = round_number
         cycle.spent += debit.total
-        cycle.messages.append(completion.message)
         self.journal.emit(
             Event.Kind.MODEL_COMPLETED,
             {
@@ -216,18 +191,11 @@ class Runtime:
         )
         self.journal.save(owner=self.owner, cycle=cycle, cycle_fields=("rounds", "spent", "messages"))
 
-    def _run_tool(self, cycle: Cycle, call: Any) -> dict[str, str]:
+    def _tool_finished(self, cycle: Cycle, call: Any, outcome: Any) -> dict[str, str]:
         being = self.being
-        outcome = self.catalogue.call(being, call.name, call.arguments)
         action = f"{call.name}:{outcome.status}"
         being.recent_actions = [*being.recent_actions, action][-RECENT_ACTIONS:]
         cycle.tool_calls += 1
-        shown: dict[str, Any] = {"status": outcome.status, "result": outcome.result}
-        if outcome.error:
-            shown["error"] = outcome.error
-        cycle.messages.append(
-            {"role": "tool", "tool_call_id": call.id, "content": json.dumps(shown, ensure_ascii=False, default=str)}
-        )
         finished: dict[str, Any] = {"tool": call.name, "status": outcome.status, "duration_ms": outcome.duration_ms}
         if outcome.error:
             finished["error"] = outcome.error
@@ -250,3 +218,24 @@ class Runtime:
             Event.Kind.REVENUE_CREDITED,
             {"amount": money_str(finding.amount), "source": tool, "key": finding.key},
         )
+
+
+class _CycleHooks(AgentHooks):
+    """The being-specific steps of a cycle: solvency and stop before each round, ledger and journal after each step."""
+
+    def __init__(self, runtime: Runtime, cycle: Cycle, actions: list[dict[str, str]]) -> None:
+        self.runtime = runtime
+        self.cycle = cycle
+        self.actions = actions
+
+    def before_round(self, round_number: int) -> str | None:
+        return self.runtime._before_round()
+
+    def after_completion(self, completion: Any, debit: Debit, round_number: int) -> None:
+        self.runtime._debit(self.cycle, completion, debit, round_number)
+
+    def after_tool(self, call: Any, outcome: Any, round_number: int) -> None:
+        self.actions.append(self.runtime._tool_finished(self.cycle, call, outcome))
+
+    def gateway_failed(self, error: UpstreamError, round_number: int) -> None:
+        self.runtime._gateway_failed(self.cycle, error)

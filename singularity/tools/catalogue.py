@@ -18,6 +18,12 @@ from singularity.tools.outcome import FAILED, SUCCESS, ToolOutcome, ToolSpec
 #: What the OpenAI function-calling API accepts as a function name.
 MAX_TOOL_NAME = 64
 
+#: The self tools that only read. Every other built-in writes (the being's mind, its workspace, a child).
+READ_ONLY_BUILTINS = frozenset({"self__recall", "self__list_files", "self__read_file"})
+
+#: What a write answers under a loop-launched run: success, marked dry-run, nothing performed.
+DRY_RUN_RESULT = {"dry_run": True, "status": "success"}
+
 
 def check_names(specs: list[ToolSpec]) -> None:
     """Raise ``ConfigError`` when two tools share a name or a name is not a valid function name."""
@@ -38,7 +44,10 @@ class ToolCatalogue:
     def __init__(self, builtins: tuple[Builtin, ...] = BUILTINS, host: McpHost | None = None) -> None:
         self._builtins = {tool.name: tool for tool in builtins}
         self._host = host
-        self._specs = [ToolSpec(t.name, t.description, t.parameters, "builtin") for t in builtins]
+        self._specs = [
+            ToolSpec(t.name, t.description, t.parameters, "builtin", read_only=t.name in READ_ONLY_BUILTINS)
+            for t in builtins
+        ]
         if host is not None:
             self._specs.extend(host.specs())
         check_names(self._specs)
@@ -55,20 +64,30 @@ class ToolCatalogue:
             for s in self._specs
         ]
 
-    def call(self, being: Any, name: str, arguments: str | dict[str, Any]) -> ToolOutcome:
+    def writes(self, name: str) -> bool:
+        """True unless the tool is declared read-only; an unknown tool counts as a write."""
+        spec = self._by_name.get(name)
+        return spec is None or not spec.read_only
+
+    def call(self, being: Any, name: str, arguments: str | dict[str, Any], *, dry_run: bool = False) -> ToolOutcome:
         """Run one tool call and return its outcome, timed, with ``result`` past the output boundary.
 
         Failed and indeterminate outcomes show the model ``{"error": <error>}``;
-        a rejected success keeps status ``success`` and its ``raw``.
+        a rejected success keeps status ``success`` and its ``raw``. Under
+        ``dry_run`` (a loop-launched run) a tool that writes — every built-in
+        but the reads, every MCP tool not annotated ``readOnlyHint: true`` —
+        answers ``DRY_RUN_RESULT`` with ``dry_run`` set and performs nothing;
+        a call that would be refused anyway (unknown tool, bad arguments) is
+        refused the same way. Reads run live.
         """
         started = time.monotonic()
-        outcome = self._dispatch(being, name, arguments)
+        outcome = self._dispatch(being, name, arguments, dry_run=dry_run)
         outcome.duration_ms = int((time.monotonic() - started) * 1000)
         shown = outcome.raw if outcome.status == SUCCESS else {"error": outcome.error}
         _accepted, outcome.result = cross_boundary(shown)
         return outcome
 
-    def _dispatch(self, being: Any, name: str, arguments: str | dict[str, Any]) -> ToolOutcome:
+    def _dispatch(self, being: Any, name: str, arguments: str | dict[str, Any], *, dry_run: bool) -> ToolOutcome:
         if name not in self._by_name:
             return _failed(name, f"unknown_tool: {name}")
         if isinstance(arguments, str):
@@ -78,9 +97,12 @@ class ToolCatalogue:
                 return _failed(name, f"invalid arguments: not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
         if not isinstance(arguments, dict):
             return _failed(name, f"invalid arguments: expected a JSON object, got {type(arguments).__name__}")
+        replay = dry_run and self.writes(name)
         builtin = self._builtins.get(name)
         if builtin is not None:
-            return _run_builtin(builtin, being, arguments)
+            return _run_builtin(builtin, being, arguments, dry_run=replay)
+        if replay:
+            return _dry_run(name)
         assert self._host is not None
         server, tool = name.split("__", 1)
         return self._host.call(server, tool, arguments)
@@ -101,10 +123,17 @@ def _failed(name: str, error: str) -> ToolOutcome:
     return ToolOutcome(name, FAILED, None, None, error=error)
 
 
-def _run_builtin(builtin: Builtin, being: Any, arguments: dict[str, Any]) -> ToolOutcome:
+def _dry_run(name: str) -> ToolOutcome:
+    result = dict(DRY_RUN_RESULT)
+    return ToolOutcome(name, SUCCESS, result, result, dry_run=True)
+
+
+def _run_builtin(builtin: Builtin, being: Any, arguments: dict[str, Any], *, dry_run: bool = False) -> ToolOutcome:
     problem = validate_arguments(builtin.parameters, arguments)
     if problem:
         return _failed(builtin.name, f"invalid arguments: {problem}")
+    if dry_run:
+        return _dry_run(builtin.name)
     try:
         raw = builtin.run(being, arguments)
     except ToolFailure as exc:
@@ -113,9 +142,16 @@ def _run_builtin(builtin: Builtin, being: Any, arguments: dict[str, Any]) -> Too
 
 
 def build_catalogue(
-    *, mcp_config_path: str | None = None, call_timeout: float | None = None, shutdown_grace: float | None = None
+    *,
+    mcp_config_path: str | None = None,
+    call_timeout: float | None = None,
+    shutdown_grace: float | None = None,
+    include_builtins: bool = True,
 ) -> ToolCatalogue:
     """Return a started catalogue: built-ins plus the servers of the MCP config (none when no config is set).
+
+    ``include_builtins=False`` leaves out the being's self tools (a workflow
+    run has no being: it gets the MCP tools only).
 
     Raises ``ConfigError`` for a bad config or clashing tool names, and
     ``UpstreamError(permanent=True)`` when a server fails to start; nothing is
@@ -124,13 +160,14 @@ def build_catalogue(
     path = settings.SINGULARITY_MCP_CONFIG if mcp_config_path is None else mcp_config_path
     timeout = settings.SINGULARITY_TOOL_TIMEOUT_SECS if call_timeout is None else call_timeout
     grace = settings.SINGULARITY_SHUTDOWN_GRACE_SECS if shutdown_grace is None else shutdown_grace
+    builtins = BUILTINS if include_builtins else ()
     servers = load_mcp_config(path) if path else []
     if not servers:
-        return ToolCatalogue()
+        return ToolCatalogue(builtins)
     host = McpHost(servers, call_timeout=timeout, shutdown_grace=grace)
     host.start()
     try:
-        return ToolCatalogue(host=host)
+        return ToolCatalogue(builtins, host=host)
     except ConfigError:
         host.close()
         raise

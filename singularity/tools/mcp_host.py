@@ -192,7 +192,10 @@ class McpHost:
         return set(self._pids)
 
     def specs(self) -> list[ToolSpec]:
-        """Return every server's tools as ``<server>__<tool>``, servers in config order, tools in listed order."""
+        """Return every server's tools as ``<server>__<tool>``, servers in config order, tools in listed order.
+
+        A tool is ``read_only`` only when the server annotates it ``readOnlyHint: true``.
+        """
         specs = []
         for name, connection in self._connections.items():
             for tool in connection.tools:
@@ -202,6 +205,7 @@ class McpHost:
                         description=tool.description or "",
                         parameters=tool.inputSchema or {"type": "object", "properties": {}},
                         source=f"mcp:{name}",
+                        read_only=bool(tool.annotations is not None and tool.annotations.readOnlyHint is True),
                     )
                 )
         return specs

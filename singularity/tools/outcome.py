@@ -19,6 +19,8 @@ class ToolSpec:
     description: str
     parameters: dict[str, Any]
     source: str
+    #: Declared read-only (an MCP tool's ``readOnlyHint: true``, or a built-in that only reads).
+    read_only: bool = False
 
 
 @dataclass
@@ -36,3 +38,5 @@ class ToolOutcome:
     raw: Any
     error: str = ""
     duration_ms: int = 0
+    #: Answered without running: a write under a loop-launched run (see ToolCatalogue.call).
+    dry_run: bool = False
