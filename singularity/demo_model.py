@@ -342,14 +342,19 @@ def classify(rules: Rules, text: str) -> str:
 
 
 def _task_text(content: object) -> str:
-    """Return the text to classify from a user message: a JSON object's public string values, else the text.
+    """Return the text to classify from a user message: its JSON object's public string values, else the text.
 
-    A runtime may send a run's input as a JSON object; keys starting with
-    ``_`` are labels for grading (a ticket's ``_expected``), never read.
+    A runtime sends a run's input as a JSON object, alone or after a lead-in
+    ("Input:\n{...}"); then only the object's string values are read, so the
+    wrapping words never match a rule, and keys starting with ``_`` (labels
+    for grading, such as a ticket's ``_expected``) are never read.
     """
     text = _text_of(content)
+    start = text.find("{")
+    if start < 0:
+        return text
     try:
-        data = json.loads(text)
+        data, _ = json.JSONDecoder().raw_decode(text[start:])
     except ValueError:
         return text
     if not isinstance(data, dict):

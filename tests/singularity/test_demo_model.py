@@ -80,6 +80,14 @@ def test_it_reads_a_json_input_without_its_underscore_labels(demo: Gateway) -> N
     assert ask(demo, unlabelled) == "general"
 
 
+def test_it_reads_only_the_object_after_a_lead_in(demo: Gateway) -> None:
+    # The lead-in's words are not the ticket: a rule on "input" must not fire on every run.
+    system = "## Rules\n\n- input -> wrong\n- otherwise -> general\n"
+    ticket = "Input:\n" + json.dumps({"text": "Hello"}, indent=2)
+    assert ask(demo, ticket, system=system) == "general"
+    assert ask(demo, "Input:\n" + json.dumps({"text": "My invoice"}, indent=2)) == "billing"
+
+
 def test_it_labels_instead_of_calling_a_tool_when_the_user_spoke_last(demo: Gateway, fake_gateway: FakeGateway) -> None:
     messages = [{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": "It will crash"}]
     result = demo.complete(model="demo-model", messages=messages, tools=[READ_TOOL])
