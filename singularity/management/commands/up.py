@@ -10,9 +10,10 @@ import time
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from singularity.being.demo import ensure_demo_being
+from singularity.errors import ConfigError, UpstreamError
 
 # Realistic prices for the demo model, so the demo being visibly spends (only when the gateway is the demo).
 DEMO_PRICES = {"BRAMA_INPUT_PRICE_USD_PER_MILLION": "2.50", "BRAMA_OUTPUT_PRICE_USD_PER_MILLION": "10.00"}
@@ -25,6 +26,23 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
         parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
         parser.add_argument("--no-demo", action="store_true", help="Do not create and start the demo being.")
+
+    def _sync_brain(self) -> None:
+        """Load the brain before anything runs, so the dashboard and the demo driver find its entities."""
+        from grading.sync import sync_brain
+
+        try:
+            report = sync_brain()
+        except (ConfigError, UpstreamError) as exc:
+            raise CommandError(f"brain sync failed: {exc}") from exc
+        broken = [line for line in report.entities if not line.ok]
+        loaded = len(report.entities) - len(broken)
+        message = f"Brain at {report.commit[:12]}: {loaded} entities loaded"
+        self.stdout.write(self.style.SUCCESS(message) if not broken else message)
+        for line in broken:
+            self.stderr.write(f"  {line.label} ({line.path}): {line.error}")
+        for error in report.errors:
+            self.stderr.write(f"  brain: {error}")
 
     def handle(self, *args: Any, **options: Any) -> None:
         env = dict(os.environ)
@@ -52,6 +70,7 @@ class Command(BaseCommand):
             "beat": [python, "-m", "celery", "-A", "singularity", "beat", "-l", "info"],
         }
         settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
+        self._sync_brain()
         if demo and not options["no_demo"]:
             ensure_demo_being()
         procs = {name: subprocess.Popen(cmd, env=env) for name, cmd in commands.items()}
