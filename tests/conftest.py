@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 
-pytest_plugins = ["tests.fakes.fixtures", "tests.fakes.mcp_fixtures"]
+pytest_plugins = ["tests.fakes.fixtures", "tests.fakes.mcp_fixtures", "tests.fakes.telegram_fixtures"]
 
 
 @pytest.fixture
