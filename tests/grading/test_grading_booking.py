@@ -1,0 +1,276 @@
+"""Bookings: slots held while the judge waits, the due and lost sweeps, eval_start, one grading per run."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from io import StringIO
+
+import pytest
+import time_machine
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+from grading.booking import LOST, GradingOff, book_for_rating, eval_start, on_terminal, sweep_due, sweep_lost
+from grading.grade import grade_now
+from grading.models import Execution, Grade
+from grading.sampling import booked_on, calendar_day
+from singularity.celery import app as celery_app
+from tests.grading.grading_helpers import make_entity, make_run
+
+#: Method none: grading needs no model, so these tests are about the booking alone.
+NO_JUDGE = {"method": "none", "metrics": {"cost_usd": {"role": "guard", "floor": 1}}}
+T0 = datetime(2025, 5, 5, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def eager_tasks() -> Iterator[None]:
+    """Run enqueued tasks in-process, as a worker would, instead of writing them to the broker."""
+    before = celery_app.conf.task_always_eager
+    celery_app.conf.task_always_eager = True
+    yield
+    celery_app.conf.task_always_eager = before
+
+
+def delayed_entity(**evaluation):
+    return make_entity(evaluation={**NO_JUDGE, "sample": {"maxPerDay": 1}, "gradeAfterHours": 72, **evaluation})
+
+
+@pytest.mark.django_db
+def test_a_booking_records_when_the_grade_is_owed():
+    entity = delayed_entity()
+    run = make_run(entity, completed_at=T0)
+    with time_machine.travel(T0 + timedelta(seconds=5), tick=False):
+        grade = on_terminal(run)
+    assert grade is not None
+    assert grade.status == Grade.Status.BOOKED
+    assert grade.due_at == T0 + timedelta(hours=72)
+    assert grade.holds_slot
+
+
+@pytest.mark.django_db
+def test_a_delayed_booking_holds_its_slot_while_the_judge_waits():
+    entity = delayed_entity()
+    first, second = make_run(entity), make_run(entity)
+    assert on_terminal(first) is not None
+    assert on_terminal(second) is None
+    assert second.sampling == Execution.Sampling.SKIPPED_CAP
+    assert first.grade.status == Grade.Status.BOOKED  # not graded yet, and still holding the day's only slot
+
+
+@pytest.mark.django_db
+def test_the_nearest_tier_wins_even_when_it_says_zero():
+    entity = make_entity(
+        evaluation={**NO_JUDGE, "gradeAfterHours": 0}, manifest={"evaluation": {"gradeAfterHours": 72}}
+    )
+    run = make_run(entity, completed_at=T0)
+    with time_machine.travel(T0, tick=False):
+        grade = on_terminal(run)
+    assert grade.due_at == T0
+
+
+@pytest.mark.django_db
+def test_a_delayed_grade_is_graded_by_the_due_sweep_once_its_time_comes(
+    eager_tasks, django_capture_on_commit_callbacks
+):
+    entity = delayed_entity()
+    run = make_run(entity, completed_at=T0)
+    with time_machine.travel(T0, tick=False), django_capture_on_commit_callbacks(execute=True) as callbacks:
+        grade = on_terminal(run)
+    assert callbacks == []  # nothing enqueued while the grade is not owed
+
+    with time_machine.travel(T0 + timedelta(hours=71), tick=False), django_capture_on_commit_callbacks(execute=True):
+        assert sweep_due() == 0
+    grade.refresh_from_db()
+    assert grade.status == Grade.Status.BOOKED
+
+    with (
+        time_machine.travel(T0 + timedelta(hours=72, seconds=30), tick=False),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        assert sweep_due() == 1
+    grade.refresh_from_db()
+    assert grade.status == Grade.Status.GRADED
+    assert grade.metrics["cost_usd"] == "0.0123"
+
+    with time_machine.travel(T0 + timedelta(hours=73), tick=False), django_capture_on_commit_callbacks(execute=True):
+        assert sweep_due() == 0  # graded once
+
+
+@pytest.mark.django_db
+def test_a_grade_due_now_is_enqueued_after_commit(eager_tasks, django_capture_on_commit_callbacks):
+    entity = make_entity(evaluation=NO_JUDGE)
+    run = make_run(entity)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        grade = on_terminal(run)
+    assert len(callbacks) == 1
+    grade.refresh_from_db()
+    assert grade.status == Grade.Status.GRADED
+
+
+@pytest.mark.django_db
+def test_a_grading_job_that_never_ran_is_failed_as_lost_and_frees_its_slot():
+    entity = delayed_entity()
+    first = make_run(entity, completed_at=T0)
+    with time_machine.travel(T0, tick=False):
+        grade = on_terminal(first)
+        day = calendar_day()
+    assert booked_on(entity, day) == 1
+
+    with time_machine.travel(T0 + timedelta(hours=72, minutes=14), tick=False):
+        assert sweep_lost() == 0  # inside the grace
+    with time_machine.travel(T0 + timedelta(hours=72, minutes=16), tick=False):
+        assert sweep_lost() == 1
+        assert sweep_lost() == 0  # idempotent
+    grade.refresh_from_db()
+    assert grade.status == Grade.Status.FAILED
+    assert grade.error == LOST == "grading job lost"
+    assert grade.score is None and grade.metrics == {}
+    assert not grade.holds_slot
+    assert booked_on(entity, day) == 0
+
+    with time_machine.travel(T0 + timedelta(minutes=1), tick=False):
+        second = make_run(entity)
+        assert on_terminal(second) is not None  # the freed slot books the day's next run
+
+
+@pytest.mark.django_db
+def test_a_grading_that_started_and_never_finished_is_lost_too():
+    entity = make_entity(evaluation=NO_JUDGE)
+    with time_machine.travel(T0, tick=False):
+        grade = on_terminal(make_run(entity))
+        Grade.objects.filter(pk=grade.pk).update(status=Grade.Status.GRADING, started_at=T0, attempts=1)
+    with time_machine.travel(T0 + timedelta(minutes=16), tick=False):
+        assert sweep_lost() == 1
+    grade.refresh_from_db()
+    assert grade.status == Grade.Status.FAILED and grade.error == LOST
+
+
+@pytest.mark.django_db
+def test_a_late_result_does_not_overwrite_a_lost_verdict():
+    entity = make_entity(evaluation=NO_JUDGE)
+    grade = on_terminal(make_run(entity))
+    Grade.objects.filter(pk=grade.pk).update(status=Grade.Status.FAILED, error=LOST)
+    grade.refresh_from_db()
+    assert grade_now(grade).error == LOST
+
+
+@pytest.mark.django_db
+def test_eval_start_pulls_a_delayed_grading_forward_without_a_second_grade():
+    entity = delayed_entity()
+    run = make_run(entity, completed_at=T0)
+    with time_machine.travel(T0, tick=False):
+        booked = on_terminal(run)
+    with time_machine.travel(T0 + timedelta(hours=1), tick=False):
+        graded = eval_start(run)
+        assert graded.pk == booked.pk
+        assert graded.status == Grade.Status.GRADED
+        assert graded.due_at == T0 + timedelta(hours=1)
+        assert graded.attempts == 1
+        assert sweep_due() == 0
+    assert Grade.objects.filter(execution=run).count() == 1
+    assert booked_on(entity, calendar_day(T0)) == 1
+
+
+@pytest.mark.django_db
+def test_eval_start_grades_a_run_the_sampler_passed_by_holding_no_slot():
+    entity = make_entity(evaluation={**NO_JUDGE, "sample": {"maxPerDay": 1}})
+    on_terminal(make_run(entity))
+    skipped = make_run(entity)
+    on_terminal(skipped)
+    grade = eval_start(skipped)
+    assert grade.status == Grade.Status.GRADED
+    assert grade.reason == "manual" and not grade.holds_slot
+    skipped.refresh_from_db()
+    assert skipped.sampling == Execution.Sampling.MANUAL
+
+
+@pytest.mark.django_db
+def test_eval_start_regrades_a_graded_run_in_place():
+    entity = make_entity(evaluation=NO_JUDGE)
+    run = make_run(entity)
+    on_terminal(run)
+    first = eval_start(run)
+    again = eval_start(run)
+    assert (first.pk, again.pk) == (run.pk, run.pk)
+    assert again.status == Grade.Status.GRADED and again.attempts == 2
+
+
+@pytest.mark.django_db
+def test_eval_start_is_refused_when_grading_is_off():
+    entity = make_entity(evaluation={"enabled": False})
+    run = make_run(entity)
+    with pytest.raises(GradingOff, match="evaluation.enabled is false"):
+        eval_start(run)
+    assert not Grade.objects.exists()
+
+
+@pytest.mark.django_db
+def test_eval_start_command_grades_a_run_now():
+    entity = delayed_entity()
+    run = make_run(entity)
+    on_terminal(run)
+    out = StringIO()
+    call_command("eval_start", str(run.pk), stdout=out)
+    assert "graded, passed=True" in out.getvalue()
+    run.grade.refresh_from_db()
+    assert run.grade.status == Grade.Status.GRADED
+
+
+@pytest.mark.django_db
+def test_eval_start_command_names_an_unknown_run():
+    with pytest.raises(CommandError, match="not found"):
+        call_command("eval_start", "00000000-0000-0000-0000-000000000000")
+
+
+@pytest.mark.django_db
+def test_a_rating_books_a_passed_by_run_once_counted_from_the_run_end():
+    entity = make_entity(evaluation={**NO_JUDGE, "sample": {"rate": 0}, "gradeAfterHours": 2})
+    run = make_run(entity, completed_at=T0)
+    on_terminal(run)
+    assert run.sampling == Execution.Sampling.SKIPPED_RATE
+    grade = book_for_rating(run)
+    assert (grade.reason, grade.holds_slot, grade.due_at) == ("rated", False, T0 + timedelta(hours=2))
+    assert book_for_rating(run).pk == grade.pk
+    run.refresh_from_db()
+    assert run.sampling == Execution.Sampling.RATED
+
+
+@pytest.mark.django_db
+def test_a_rating_books_nothing_when_grading_is_off():
+    run = make_run(make_entity(evaluation={"enabled": False}))
+    with pytest.raises(GradingOff):
+        book_for_rating(run)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_workers_racing_grade_one_run_once():
+    entity = make_entity(evaluation={**NO_JUDGE, "gradeAfterHours": 1})  # delayed: nothing enqueued
+    run = make_run(entity)
+    grade = on_terminal(run)
+    from grading.grade import _grade
+
+    start = threading.Barrier(6)
+    did: list[bool] = []
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            mine = Grade.objects.get(pk=grade.pk)
+            start.wait()
+            did.append(_grade(mine))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    assert did.count(True) == 1
+    grade.refresh_from_db()
+    assert grade.status == Grade.Status.GRADED and grade.attempts == 1
