@@ -1,0 +1,131 @@
+"""The inbox: pending cards and history, answering with HTMX and without JavaScript, notices, the nav count."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.utils import timezone
+
+from hitl.actions import answer_card, post_notice
+from hitl.models import Card, Notice
+from tests.hitl.conftest import RATING_FORM, make_card
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def signed_in(client, alice):
+    client.force_login(alice)
+    return client
+
+
+def test_the_inbox_needs_a_login(client):
+    response = client.get("/inbox/")
+    assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+
+
+def test_the_inbox_lists_pending_cards_newest_first_then_history(signed_in, alice, handler):
+    old = make_card(key="decide:old", title="Older proposal")
+    new = make_card(key="decide:new", title="Newer proposal", hours=3)
+    done = make_card(key="decide:done", title="Answered proposal")
+    answer_card(done.pk, user=alice, is_agent=False, choice="accept", via="dashboard")
+    page = signed_in.get("/inbox/").content.decode()
+    pending, history = page.split('id="history"')
+    assert pending.index("Newer proposal") < pending.index("Older proposal")
+    assert "Answered proposal" in history and "Answered by <strong>alice</strong>: <strong>Accept</strong>" in history
+    assert "expires in 2" in pending, "a deadline as people read it"
+    assert 'href="/evolution/cycles/7/"' in pending
+    assert 'Inbox<span id="inbox-count"> (2)</span>' in page
+    assert old.pk and new.pk
+
+
+def test_answering_without_javascript_redirects_back_with_a_message(
+    signed_in, handler, django_capture_on_commit_callbacks
+):
+    card = make_card()
+    with django_capture_on_commit_callbacks(execute=True):
+        response = signed_in.post(f"/inbox/cards/{card.pk}/answer/", {"choice": "skip", "note": "off-brand"})
+    assert response.status_code == 302 and response["Location"] == "/inbox/"
+    card.refresh_from_db()
+    assert card.answer == {"choice": "skip", "note": "off-brand", "values": {}, "refinement": ""}
+    assert card.answered_via == "dashboard"
+    assert "Skip" in signed_in.get("/inbox/").content.decode()
+    assert len(handler.calls) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_htmx_swaps_the_card_with_the_notices_and_count_out_of_band(signed_in, handler):
+    """Committed for real, so the handler's notice is there by the time the response renders."""
+    handler.post_notices = True
+    card = make_card()
+    response = signed_in.post(
+        f"/inbox/cards/{card.pk}/answer/", {"choice": "refine", "refinement": "shorter"}, headers={"HX-Request": "true"}
+    )
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert html.lstrip().startswith("<article") and f'id="card-{card.pk}"' in html
+    assert "Answered by <strong>alice</strong>: <strong>Refine</strong>" in html and "shorter" in html
+    assert 'id="notices" hx-swap-oob="true"' in html and "Heard: Proposal decide:1 — Refine" in html
+    assert '<span id="inbox-count" hx-swap-oob="true"></span>' in html
+
+
+def test_a_bad_answer_is_shown_on_the_card(signed_in, handler):
+    card = make_card()
+    html = signed_in.post(
+        f"/inbox/cards/{card.pk}/answer/", {"choice": "refine"}, headers={"HX-Request": "true"}
+    ).content.decode()
+    assert "A refinement needs some text." in html
+    assert Card.objects.get(pk=card.pk).is_pending
+
+
+def test_a_rating_form_is_answered_with_number_inputs(signed_in, handler, django_capture_on_commit_callbacks):
+    card = make_card(kind="rating", key="rating:form", options=RATING_FORM)
+    page = signed_in.get("/inbox/").content.decode()
+    assert 'name="value_clarity" min="1" max="10" step="1"' in page
+    with django_capture_on_commit_callbacks(execute=True):
+        signed_in.post(
+            f"/inbox/cards/{card.pk}/answer/",
+            {"choice": "rate", "value_clarity": "8", "value_pacing": "35", "note": "ok"},
+        )
+    card.refresh_from_db()
+    assert card.answer == {"choice": "rate", "note": "ok", "values": {"clarity": 8, "pacing": 35}, "refinement": ""}
+
+
+def test_decide_cards_offer_custom_and_a_skip_note(signed_in):
+    make_card()
+    page = signed_in.get("/inbox/").content.decode()
+    assert "<summary>Custom…</summary>" in page and 'name="refinement"' in page
+    assert 'placeholder="Note for Skip (optional)"' in page
+
+
+def test_an_expired_card_is_history(signed_in, handler):
+    make_card(title="Forgotten", hours=1)
+    with time_machine.travel(timezone.now() + timedelta(hours=2)):
+        from hitl.actions import expire_due_cards
+
+        expire_due_cards()
+        page = signed_in.get("/inbox/").content.decode()
+    assert "Expired unanswered" in page.split('id="history"')[1]
+
+
+def test_notices_are_listed_and_marked_read(signed_in):
+    notice = post_notice(producer="loop", kind="skipped", title="Cycle 3 skipped", text="Nobody answered.")
+    assert "Cycle 3 skipped" in signed_in.get("/inbox/").content.decode()
+    signed_in.post(f"/inbox/notices/{notice.pk}/read/")
+    assert Notice.objects.get(pk=notice.pk).read_at is not None
+
+
+def test_the_card_page_shows_one_card(signed_in):
+    card = make_card(title="Just this one")
+    assert "Just this one" in signed_in.get(card.get_absolute_url()).content.decode()
+
+
+def test_the_admin_lists_cards_read_only(client, alice):
+    client.force_login(alice)
+    card = make_card()
+    assert client.get("/admin/hitl/card/").status_code == 200
+    page = client.get(f"/admin/hitl/card/{card.pk}/change/").content.decode()
+    assert 'name="title"' not in page, "not editable"
+    assert client.get("/admin/hitl/telegramuser/add/").status_code == 200
