@@ -68,6 +68,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "singularity.context_processors.navigation",
+                "hitl.context_processors.inbox",
             ],
         },
     },
