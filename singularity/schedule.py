@@ -23,6 +23,16 @@ BEAT_SCHEDULE = {
         "schedule": 20.0,
         "options": {"expires": 15},
     },
+    "hitl-expire-cards": {
+        "task": "hitl.tasks.expire_cards",
+        "schedule": 30.0,
+        "options": {"expires": 25},
+    },
+    "hitl-send-deliveries": {
+        "task": "hitl.tasks.send_deliveries",
+        "schedule": 30.0,
+        "options": {"expires": 25},
+    },
     "grading-sweep-lost": {
         "task": "grading.tasks.grading.sweep_lost",
         "schedule": 300.0,
