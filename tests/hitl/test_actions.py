@@ -13,7 +13,7 @@ from django.utils import timezone
 from hitl.actions import answer_card, cancel_card, expire_due_cards, open_card, retry_handler, run_handler
 from hitl.models import Card, Delivery, Notice
 from singularity.errors import ConfigError
-from tests.hitl.conftest import DECIDE, PRODUCER, RATING_BUTTONS, RATING_FORM, make_card
+from tests.hitl.helpers import DECIDE, PRODUCER, RATING_BUTTONS, RATING_FORM, make_card
 
 pytestmark = pytest.mark.django_db
 

@@ -7,7 +7,7 @@ from rest_framework.test import APIClient
 
 from hitl.actions import post_notice
 from singularity.models import ApiToken
-from tests.hitl.conftest import RATING_FORM, make_card
+from tests.hitl.helpers import RATING_FORM, make_card
 
 pytestmark = pytest.mark.django_db
 

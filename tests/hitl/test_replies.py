@@ -6,7 +6,7 @@ import pytest
 
 from hitl.models import Card
 from hitl.replies import read_rating
-from tests.hitl.conftest import RATING_BUTTONS, RATING_FORM
+from tests.hitl.helpers import RATING_BUTTONS, RATING_FORM
 
 BUTTONS = Card(kind="rating", options=RATING_BUTTONS)
 THUMBS = Card(

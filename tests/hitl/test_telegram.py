@@ -17,7 +17,7 @@ from hitl.models import Card, Delivery, TelegramUpdate, TelegramUser
 from hitl.sender import send_pending
 from tests.fakes.telegram import BOT_ID, CHAT_ID
 from tests.fakes.telegram_fixtures import WEBHOOK_SECRET
-from tests.hitl.conftest import RATING_BUTTONS, RATING_FORM, make_card
+from tests.hitl.helpers import RATING_BUTTONS, RATING_FORM, make_card
 
 pytestmark = pytest.mark.django_db
 

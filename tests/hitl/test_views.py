@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from hitl.actions import answer_card, post_notice
 from hitl.models import Card, Notice
-from tests.hitl.conftest import RATING_FORM, make_card
+from tests.hitl.helpers import RATING_FORM, make_card
 
 pytestmark = pytest.mark.django_db
 
