@@ -144,6 +144,11 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "BeingStatusEnum": "singularity.models.Being.Status",
         "CycleStatusEnum": "singularity.models.Cycle.Status",
+        "EntityKindEnum": "grading.models.Entity.Kind",
+        "ExecutionStatusEnum": "grading.models.Execution.Status",
+        "GradeStatusEnum": "grading.models.Grade.Status",
+        "CalibrationStatusEnum": ["ok", "low"],
+        "EntityLoadStatusEnum": ["ok", "error"],
     },
 }
 
