@@ -286,3 +286,18 @@ def test_rate_runs_reads_a_bounded_number_of_queries(web, bob, django_assert_max
         Rating.objects.create(execution=run, metric_id="layout_fit", user=bob, value=3, normalized=0.5)
     with django_assert_max_num_queries(16):
         assert web.get("/evolution/rate/").status_code == 200
+
+
+# --- Admin --------------------------------------------------------------------------------------
+
+
+def test_the_admin_lists_grading_rows_read_only(web) -> None:
+    entity = make_entity("pulse", kind="heartbeat", load_error="schedule: required")
+    run = graded(entity)
+    Rating.objects.create(execution=run, metric_id="layout_fit", user=entity_user(web), value=4, normalized=0.75)
+    for model in ("entity", "execution", "grade", "rating"):
+        response = web.get(f"/admin/grading/{model}/")
+        assert response.status_code == 200, model
+        assert f"/admin/grading/{model}/add/" not in response.content.decode()
+    assert "schedule: required" in web.get(f"/admin/grading/entity/{entity.pk}/change/").content.decode()
+    assert web.post(f"/admin/grading/entity/{entity.pk}/delete/", {"post": "yes"}).status_code == 403
