@@ -1,0 +1,108 @@
+"""Rate runs in headless Chromium: log in, rate a run inline, see people's median and the calibration change."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from grading.models import Rating
+from tests.grading.rating_helpers import make_entity, make_grade, make_run
+
+# Playwright's sync API runs an event loop in this thread; the ORM calls in the test are still synchronous.
+os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+
+CHROMIUM = "/usr/bin/chromium"
+SCREENSHOT = Path("/tmp/rate_runs.png")
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        not shutil.which(CHROMIUM) and not os.environ.get("CI"), reason="needs /usr/bin/chromium (required in CI)"
+    ),
+]
+
+
+@pytest.fixture
+def page() -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--no-first-run",
+                "--disable-sync",
+            ],
+        )
+        context = browser.new_context(viewport={"width": 1280, "height": 1100})
+        yield context.new_page()
+        context.close()
+        browser.close()
+
+
+def log_in(page, live_server, next_path: str) -> None:
+    page.goto(f"{live_server.url}{next_path}")
+    assert "/accounts/login/" in page.url
+    page.fill("input[name=username]", "alice")
+    page.fill("input[name=password]", "alice-password")
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}{next_path}")
+
+
+def test_a_person_rates_a_run_and_sees_the_median_and_calibration_change(page, live_server, alice, bob) -> None:
+    entity = make_entity("storyboard", name="Storyboard")
+    now = timezone.now()
+    # Four runs bob already rated in agreement with the judge: one pair short of minPairs 5.
+    for n in range(4):
+        run = make_run(entity, completed_at=now - timedelta(hours=10 - n))
+        make_grade(run, metrics={"layout_fit": 0.75, "quality": 0.8})
+        Rating.objects.create(execution=run, metric_id="layout_fit", user=bob, value=4, normalized=0.75)
+    newest = make_run(entity, completed_at=now - timedelta(minutes=5))
+    make_grade(newest, metrics={"layout_fit": 0.5, "quality": 0.7})
+
+    log_in(page, live_server, "/evolution/rate/")
+    calibration = page.locator(f"#calibration-{entity.pk} tr[data-metric=layout_fit]")
+    assert calibration.locator(".badge").inner_text() == "low"
+    assert "4 of 5 pairs" in calibration.inner_text()
+
+    row = page.locator(f"#run-{newest.id}")
+    cell = row.locator("tr[data-metric=layout_fit]")
+    assert cell.locator("td.judge").inner_text() == "3 · Acceptable"
+    assert cell.locator("td.people").inner_text() == "—"
+
+    cell.locator("input[name=note]").fill("scenes hold together")
+    cell.get_by_role("button", name="4 · Good").click()
+
+    # The row and the calibration swap in place (no navigation).
+    page.locator(f"#run-{newest.id} .answer.ok").wait_for(timeout=8000)
+    assert page.url == f"{live_server.url}/evolution/rate/"
+    cell = page.locator(f"#run-{newest.id} tr[data-metric=layout_fit]")
+    assert cell.locator("td.people").inner_text().startswith("4 · Good")
+    assert cell.get_by_role("button", name="4 · Good").get_attribute("aria-pressed") == "true"
+    calibration = page.locator(f"#calibration-{entity.pk} tr[data-metric=layout_fit]")
+    calibration.locator(".badge.ok").wait_for(timeout=8000)
+    assert "5 of 5 pairs agree" in calibration.inner_text()
+    assert calibration.locator("td.num").nth(1).inner_text() == "100%"
+
+    rating = Rating.objects.get(execution=newest, user=alice)
+    assert (rating.value, rating.note) == (4, "scenes hold together")
+
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+    # Changing one's mind replaces the rating: 1 of 1–5 (0.0) is now a pair that disagrees with the judge's 0.5.
+    cell.get_by_role("button", name="1 · Unusable").click()
+    page.locator(f"#run-{newest.id} tr[data-metric=layout_fit] button[aria-pressed=true]").filter(
+        has_text="1 · Unusable"
+    ).wait_for(timeout=8000)
+    assert Rating.objects.filter(execution=newest, user=alice).get().value == 1
+    assert "4 of 5 pairs agree" in page.locator(f"#calibration-{entity.pk} tr[data-metric=layout_fit]").inner_text()
