@@ -10,6 +10,8 @@ from django.utils import timezone
 
 from grading.calibration import MetricCalibration, calibration
 from grading.models import Entity, Rating
+from grading.ratings import scale_of
+from singularity.brain.defaults import DEFAULT_HUMAN_SCALE
 from tests.grading.rating_helpers import HELPFUL, JUDGE, LAYOUT_FIT, RELEVANCE, make_entity, make_grade, make_run
 
 pytestmark = pytest.mark.django_db
@@ -171,3 +173,42 @@ def test_it_reads_a_bounded_number_of_queries(alice, django_assert_max_num_queri
         paired_run(entity, alice, n, 0.5, 0.5)
     with django_assert_max_num_queries(3):
         calibration(entity)
+
+
+def test_resolved_terms_without_a_human_block_calibrate_on_the_engine_defaults(alice) -> None:
+    from singularity.brain.terms import resolve_terms
+
+    frontmatter = {
+        "name": "Storyboard",
+        "evaluation": {
+            "enabled": True,
+            "metrics": {
+                "layout_fit": {
+                    "kind": "judged",
+                    "human": True,
+                    "direction": "max",
+                    "role": "guard",
+                    "criterion": "The scenes follow the strategy",
+                },  # fmt: skip
+            },
+        },
+    }
+    terms, provenance = resolve_terms("workflow", {}, frontmatter, entity_label="features/s/storyboard.scenario.md")
+    human = terms["evaluation"]["human"]
+    assert human == {
+        "ask": "never",
+        "spotCheck": 0.1,
+        "expiresHours": 48,
+        "agreement": {"minPairs": 5, "tolerance": 0.25, "threshold": 0.8, "maxPairs": 20},
+    }
+    assert scale_of(terms["evaluation"]["metrics"]["layout_fit"]) == DEFAULT_HUMAN_SCALE  # the engine's 1–5
+    entity = make_entity("storyboard")
+    entity.terms, entity.provenance = terms, provenance
+    entity.save()
+    for n in range(4):
+        paired_run(entity, alice, n, 0.75, 0.5)
+    answer = only(entity)
+    assert (answer.status, answer.pairs) == ("low", 4)
+    assert "4 of 5 pairs" in answer.reason
+    paired_run(entity, alice, 4, 0.75, 0.5)  # 0.25 apart: agrees at the default tolerance
+    assert only(entity).status == "ok"
