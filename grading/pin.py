@@ -18,8 +18,11 @@ COMPARED = ("model", "method_hash", "loop_hash", "role_hash")
 
 
 class MethodLike(Protocol):
-    name: str
-    sha256: str
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def sha256(self) -> str: ...
 
 
 def snapshot(
