@@ -106,3 +106,44 @@ def test_a_person_rates_a_run_and_sees_the_median_and_calibration_change(page, l
     ).wait_for(timeout=8000)
     assert Rating.objects.filter(execution=newest, user=alice).get().value == 1
     assert "4 of 5 pairs agree" in page.locator(f"#calibration-{entity.pk} tr[data-metric=layout_fit]").inner_text()
+
+
+def test_the_entity_and_run_pages_show_plots_calibration_and_the_grade(page, live_server, alice, bob) -> None:
+    entity = make_entity("storyboard", name="Storyboard")
+    now = timezone.now()
+    runs = []
+    for n, (judge, people) in enumerate([(0.5, 0.5), (0.75, 0.5), (0.75, 1.0), (1.0, 0.75), (0.25, 0.25)]):
+        run = make_run(entity, completed_at=now - timedelta(hours=10 - n), cost_usd=f"0.01{n}")
+        make_grade(
+            run,
+            metrics={"layout_fit": judge, "quality": 0.6 + n / 20, "cost_usd": f"0.01{n}", "duration_ms": 3000 + n},
+            criteria=[
+                {
+                    "criterion": "The report names every blocked task",
+                    "scope": "run",
+                    "passed": True,
+                    "score": 0.9,
+                    "reasoning": "All three are named",
+                    "evidence": "output.summary",
+                }
+            ],  # fmt: skip
+        )
+        Rating.objects.create(execution=run, metric_id="layout_fit", user=bob, value=1 + 4 * people, normalized=people)
+        runs.append(run)
+
+    log_in(page, live_server, entity.get_absolute_url())
+    plot = page.locator("figure.plot[data-metric=layout_fit] svg")
+    assert plot.is_visible()
+    assert plot.locator(".hline").first.text_content().startswith("Target: 0.5")
+    assert plot.locator("circle").count() == 10  # the judge's five and people's five
+    assert page.locator("figure.plot[data-metric=cost_usd] svg circle title").last.text_content().endswith("$0.014")
+    assert "5 of 5 pairs" in page.locator(f"#calibration-{entity.pk}").inner_text()
+    page.screenshot(path="/tmp/entity_detail.png", full_page=True)
+
+    page.goto(f"{live_server.url}{runs[-1].get_absolute_url()}")
+    assert "The report names every blocked task" in page.locator("table.criteria").inner_text()
+    vector = page.locator("table.vector")
+    assert vector.locator("tr[data-metric=cost_usd] td.judge").inner_text() == "$0.014"
+    assert vector.locator("tr[data-metric=duration_ms] td.judge").inner_text() == "3.004 s"
+    assert vector.locator("tr[data-metric=layout_fit] td.people").inner_text() == "2 · Poor"
+    page.screenshot(path="/tmp/run_detail.png", full_page=True)
