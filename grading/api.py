@@ -8,7 +8,7 @@ refused. ``POST /api/runs/<id>/grade/`` (eval_start) is open to both.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
@@ -282,8 +282,9 @@ class Ratings(APIView):
             is_agent=is_agent(request),
             run_kind=str(data.get("run_kind") or ""),
             run_id=str(data.get("run_id") or ""),
-            idempotency_key=data.get("idempotency_key"),
-            ratings=data.get("ratings"),
+            # The door checks the types itself and names the field, like every writer's.
+            idempotency_key=cast(str, data.get("idempotency_key")),
+            ratings=cast(list, data.get("ratings")),
         )
         body = answer.as_dict()
         if not answer.ok:

@@ -211,9 +211,9 @@ def metric_plots(entity: Entity) -> list[dict[str, Any]]:
             value = _decimal((vector or {}).get(metric_id))
             if value is not None:
                 judged.append((number, value))
-            median = people.get(str(execution_id), {}).get(metric_id)
+            median = _decimal(people.get(str(execution_id), {}).get(metric_id))
             if median is not None:
-                rated.append((number, _decimal(median)))
+                rated.append((number, median))
         series = []
         if spec.get("kind") != "reported":
             series.append(Series("Judge" if metric_id in humans else metric_id, judged, color="#0072B2"))
@@ -303,7 +303,7 @@ def entity_run(request: HttpRequest, target_kind: str, slug: str) -> HttpRespons
 
     user_id = request.user.pk
     transaction.on_commit(
-        lambda: run_entity_task.delay(entity.pk, input=data, source=Execution.Source.MANUAL, user_id=user_id)
+        lambda: run_entity_task.delay(entity.pk, input=data, source=Execution.Source.MANUAL.value, user_id=user_id)
     )
     messages.success(request, f"Started a run of {entity.name or entity.slug} on the workers.")
     return redirect(entity)
