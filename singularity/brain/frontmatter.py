@@ -14,6 +14,7 @@ from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.scalarbool import ScalarBoolean
 
 from singularity.errors import ConfigError
 
@@ -36,7 +37,7 @@ def to_plain(value: Any) -> Any:
         return {_key(k): to_plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [to_plain(v) for v in value]
-    if isinstance(value, bool) or value is None:
+    if value is None or isinstance(value, (bool, ScalarBoolean)):
         return value if value is None else bool(value)
     if isinstance(value, int):
         return int(value)

@@ -225,6 +225,12 @@ def test_frontmatter_errors_name_the_file_and_the_line():
     assert frontmatter.parse("no frontmatter here", path="a.md") == ({}, "no frontmatter here")
 
 
+def test_anchored_booleans_and_numbers_come_out_plain():
+    data, _ = frontmatter.parse("---\na: &on true\nb: *on\nc: 0.5\nd: 2026-01-02\n1: one\n---\n", path="a.md")
+    assert data == {"a": True, "b": True, "c": 0.5, "d": "2026-01-02", "1": "one"}
+    assert all(type(v) in (bool, float, str) for v in data.values())
+
+
 @pytest.mark.parametrize(
     ("expression", "ok"),
     [
