@@ -131,7 +131,7 @@ def main() -> None:
         setattr(Runtime, method_name, timed)
 
     instrument("_debit", "round", subtract_tool=False)
-    instrument("_run_tool", "tool", subtract_tool=True)
+    instrument("_tool_finished", "tool", subtract_tool=True)
 
     def measure(label: str, n_rounds: int, n_tools: int, history: int = 0) -> dict:
         mode["rounds"], mode["tools"] = n_rounds, n_tools
