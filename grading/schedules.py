@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from celery.schedules import crontab
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django_celery_beat.models import CrontabSchedule, PeriodicTask, PeriodicTasks
 
 from grading.models import Entity
@@ -58,8 +58,9 @@ def parse_cron(expression: str) -> dict[str, str]:
 
 
 def _crontab(fields: dict[str, str]) -> CrontabSchedule:
-    schedule, _created = CrontabSchedule.objects.get_or_create(**fields, timezone=settings.TIME_ZONE)
-    return schedule
+    """Return the crontab row for ``fields`` in the configured zone, the oldest when two workers made one each."""
+    existing = CrontabSchedule.objects.filter(**fields, timezone=settings.TIME_ZONE).order_by("pk").first()
+    return existing or CrontabSchedule.objects.create(**fields, timezone=settings.TIME_ZONE)
 
 
 def scheduled_entities() -> list[Entity]:
@@ -91,14 +92,20 @@ def sync_schedules() -> ScheduleReport:
             args = json.dumps([entity.pk])
             task = existing.get(name)
             if task is None:
-                PeriodicTask.objects.create(
-                    name=name,
-                    task=TASK,
-                    crontab=_crontab(fields),
-                    args=args,
-                    expire_seconds=EXPIRE_SECONDS,
-                    description=f"Run {entity} on its schedule {entity.schedule!r}",
-                )
+                try:
+                    with transaction.atomic():
+                        PeriodicTask.objects.create(
+                            name=name,
+                            task=TASK,
+                            crontab=_crontab(fields),
+                            args=args,
+                            expire_seconds=EXPIRE_SECONDS,
+                            description=f"Run {entity} on its schedule {entity.schedule!r}",
+                        )
+                except IntegrityError:
+                    # Another worker's sync created it a moment ago; the next sync compares it.
+                    logger.info("schedules: %s was created by another sync", name)
+                    continue
                 report.created.append(name)
                 continue
             current = task.crontab
