@@ -94,7 +94,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # one per test run, so two runs side by side never share it.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-db-{os.getpid()}.sqlite3")}
 else:
-    DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME", "") or None}
+    # One test database per test run, so two runs side by side never share it.
+    _test_db = f"test_{DATABASES['default'].get('NAME') or 'singularity'}_{os.getpid()}"
+    DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME", _test_db)}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
