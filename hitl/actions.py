@@ -130,7 +130,10 @@ def open_card(
             _enqueue_deliveries(card=card)
     except IntegrityError:
         # Another process opened the same key between our read and our insert.
-        return Card.objects.get(key=key)
+        opened = Card.objects.filter(key=key).first()
+        if opened is None:
+            raise
+        return opened
     return card
 
 

@@ -54,15 +54,15 @@ def read_rating(card: Card, text: str) -> Reading:
             str(m["metric_id"]): match.group(1).replace(",", ".") for m, match in zip(metrics, found, strict=True)
         }
         return Reading(choice=Card.RATE, values=values, note=_note(text, [m.span() for m in found]))
-    for option in card.buttons:
-        label = str(option.get("label", ""))
+    for button in card.buttons:
+        label = str(button.get("label", ""))
         if label and not label.isdigit() and text.startswith(label):
-            return Reading(choice=str(option["value"]), note=_note(text, [(0, len(label))]))
+            return Reading(choice=str(button["value"]), note=_note(text, [(0, len(label))]))
     match = _NUMBER.search(text)
     allowed = ", ".join(str(o.get("label", o["value"])) for o in card.buttons)
     if match is None:
         return Reading(error=f"Start the reply with a rating: {allowed}.")
-    option = next((o for o in card.buttons if _same_number(match.group(1), o["value"])), None)
+    option: dict[str, Any] | None = next((o for o in card.buttons if _same_number(match.group(1), o["value"])), None)
     if option is None:
         return Reading(error=f"{match.group(1)} is not one of: {allowed}.")
     return Reading(choice=str(option["value"]), note=_note(text, [match.span()]))

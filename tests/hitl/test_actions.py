@@ -250,3 +250,27 @@ def test_two_racing_answers_write_one(handler, alice, bob):
     card.refresh_from_db()
     assert card.responded_by.username == winner
     assert len(handler.calls) == 1 and handler.calls[0][3] == winner
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_producers_racing_to_open_one_key_get_one_card():
+    if connection.vendor != "postgresql":
+        pytest.skip("needs Postgres: SQLite serialises writers")
+    barrier = threading.Barrier(4)
+    opened = []
+
+    def open_it():
+        barrier.wait()
+        try:
+            opened.append(make_card(key="rating:run-77").pk)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=open_it) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(opened) == 4 and len(set(opened)) == 1
+    assert Card.objects.filter(key="rating:run-77").count() == 1
