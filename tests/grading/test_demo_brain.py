@@ -11,6 +11,7 @@ import pytest
 from django.conf import settings
 
 from singularity.brain.git import Checkout, clone, init_bare_from
+from singularity.brain.loader import load_brain
 from singularity.brain.modules import module_from_source
 from singularity.demo_model import classify, demo_policy, parse_rules
 from tests.fakes.gateway import FakeGateway
@@ -57,8 +58,7 @@ def demo_checkout(tmp_path_factory: pytest.TempPathFactory) -> Checkout:
 
 
 def test_the_demo_brain_loads_every_entity_without_an_error(demo_checkout: Checkout) -> None:
-    loader = pytest.importorskip("singularity.brain.loader")
-    snapshot = loader.load_brain(demo_checkout, demo_checkout.head())
+    snapshot = load_brain(demo_checkout, demo_checkout.head())
     assert snapshot.errors == []
     kinds = {entity.slug: entity.kind for entity in snapshot.entities}
     assert kinds == {"triage": "workflow", "pricing": "pipeline", "pulse": "heartbeat"}
@@ -67,8 +67,7 @@ def test_the_demo_brain_loads_every_entity_without_an_error(demo_checkout: Check
 
 
 def test_the_demo_brain_resolves_the_terms_it_declares(demo_checkout: Checkout) -> None:
-    loader = pytest.importorskip("singularity.brain.loader")
-    entities = {e.slug: e for e in loader.load_brain(demo_checkout, demo_checkout.head()).entities}
+    entities = {e.slug: e for e in load_brain(demo_checkout, demo_checkout.head()).entities}
     triage = entities["triage"].terms
     assert triage["evaluation"]["method"] == "none"
     assert triage["evaluation"]["sample"] == {"rate": 1, "maxPerDay": 500}
