@@ -157,7 +157,12 @@ def sync_brain(*, checkout: Checkout | None = None) -> SyncReport:
     with _file_lock(_lock_path(checkout.path)):
         commit = checkout.fetch()
         snapshot = load_brain(checkout, commit)
-    return write_snapshot(snapshot)
+    report = write_snapshot(snapshot)
+    # Heartbeats and scheduled scenarios run on django-celery-beat: keep its rows in step with the brain.
+    from grading.schedules import sync_schedules
+
+    sync_schedules()
+    return report
 
 
 def write_snapshot(snapshot: BrainSnapshot) -> SyncReport:

@@ -175,3 +175,12 @@ def test_current_checkout_refuses_when_the_demo_brain_is_missing(tmp_path, setti
     settings.BRAIN_CHECKOUT = tmp_path / "var" / "brain"
     with pytest.raises(ConfigError, match="demo brain"):
         current_checkout()
+
+
+def test_sync_puts_the_heartbeat_schedule_on_the_beat(brain):
+    from django_celery_beat.models import PeriodicTask
+
+    sync_brain(checkout=brain.checkout)
+    task = PeriodicTask.objects.get(name="entity:heartbeat:pulse")
+    assert task.task == "grading.tasks.runs.run_scheduled_entity"
+    assert (task.crontab.minute, task.crontab.hour) == ("*/5", "*")
