@@ -72,10 +72,15 @@ def current_judge(entity: Entity) -> dict[str, Any] | None:
 
 
 def _under_judge(grades: QuerySet[Grade], judge: dict[str, Any]) -> QuerySet[Grade]:
-    """Only grades whose judge facts equal ``judge``; a missing fact matches only another missing one."""
+    """Only grades whose judge facts equal ``judge``; a missing fact matches only another missing one.
+
+    Missing, null and "" read the same, as in ``grading.pin.comparable``.
+    """
     for key, value in judge.items():
-        if value is None:
-            grades = grades.filter(Q(**{f"judge__{key}": None}) | Q(**{f"judge__{key}__isnull": True}))
+        if not value:
+            grades = grades.filter(
+                Q(**{f"judge__{key}": None}) | Q(**{f"judge__{key}__isnull": True}) | Q(**{f"judge__{key}": ""})
+            )
         else:
             grades = grades.filter(**{f"judge__{key}": value})
     return grades

@@ -212,3 +212,10 @@ def test_resolved_terms_without_a_human_block_calibrate_on_the_engine_defaults(a
     assert "4 of 5 pairs" in answer.reason
     paired_run(entity, alice, 4, 0.75, 0.5)  # 0.25 apart: agrees at the default tolerance
     assert only(entity).status == "ok"
+
+
+def test_a_judge_whose_role_hash_is_empty_reads_as_stating_none(alice) -> None:
+    entity = make_entity(evaluation={"human": {"agreement": {"minPairs": 1}}})
+    paired_run(entity, alice, 0, 0.5, 0.5, role_hash=None)
+    paired_run(entity, alice, 1, 0.5, 0.5, role_hash="")
+    assert only(entity).pairs == 2
