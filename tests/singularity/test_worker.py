@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -107,29 +108,22 @@ def test_beat_wakes_beings_on_a_schedule_with_an_expiry():
     assert entry["options"]["expires"] > 0
 
 
-def test_a_real_celery_worker_runs_a_being_cycle(gateway_settings, fake_gateway, tmp_path):
-    """A worker consuming from the configured broker (file system here, Redis in CI's second run)."""
+def test_a_real_celery_worker_runs_a_being_cycle(gateway_settings, fake_gateway):
+    """A worker consuming from the configured broker (file system here, Redis in CI's second run).
+
+    The task goes to a queue of its own, so messages other tests left on the
+    default queue are neither consumed here nor in the way.
+    """
     from celery.contrib.testing.worker import start_worker
 
     from singularity.tasks import run_being_cycle
 
-    saved = dict(celery_app.conf.broker_transport_options)
-    if celery_app.conf.broker_url.startswith("filesystem://"):
-        folder = tmp_path / "broker"
-        folder.mkdir()
-        celery_app.conf.broker_transport_options = {
-            "data_folder_in": str(folder),
-            "data_folder_out": str(folder),
-            "control_folder": str(tmp_path / "control"),
-        }
+    queue = f"test-worker-{uuid.uuid4().hex[:8]}"
     fake_gateway.script(Reply(content="from a worker"))
     being = start_on_workers(create_being("ada"), by="alice")
-    try:
-        with start_worker(celery_app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
-            run_being_cycle.delay(being.pk)
-            deadline = time.monotonic() + 30
-            while not Cycle.objects.filter(being=being, status="completed").exists() and time.monotonic() < deadline:
-                time.sleep(0.1)
-    finally:
-        celery_app.conf.broker_transport_options = saved
+    with start_worker(celery_app, pool="solo", perform_ping_check=False, shutdown_timeout=10, queues=[queue]):
+        run_being_cycle.apply_async(args=[being.pk], queue=queue)
+        deadline = time.monotonic() + 30
+        while not Cycle.objects.filter(being=being, status="completed").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
     assert Cycle.objects.get(being=being).final_content == "from a worker"
