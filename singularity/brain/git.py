@@ -6,6 +6,7 @@ commit, so an entity is always read at the commit it was loaded from.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 from dataclasses import dataclass
@@ -63,8 +64,13 @@ class Checkout:
         return self.head()
 
     def read_at(self, commit: str, path: str) -> bytes:
-        """The bytes of ``path`` as of ``commit``; GitError when it did not exist there."""
-        return git("show", f"{commit}:{path}", cwd=self.path)
+        """The bytes of ``path`` as of ``commit``; GitError when it did not exist there.
+
+        A file at a full commit id never changes, so such reads are cached per process.
+        """
+        if len(commit) != 40:
+            return git("show", f"{commit}:{path}", cwd=self.path)
+        return _read_cached(str(self.path), commit, path)
 
     def exists_at(self, commit: str, path: str) -> bool:
         try:
@@ -77,6 +83,11 @@ class Checkout:
         """Every file path in the tree of ``commit``."""
         out = git("ls-tree", "-r", "--name-only", "-z", commit, cwd=self.path)
         return [p for p in out.decode().split("\0") if p]
+
+
+@functools.lru_cache(maxsize=512)
+def _read_cached(repo: str, commit: str, path: str) -> bytes:
+    return git("show", f"{commit}:{path}", cwd=repo)
 
 
 def clone(url: str, path: Path, branch: str = "main") -> Checkout:
