@@ -254,3 +254,121 @@ class RatingSubmission(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["user", "idempotency_key"], name="rating_idempotency_unique")]
+
+
+# --- Chat episodes (grading.chat) ------------------------------------------------------------------
+#
+# A person's dialog with a chat role is graded by the episode: the
+# consecutive turns of one role with one person. An episode IS an
+# execution (run_kind "episode"); these two tables hold what a dialog has
+# that a run does not: who the counterpart is, how it ended, and its turns.
+
+
+class Episode(models.Model):
+    """One dialog of a chat role with one person; its primary key is its execution's (the run id)."""
+
+    class Status(models.TextChoices):
+        OPEN = "open"
+        CLOSED = "closed"
+
+    class ClosedBy(models.TextChoices):
+        IDLE = "idle", "went quiet"
+        AGENT = "agent", "closed by the role"
+        PERSON = "person", "closed by a person"
+        CODE = "code", "closed by code"
+        ROLE_CHANGE = "role_change", "role changed"
+
+    class Surface(models.TextChoices):
+        DASHBOARD = "dashboard"
+        TELEGRAM = "telegram"
+
+    execution = models.OneToOneField(Execution, on_delete=models.CASCADE, related_name="episode", primary_key=True)
+    role = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="episodes")
+    #: The person: a Django user when known (a Telegram account mapped to one counts as that user) …
+    counterpart_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="chat_episodes"
+    )
+    #: … else a Telegram account nobody mapped (a stranger on a public bot).
+    counterpart_telegram_id = models.BigIntegerField(null=True, blank=True)
+    counterpart_name = models.CharField(max_length=200, blank=True, default="")
+    #: Where the episode's first message came from.
+    surface = models.CharField(max_length=16, choices=Surface.choices)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    opened_at = models.DateTimeField(default=timezone.now)
+    #: The end of the role's last turn: the idle pause counts from here.
+    last_reply_at = models.DateTimeField(null=True, blank=True)
+    #: A turn is in progress: the idle pause does not run.
+    busy = models.BooleanField(default=False)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    closed_by = models.CharField(max_length=16, choices=ClosedBy.choices, blank=True, default="")
+    #: When the closed episode's execution is finished and booked (code's close outside a turn waits out the pause).
+    finish_after = models.DateTimeField(null=True, blank=True)
+    #: The role's context starts empty here (the first dialog with this person, or a reset by a role change).
+    fresh_context = models.BooleanField(default=True)
+    #: The role versions its turns ran under, in order of first use.
+    role_versions = models.JSONField(default=list, blank=True)
+    #: Its turns ran under two versions or more: it counts in no window of a change.
+    mixed_versions = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-opened_at"]
+        indexes = [
+            models.Index(fields=["role", "-opened_at"]),
+            models.Index(fields=["status", "busy"]),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["role", "counterpart_user"],
+                condition=models.Q(status="open", counterpart_user__isnull=False),
+                name="episode_one_open_per_user",
+            ),
+            models.UniqueConstraint(
+                fields=["role", "counterpart_telegram_id"],
+                condition=models.Q(status="open", counterpart_user__isnull=True),
+                name="episode_one_open_per_telegram_account",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"episode {self.pk} of {self.role_id} ({self.status})"
+
+    @property
+    def counterpart_label(self) -> str:
+        """Who the role talked with, as the dashboard names them (never shown on a card)."""
+        if self.counterpart_user_id is not None:
+            return self.counterpart_user.get_username()
+        return self.counterpart_name or f"telegram:{self.counterpart_telegram_id}"
+
+    def get_absolute_url(self) -> str:
+        from django.urls import reverse
+
+        return reverse("grading:episode", args=[self.pk])
+
+
+class Turn(models.Model):
+    """One message of an episode: the person's, or the role's reply with the version it ran under."""
+
+    class Speaker(models.TextChoices):
+        PERSON = "person"
+        ROLE = "role"
+
+    episode = models.ForeignKey(Episode, on_delete=models.CASCADE, related_name="turns")
+    seq = models.PositiveIntegerField()
+    role = models.CharField(max_length=8, choices=Speaker.choices)
+    text = models.TextField(blank=True, default="")
+    surface = models.CharField(max_length=16, choices=Episode.Surface.choices, blank=True, default="")
+    #: The role version a reply ran under ("" for the person's turns).
+    version_hash = models.CharField(max_length=64, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    cost_usd = MoneyField(default=Decimal(0))
+    #: The role's tool calls in this turn: [{"tool", "arguments", "status", "error", "result"}] (clipped).
+    tool_calls = models.JSONField(default=list, blank=True)
+    #: Why the role's reply failed (the gateway, the round limit); "" when it answered.
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["episode", "seq"]
+        constraints = [models.UniqueConstraint(fields=["episode", "seq"], name="turn_seq_unique")]
+
+    def __str__(self) -> str:
+        return f"turn {self.seq} ({self.role}) of {self.episode_id}"
