@@ -19,6 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from grading import api_runs
 from grading.calibration import calibration
 from grading.models import Entity, Execution, Grade, Rating
 from grading.ratings import people_values, rate
@@ -142,6 +143,12 @@ class EntityCalibration(APIView):
 )
 class RunList(FilteredList):
     serializer_class = RunSerializer
+
+    @extend_schema(operation_id="runs_create")
+    @api_runs.REPORT_SCHEMA
+    def post(self, request: Request) -> Response:
+        """Report runs from a script: the same as ``POST /api/runs/report/``."""
+        return api_runs.handle_report(request)
 
     def get_queryset(self) -> QuerySet[Execution]:
         runs = Execution.objects.select_related("entity", "grade").order_by("-started_at", "-id")

@@ -113,7 +113,7 @@ def _entities(refs: list[str]) -> dict[str, Entity]:
     return {str(entity): entity for entity in Entity.objects.filter(query)} if wanted else {}
 
 
-@extend_schema(
+REPORT_SCHEMA = extend_schema(
     operation_id="runs_report",
     summary="Report runs made outside the engine",
     description=(
@@ -134,10 +134,18 @@ def _entities(refs: list[str]) -> dict[str, Entity]:
     },
     tags=["runs"],
 )
+
+
+@REPORT_SCHEMA
 @api_view(["POST"])
 @parser_classes([JSONParser])
 def report_runs(request: Request) -> Response:
     """Record the reported runs and answer 201 with their ids, or 400 naming what was refused."""
+    return handle_report(request)
+
+
+def handle_report(request: Request) -> Response:
+    """The report itself, shared by ``POST /api/runs/report/`` and ``POST /api/runs/``."""
     many = isinstance(request.data, list)
     if many and not request.data:
         return _invalid("runs: the list is empty")

@@ -128,3 +128,12 @@ def test_the_endpoint_is_in_the_api_schema(alice):
     operation = schema["paths"]["/api/runs/report/"]["post"]
     assert operation["operationId"] == "runs_report"
     assert "201" in operation["responses"]
+
+
+def test_runs_can_also_be_reported_by_posting_to_the_runs_collection(entities, alice):
+    response = client(alice).post("/api/runs/", [run(), run(entity="heartbeat:ops")], format="json")
+    assert response.status_code == 201, response.json()
+    ids = response.json()["ids"]
+    assert [Execution.objects.get(pk=i).entity.slug for i in ids] == ["triage", "ops"]
+    listed = client(alice).get("/api/runs/").json()
+    assert {row["id"] for row in listed["results"]} >= set(ids)
