@@ -13,7 +13,7 @@ import asyncio
 import logging
 import threading
 import warnings
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -195,6 +195,15 @@ class TelegramSession:
         )
         return Sent(chat_id=str(message.chat_id), message_id=message.message_id)
 
+    def send_text(self, chat_id: str | int, text: str) -> Sent:
+        """Send ``text`` as a plain message to ``chat_id`` and return where it landed."""
+        message = self._call(
+            self._bot.send_message(
+                chat_id=chat_id, text=_cut(text, MAX_TEXT), link_preview_options=LinkPreviewOptions(is_disabled=True)
+            )
+        )
+        return Sent(chat_id=str(message.chat_id), message_id=message.message_id)
+
     def edit_card(self, delivery: Delivery, card: Card) -> None:
         """Rewrite the card's message as it now stands (buttons gone once it is closed)."""
         try:
@@ -346,7 +355,7 @@ def _on_reply(message: dict[str, Any]) -> tuple[str, list[_Outgoing]]:
         else None
     )
     if delivery is None:
-        return "ignored: not a reply to a card", []
+        return _on_plain(message), []
 
     def say(text: str) -> list[_Outgoing]:
         return [_Outgoing(text, chat_id=chat_id, message_id=int(message.get("message_id", 0)))]
@@ -380,6 +389,50 @@ def _on_reply(message: dict[str, Any]) -> tuple[str, list[_Outgoing]]:
     else:
         return "ignored: this card takes a button", say(reply_text("needs_button", card=card))
     return f"{result.code}: card {card.pk}", say(_answer_reply(result))
+
+
+# --- Plain messages: other apps' handlers ------------------------------------------
+
+#: Handlers of a plain message (one that is not a reply to a card), asked in order of registration.
+MessageHandler = Callable[[dict[str, Any]], "str | None"]
+_message_handlers: list[MessageHandler] = []
+
+
+def register_message_handler(handler: MessageHandler) -> MessageHandler:
+    """Register ``handler(message) -> outcome | None`` for plain messages; return it (usable as a decorator).
+
+    A handler gets the Bot API message of every message that is not a reply
+    to a card, inside the update's transaction, and returns the outcome in
+    words when it took the message (None passes it on). It must not call
+    Telegram or anything slow there: it defers that work to after commit.
+    Registering the same handler twice registers it once.
+    """
+    if handler not in _message_handlers:
+        _message_handlers.append(handler)
+    return handler
+
+
+def unregister_message_handler(handler: MessageHandler) -> None:
+    if handler in _message_handlers:
+        _message_handlers.remove(handler)
+
+
+def _on_plain(message: dict[str, Any]) -> str:
+    """Hand a plain message to the first handler that takes it; return its outcome."""
+    for handler in list(_message_handlers):
+        outcome = handler(message)
+        if outcome is not None:
+            return outcome
+    return "ignored: not a reply to a card"
+
+
+def send_text(chat_id: str | int, text: str) -> Sent:
+    """Send ``text`` as a plain message to ``chat_id`` and return where it landed; ChannelError when it fails."""
+    session = TelegramSession.open()
+    try:
+        return session.send_text(chat_id, text)
+    finally:
+        session.close()
 
 
 def _dispatch(data: dict[str, Any]) -> tuple[str, list[_Outgoing]]:
