@@ -142,6 +142,8 @@ class Execution(models.Model):
     started_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     started_at = models.DateTimeField(default=timezone.now)
     completed_at = models.DateTimeField(null=True, blank=True)
+    #: A person was asked to rate this run (a rating card, grading.cards): until then it is in no observed window.
+    awaiting_rating_until = models.DateTimeField(null=True, blank=True, db_index=True)
 
     class Meta:
         ordering = ["-started_at"]
