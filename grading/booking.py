@@ -110,6 +110,11 @@ def _book(
     execution.sampling = sampling
     if due_at <= now:
         _enqueue_on_commit(grade.pk)
+
+    # Rating cards: ask a person to rate the run when evaluation.human.ask says so (grading.cards).
+    from grading.cards import maybe_card
+
+    maybe_card(grade)
     return grade
 
 
