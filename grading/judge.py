@@ -221,12 +221,14 @@ def _trace_summary(trace: Any) -> list[str]:
 def user_message(entity: Entity, execution: Execution) -> str:
     """Return the user message: the entity's definition, what it is graded on, and the run."""
     evaluation = entity.evaluation()
+    episode = execution.run_kind == Execution.RunKind.EPISODE
     parts = [
         f"# The entity: {entity.kind} {entity.slug}" + (f" — {entity.name}" if entity.name else ""),
         entity.description or "",
-        "## Its definition (the instructions it runs by)",
-        entity.body or "(empty)",
     ]
+    if not episode:
+        # A chat episode is graded as a dialog against the requirements, never the role's prompt against itself.
+        parts += ["## Its definition (the instructions it runs by)", entity.body or "(empty)"]
     requirements = evaluation.get("requirements") or []
     if requirements:
         parts += ["## Requirements", *[f"- {requirement}" for requirement in requirements]]
@@ -243,16 +245,23 @@ def user_message(entity: Entity, execution: Execution) -> str:
         for metric_id in metric_ids:
             spec = metrics[metric_id]
             parts.append(f"- {metric_id}: {spec.get('criterion') or '(no criterion)'} — {_scale_text(spec)}")
+    if episode:
+        from grading.chat.transcript import evidence
+
+        parts += evidence(entity, execution)
+    else:
+        parts += [
+            "## The run",
+            f"Run {execution.pk}, {execution.run_kind}, status {execution.status}"
+            + (f", error: {execution.error}" if execution.error else ""),
+            "### Input",
+            _json(execution.input),
+            "### Output",
+            _json(execution.output),
+            "### Tool calls",
+            *_trace_summary(execution.trace),
+        ]
     parts += [
-        "## The run",
-        f"Run {execution.pk}, {execution.run_kind}, status {execution.status}"
-        + (f", error: {execution.error}" if execution.error else ""),
-        "### Input",
-        _json(execution.input),
-        "### Output",
-        _json(execution.output),
-        "### Tool calls",
-        *_trace_summary(execution.trace),
         "## Your answer",
         'Answer with one JSON object of the requested schema: per-criterion verdicts (scope "run" or '
         '"task:<id>"), overall_score from 0 to 1, passed, failure_category (empty when passed), feedback, '
@@ -262,9 +271,18 @@ def user_message(entity: Entity, execution: Execution) -> str:
 
 
 def messages(entity: Entity, execution: Execution, method: ResolvedMethod, role: ResolvedRole) -> list[dict[str, Any]]:
-    """Return the chat messages of one judging: the role and the method as system, the case as user."""
+    """Return the chat messages of one judging: the role and the method as system, the case as user.
+
+    A chat episode's judge also grades under the chat privacy rule, appended as ``## Privacy``.
+    """
+    system = f"{role.body}\n\n{method.text.strip()}"
+    if execution.run_kind == Execution.RunKind.EPISODE:
+        from grading.chat.transcript import privacy_rule
+
+        rule = privacy_rule(entity)
+        system += f"\n\n## Privacy\n\n{rule}" if rule else ""
     return [
-        {"role": "system", "content": f"{role.body}\n\n{method.text.strip()}"},
+        {"role": "system", "content": system},
         {"role": "user", "content": user_message(entity, execution)},
     ]
 
