@@ -10,3 +10,8 @@ class GradingConfig(AppConfig):
         from hitl import registry
 
         registry.register(PRODUCER, KIND, on_rating_card)
+
+        from grading.chat.telegram import on_message
+        from hitl.channels.telegram import register_message_handler
+
+        register_message_handler(on_message)
