@@ -33,6 +33,11 @@ BEAT_SCHEDULE = {
         "schedule": 30.0,
         "options": {"expires": 25},
     },
+    "chat-close-idle-episodes": {
+        "task": "grading.tasks.chat.close_idle_episodes",
+        "schedule": 60.0,
+        "options": {"expires": 50},
+    },
     "grading-sweep-lost": {
         "task": "grading.tasks.grading.sweep_lost",
         "schedule": 300.0,
