@@ -219,6 +219,8 @@ TELEGRAM_BOT_TOKEN = env_secret("TELEGRAM_BOT_TOKEN", "")
 TELEGRAM_CHAT_ID = env_str("TELEGRAM_CHAT_ID", "")
 #: "<telegram user id>:<username>,…" — who may answer, merged with the admin's Telegram users table.
 TELEGRAM_USERS = env_str("TELEGRAM_USERS", "")
+#: Telegram chats routed to chat roles: "<chat id>:<role slug>,…" ("*" for every other private chat).
+TELEGRAM_ROLE_CHATS = env_str("TELEGRAM_ROLE_CHATS", "")
 TELEGRAM_WEBHOOK_SECRET = env_secret("TELEGRAM_WEBHOOK_SECRET", "")
 TELEGRAM_API_URL = env_str("TELEGRAM_API_URL", "https://api.telegram.org/bot")
 TELEGRAM_SEND_PER_SECOND = env_float("TELEGRAM_SEND_PER_SECOND", 1.0, minimum=0.001)
