@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -43,7 +44,7 @@ from singularity.brain.defaults import EVALUATION
 log = logging.getLogger(__name__)
 
 PRODUCER = "grading"
-KIND: str = Card.Kind.RATING.value
+KIND = "rating"  # Card.Kind.RATING, as the registry keys it (a plain str)
 TEMPLATE = "grading/cards/rating.txt"
 #: The run's own summary on a card is cut here, and the card says so.
 SUMMARY_CHARS = 1500
@@ -134,6 +135,14 @@ def maybe_card(grade: Grade) -> bool:
     log.info("run %s of %s carded for a rating: %s", execution.pk, execution.entity, why)
     transaction.on_commit(lambda: _enqueue(execution.pk))
     return True
+
+
+def maybe_card_many(grades: Iterable[Grade]) -> int:
+    """Ask for ratings of a batch of booked grades as ``maybe_card`` does for each; return how many runs were carded.
+
+    No query at all for an entity that asks nobody (``ask: never``, the default).
+    """
+    return sum(maybe_card(grade) for grade in grades)
 
 
 def _enqueue(execution_id: Any) -> None:
@@ -339,7 +348,8 @@ def post_card(execution_id: Any) -> Card | None:
     until = execution.awaiting_rating_until
     if until is None or until <= timezone.now():
         return None
-    metrics = human_metrics(execution.entity)
+    # By id: Postgres keeps no key order in JSON, and a typed reply on a form answers in the card's order.
+    metrics = dict(sorted(human_metrics(execution.entity).items()))
     if not metrics:
         return None
     entity = execution.entity
