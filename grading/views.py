@@ -23,8 +23,10 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from grading.calibration import calibration
+from grading.cards import card_key, waiting_until
 from grading.models import Entity, Execution, Grade, Rating
 from grading.ratings import human_metrics, on_scale, people_values, rate, scale_of
+from hitl.models import Card
 from singularity.errors import ConfigError, StateError
 from singularity.plots import HLine, Series, line_chart
 from singularity.templatetags.singularity_tags import money
@@ -350,6 +352,8 @@ def run_detail(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
         "input_json": json.dumps(execution.input, indent=2, ensure_ascii=False),
         "output_json": json.dumps(execution.output, indent=2, ensure_ascii=False),
         "trace": execution.trace or [],
+        "awaiting_rating_until": waiting_until(execution),
+        "rating_card": Card.objects.filter(key=card_key(execution.pk)).first(),
     }
     return render(request, "grading/run_detail.html", context)
 
