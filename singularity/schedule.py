@@ -38,6 +38,11 @@ BEAT_SCHEDULE = {
         "schedule": 60.0,
         "options": {"expires": 50},
     },
+    "grading-open-missing-rating-cards": {
+        "task": "grading.tasks.cards.open_missing_rating_cards",
+        "schedule": 60.0,
+        "options": {"expires": 50},
+    },
     "grading-sweep-lost": {
         "task": "grading.tasks.grading.sweep_lost",
         "schedule": 300.0,
