@@ -480,3 +480,9 @@ def test_the_handler_is_registered_for_grading_rating_cards():
     from grading.cards import on_rating_card
 
     assert registry.handler_for("grading", "rating") is on_rating_card
+
+
+def test_the_sweep_of_lost_card_openings_is_on_the_beat(settings):
+    entry = settings.CELERY_BEAT_SCHEDULE["grading-open-missing-rating-cards"]
+    assert entry["task"] == "grading.tasks.cards.open_missing_rating_cards"
+    assert 0 < entry["options"]["expires"] <= entry["schedule"]
