@@ -3,6 +3,7 @@
 from django.urls import path
 
 from grading import api, api_runs
+from grading.chat import api as chat_api
 
 urlpatterns = [
     path("entities/", api.EntityList.as_view(), name="api-grading-entities"),
@@ -19,4 +20,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>/grade/", api.RunGrade.as_view(), name="api-grading-run-grade"),
     path("grades/", api.GradeList.as_view(), name="api-grading-grades"),
     path("ratings/", api.Ratings.as_view(), name="api-grading-ratings"),
+    path("episodes/", chat_api.EpisodeList.as_view(), name="api-grading-episodes"),
+    path("episodes/<uuid:run_id>/", chat_api.EpisodeDetail.as_view(), name="api-grading-episode"),
+    path("episodes/<uuid:run_id>/close/", chat_api.EpisodeClose.as_view(), name="api-grading-episode-close"),
 ]
