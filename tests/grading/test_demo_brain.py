@@ -61,8 +61,13 @@ def test_the_demo_brain_loads_every_entity_without_an_error(demo_checkout: Check
     snapshot = load_brain(demo_checkout, demo_checkout.head())
     assert snapshot.errors == []
     kinds = {entity.slug: entity.kind for entity in snapshot.entities}
-    assert kinds == {"triage": "workflow", "pricing": "pipeline", "pulse": "heartbeat"}
-    assert {entity.slug: entity.error for entity in snapshot.entities} == {"triage": "", "pricing": "", "pulse": ""}
+    assert kinds == {"triage": "workflow", "pricing": "pipeline", "pulse": "heartbeat", "helpdesk": "role"}
+    assert {entity.slug: entity.error for entity in snapshot.entities} == {
+        "triage": "",
+        "pricing": "",
+        "pulse": "",
+        "helpdesk": "",
+    }
     assert "default" in snapshot.methods
 
 
