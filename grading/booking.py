@@ -12,7 +12,7 @@ idempotent: asking twice books once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -20,7 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from grading.models import Entity, Execution, Grade
-from grading.sampling import calendar_day, decide, free_slot
+from grading.sampling import calendar_day, decide, free_slot, max_per_day, method_of, rate_verdict, take_slots
 from singularity.errors import ConfigError, StateError
 
 log = logging.getLogger(__name__)
@@ -172,6 +172,118 @@ def on_terminal(execution: Execution) -> Grade | None:
             )
     execution.sampling = grade.execution.sampling
     return grade
+
+
+def on_terminal_many(executions: Sequence[Execution]) -> list[Grade | None]:
+    """Book a batch of finished runs as ``on_terminal`` books each; return their bookings (None: not graded) in order.
+
+    The same rules, set-based: the executions are locked once; the exemption
+    checks and the rate verdict are asked per run in Python; each (entity,
+    day) takes its ``maxPerDay`` slots at once (``take_slots``: the day's row
+    locked and raised once, in the batch's order, never past the ceiling);
+    the bookings are one ``bulk_create`` and the verdicts one ``UPDATE`` per
+    distinct value. Bookings due now are graded once this commits: under
+    ``method: none`` together in this process (``grading.grade.grade_many``),
+    judged ones one by one through the Celery task. A run already booked or
+    decided keeps what it has. StateError (nothing written) when one still runs.
+    """
+    executions = list(executions)
+    if not executions:
+        return []
+    results: list[Grade | None] = [None] * len(executions)
+    with transaction.atomic():
+        ids = [execution.pk for execution in executions]
+        locked = {
+            pk: (status, sampling)
+            for pk, status, sampling in Execution.objects.select_for_update()
+            .filter(pk__in=ids)
+            .order_by("pk")
+            .values_list("pk", "status", "sampling")
+        }
+        for execution in executions:
+            state = locked.get(execution.pk)
+            if state is None:
+                raise StateError(f"execution {execution.pk}: cannot book it, it is gone")
+            if state[0] == Execution.Status.RUNNING:
+                raise StateError(f"execution {execution.pk}: still running: nothing to grade yet")
+        existing = {grade.pk: grade for grade in Grade.objects.filter(execution_id__in=ids)}
+        # The entities are locked before the day's slot row, as on_terminal locks each run's entity: a batch
+        # and single bookings then wait for each other instead of deadlocking (NO KEY: runs may still be inserted).
+        entities = {
+            entity.pk: entity
+            for entity in Entity.objects.select_for_update(no_key=True)
+            .filter(pk__in={execution.entity_id for execution in executions})
+            .order_by("pk")
+        }
+        now = timezone.now()
+        today = calendar_day(now)
+        # index → (reason, sampling, holds_slot); runs waiting for a slot by entity, in the batch's order.
+        planned: dict[int, tuple[str, str, bool]] = {}
+        verdicts: dict[int, str] = {}
+        wanting: dict[int, list[int]] = {}
+        for index, execution in enumerate(executions):
+            status, sampling = locked[execution.pk]
+            execution.status = status
+            if execution.pk in existing or sampling:
+                execution.sampling = sampling
+                results[index] = existing.get(execution.pk)
+                continue
+            entity = entities[execution.entity_id]
+            execution.entity = entity
+            why = _exemption(execution) if entity.evaluation_enabled and not execution.loop_launched else None
+            if why:
+                planned[index] = (f"exempt:{why}"[:64], Sampling.EXEMPT, False)
+                continue
+            verdict = rate_verdict(execution, entity)
+            if verdict is None:
+                wanting.setdefault(entity.pk, []).append(index)
+            else:
+                verdicts[index] = verdict
+        for entity_id in sorted(wanting):
+            entity = entities[entity_id]
+            waiting = wanting[entity_id]
+            granted = take_slots(entity, today, max_per_day(entity), len(waiting))
+            for index in waiting[:granted]:
+                planned[index] = ("sampled", Sampling.SAMPLED, True)
+            for index in waiting[granted:]:
+                verdicts[index] = Sampling.SKIPPED_CAP
+        grades = []
+        for index, (reason, sampling, holds_slot) in sorted(planned.items()):
+            execution = executions[index]
+            grade = Grade(
+                execution=execution,
+                entity=execution.entity,
+                status=Grade.Status.BOOKED,
+                reason=reason,
+                holds_slot=holds_slot,
+                day=today,
+                booked_at=now,
+                due_at=owed_at(execution, execution.entity),
+            )
+            grades.append(grade)
+            results[index] = grade
+            verdicts[index] = sampling
+        Grade.objects.bulk_create(grades)
+        by_verdict: dict[str, list[object]] = {}
+        for index, verdict in verdicts.items():
+            executions[index].sampling = verdict
+            by_verdict.setdefault(verdict, []).append(executions[index].pk)
+        for verdict, pks in sorted(by_verdict.items()):
+            Execution.objects.filter(pk__in=pks).update(sampling=verdict)
+        _grade_due_on_commit([grade for grade in grades if grade.due_at <= now])
+    return results
+
+
+def _grade_due_on_commit(grades: list[Grade]) -> None:
+    """After commit: grade the ``method: none`` bookings together here; enqueue the judged ones one by one."""
+    together = [grade for grade in grades if method_of(grade.entity) == "none"]
+    for grade in grades:
+        if method_of(grade.entity) != "none":
+            _enqueue_on_commit(grade.pk)
+    if together:
+        from grading.grade import grade_many
+
+        transaction.on_commit(lambda: grade_many(together))
 
 
 def book_exempt(execution: Execution, why: str) -> Grade:

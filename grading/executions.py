@@ -247,13 +247,14 @@ def report_execution(entity: Entity, data: dict[str, Any], *, user: Any) -> Exec
 
 
 def report_many(entity_rows: Iterable[tuple[Entity, dict[str, Any]]], *, user: Any) -> list[Execution]:
-    """Validate a batch of reported runs, record them in one transaction, book each on commit.
+    """Validate a batch of reported runs, record them in one transaction, book them together on commit.
 
     ``entity_rows`` is ``(entity, data)`` pairs. Every row is validated
     before anything is written (``ConfigError`` names ``runs[<index>].<field>``),
     so a batch is recorded whole or not at all. The inserts are one
     ``bulk_create``: the number of queries does not grow with the rows
-    (beyond the database's own limit on parameters per statement).
+    (beyond the database's own limit on parameters per statement). Once it
+    commits the batch is booked in one pass (``grading.booking.on_terminal_many``).
     """
     executions = [
         _reported(entity, validate_report(data, where=f"runs[{index}]"), user)
@@ -263,6 +264,12 @@ def report_many(entity_rows: Iterable[tuple[Entity, dict[str, Any]]], *, user: A
         return []
     with transaction.atomic():
         Execution.objects.bulk_create(executions)
-        for execution in executions:
-            _book_on_commit(execution)
+        transaction.on_commit(lambda: book_many(executions))
     return executions
+
+
+def book_many(executions: list[Execution]) -> Any:
+    """Hand a batch of terminal executions to ``grading.booking.on_terminal_many``; return what it returns."""
+    from grading.booking import on_terminal_many
+
+    return on_terminal_many(executions)

@@ -15,13 +15,17 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from django.db import connections, router, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from grading import judge as judging
 from grading.judge import JudgeError
-from grading.loop_modules import measure
-from grading.methods import method_name, resolve_method
+from grading.loop_modules import Measured, MeasureError, measure, measured_ids, owed_ids, run_info
+from grading.loop_modules import _check_unchanged as check_loop_module_unchanged
+from grading.loop_modules import _load as load_loop_module
+from grading.loop_modules import _parse as parse_measured
+from grading.methods import brain_checkout, method_name, resolve_method
 from grading.metrics import (
     MetricError,
     catalog_values,
@@ -190,10 +194,17 @@ def evaluate(
     measured = measure(entity, execution, checkout=checkout)
     vector: dict[str, Any] = {**catalog_values(execution), **measured.values}
     if method_name(entity) == "none":
-        outcome = _without_judge(entity, execution, vector, measured.loop_hash)
-        _refuse_moved(frozen, outcome.judge)
-        return outcome
+        return _unjudged(entity, execution, vector, measured.loop_hash, frozen)
     return _with_judge(entity, execution, vector, measured.loop_hash, frozen=frozen, checkout=checkout, gateway=gateway)
+
+
+def _unjudged(
+    entity: Entity, execution: Execution, vector: dict[str, Any], loop_hash: str, frozen: dict[str, Any] | None
+) -> Outcome:
+    """Return method none's outcome; GradingFailed when a frozen judge's loop module moved."""
+    outcome = _without_judge(entity, execution, vector, loop_hash)
+    _refuse_moved(frozen, outcome.judge)
+    return outcome
 
 
 #: A failed grade carries no verdict: whatever an earlier attempt measured is cleared.
@@ -273,6 +284,260 @@ def grade_now(grade: Grade, *, checkout: Any | None = None, gateway: Gateway | N
     _grade(grade, checkout=checkout, gateway=gateway)
     grade.refresh_from_db()
     return grade
+
+
+# --- Many at once (method none) -------------------------------------------------
+
+#: What a settled grade writes; ``grade_many`` writes every one for every row.
+_RESULT_FIELDS = (
+    "status",
+    "error",
+    "score",
+    "passed",
+    "failure_category",
+    "criteria",
+    "feedback",
+    "metrics",
+    "judge",
+    "cost_usd",
+    "graded_at",
+)
+
+
+def returns_rows(connection: Any) -> bool:
+    """Return True when the database answers ``UPDATE … RETURNING`` (PostgreSQL, SQLite 3.35+)."""
+    return bool(connection.features.can_return_columns_from_insert)
+
+
+def _claim_many(grade_ids: list[Any], now: Any) -> dict[Any, int]:
+    """Move the due bookings among ``grade_ids`` to ``grading`` in one UPDATE; return the ones won → their attempt.
+
+    ``UPDATE … RETURNING`` where the database has it; otherwise the claim is
+    re-read in the same transaction by the claim's own ``started_at``.
+    """
+    connection = connections[router.db_for_write(Grade)]
+    pk = Grade._meta.pk
+    if not returns_rows(connection):
+        with transaction.atomic():
+            Grade.objects.filter(pk__in=grade_ids, status=Grade.Status.BOOKED, due_at__lte=now).update(
+                status=Grade.Status.GRADING, started_at=now, attempts=F("attempts") + 1
+            )
+            return dict(
+                Grade.objects.filter(pk__in=grade_ids, status=Grade.Status.GRADING, started_at=now).values_list(
+                    "pk", "attempts"
+                )
+            )
+    quote = connection.ops.quote_name
+    column = {
+        name: quote(Grade._meta.get_field(name).column) for name in ("status", "started_at", "attempts", "due_at")
+    }
+    sql = (
+        f"UPDATE {quote(Grade._meta.db_table)} SET {column['status']} = %s, {column['started_at']} = %s, "
+        f"{column['attempts']} = {column['attempts']} + 1 "
+        f"WHERE {quote(pk.column)} IN ({', '.join(['%s'] * len(grade_ids))}) "
+        f"AND {column['status']} = %s AND {column['due_at']} <= %s "
+        f"RETURNING {quote(pk.column)}, {column['attempts']}"
+    )
+    when = connection.ops.adapt_datetimefield_value(now)
+    params = [Grade.Status.GRADING, when, *(pk.get_db_prep_value(i, connection) for i in grade_ids)]
+    params += [Grade.Status.BOOKED, when]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {pk.to_python(row[0]): row[1] for row in cursor.fetchall()}
+
+
+def _measure_many(
+    entity: Entity, executions: list[Execution], checkout: Any | None
+) -> dict[Any, Measured | SingularityError]:
+    """Return each execution's measurement (or the MeasureError failing it), the loop module loaded once.
+
+    The rules of ``grading.loop_modules.measure`` for a batch of one entity's
+    runs, with the check that the module did not move made once, after
+    every ``measure()`` of the batch ran.
+    """
+    wanted, owed = measured_ids(entity), owed_ids(entity)
+    if not entity.loop_module_path:
+        if wanted:
+            failure = MeasureError(f"{entity}: no loop module measures {', '.join(wanted)}")
+            return dict.fromkeys((execution.pk for execution in executions), failure)
+        return {execution.pk: Measured() for execution in executions}
+    repo = brain_checkout(checkout)
+    try:
+        loaded = load_loop_module(entity, repo)
+    except MeasureError as failure:
+        return dict.fromkeys((execution.pk for execution in executions), failure)
+    function = getattr(loaded.module, "measure", None)
+    if function is None:
+        if wanted:
+            failure = MeasureError(f"{loaded.path} has no measure(): {', '.join(wanted)} not measured")
+            return dict.fromkeys((execution.pk for execution in executions), failure)
+        return {execution.pk: Measured(loop_hash=loaded.sha256) for execution in executions}
+    results: dict[Any, Measured | SingularityError] = {}
+    raw: dict[Any, Any] = {}
+    for execution in executions:
+        try:
+            raw[execution.pk] = function(run_info(execution))
+        except Exception as exc:  # noqa: BLE001 - the brain's own code: any failure fails this measurement, named
+            results[execution.pk] = MeasureError(f"{loaded.path}: measure() raised {type(exc).__name__}: {exc}")
+    if raw:
+        try:
+            check_loop_module_unchanged(entity, repo, loaded)
+        except MeasureError as failure:
+            results.update(dict.fromkeys(raw, failure))
+            return results
+    for execution in executions:
+        if execution.pk not in raw:
+            continue
+        try:
+            values = parse_measured(loaded.path, raw[execution.pk], wanted)
+        except MeasureError as failure:
+            results[execution.pk] = failure
+            continue
+        missing = [metric_id for metric_id in owed if metric_id not in values]
+        if missing and not execution.loop_launched:
+            results[execution.pk] = MeasureError(f"{loaded.path}: measure() did not return {', '.join(missing)}")
+        else:
+            results[execution.pk] = Measured(values=values, loop_hash=loaded.sha256)
+    return results
+
+
+def _result_fields(grade: Grade, entity: Entity, execution: Execution, measured: Measured | SingularityError) -> dict:
+    """Return what grading one booking under method none writes: the verdict, or the failure (never a zero)."""
+    try:
+        if isinstance(measured, SingularityError):
+            raise measured
+        vector: dict[str, Any] = {**catalog_values(execution), **measured.values}
+        outcome = _unjudged(entity, execution, vector, measured.loop_hash, _frozen(grade))
+    except GradingFailed as failure:
+        return {**_NO_VERDICT, "error": str(failure), "judge": failure.judge, "cost_usd": failure.cost}
+    except SingularityError as exc:
+        return {**_NO_VERDICT, "error": str(exc), "judge": {}, "cost_usd": Decimal(0)}
+    except Exception as exc:
+        # A bug, not a verdict: recorded on the row (so it is not read as lost) and logged with its traceback;
+        # the rest of the batch is graded all the same.
+        log.exception("grading of %s raised", grade.execution_id)
+        error = f"grading error: {type(exc).__name__}: {exc}"
+        return {**_NO_VERDICT, "error": error, "judge": {}, "cost_usd": grade.cost_usd}
+    return {
+        "status": Grade.Status.GRADED,
+        "error": "",
+        "score": outcome.score,
+        "passed": outcome.passed,
+        "failure_category": outcome.failure_category,
+        "criteria": outcome.criteria,
+        "feedback": outcome.feedback,
+        "metrics": outcome.metrics,
+        "judge": outcome.judge,
+        "cost_usd": outcome.cost,
+    }
+
+
+def _settle_many(grades: list[Grade]) -> set[Any]:
+    """Write each grade's result if its claim still stands (status grading, same attempt); return the pks written.
+
+    One ``UPDATE … FROM (VALUES …) … RETURNING`` per chunk of rows (the
+    database's limit on parameters): the set-based ``_settle``. Django's
+    ``bulk_update`` writes the same rows, but builds a ``CASE`` expression
+    per row and field, which costs more than the whole grading; it is the
+    fallback where the database cannot return rows.
+    """
+    if not grades:
+        return set()
+    connection = connections[router.db_for_write(Grade)]
+    if not returns_rows(connection):
+        with transaction.atomic():
+            standing = set(
+                Grade.objects.select_for_update()
+                .filter(pk__in=[grade.pk for grade in grades], status=Grade.Status.GRADING)
+                .values_list("pk", "attempts")
+            )
+            kept = [grade for grade in grades if (grade.pk, grade.attempts) in standing]
+            Grade.objects.bulk_update(kept, _RESULT_FIELDS)
+        return {grade.pk for grade in kept}
+    quote = connection.ops.quote_name
+    pk = Grade._meta.pk
+    attempts = Grade._meta.get_field("attempts")
+    fields = [Grade._meta.get_field(name) for name in _RESULT_FIELDS]
+    columns = [pk, attempts, *fields]
+    if connection.vendor == "postgresql":
+        slots = "(" + ", ".join(f"CAST(%s AS {field.db_type(connection)})" for field in columns) + ")"
+    else:
+        slots = "(" + ", ".join(["%s"] * len(columns)) + ")"
+    table = quote(Grade._meta.db_table)
+    assignments = ", ".join(f"{quote(field.column)} = v.column{n}" for n, field in enumerate(fields, start=3))
+    written: set[Any] = set()
+    per_statement = max(1, (connection.features.max_query_params or 65535) // len(columns))
+    with connection.cursor() as cursor:
+        for start in range(0, len(grades), per_statement):
+            chunk = grades[start : start + per_statement]
+            sql = (
+                f"UPDATE {table} SET {assignments} FROM (VALUES {', '.join([slots] * len(chunk))}) AS v "
+                f"WHERE {table}.{quote(pk.column)} = v.column1 AND {table}.{quote(attempts.column)} = v.column2 "
+                f"AND {table}.{quote(Grade._meta.get_field('status').column)} = %s "
+                f"RETURNING {table}.{quote(pk.column)}"
+            )
+            params: list[Any] = []
+            for grade in chunk:
+                params.extend(field.get_db_prep_save(getattr(grade, field.attname), connection) for field in columns)
+            params.append(Grade.Status.GRADING)
+            cursor.execute(sql, params)
+            written.update(pk.to_python(row[0]) for row in cursor.fetchall())
+    return written
+
+
+def grade_many(grades: list[Grade], *, checkout: Any | None = None) -> list[Grade]:
+    """Grade due bookings together and return the ones this call graded, as written (graded or failed).
+
+    For ``method: none``, where grading calls no model: one conditional
+    ``UPDATE`` claims every booking still booked and due, each vector is
+    measured with the loop module loaded once per entity, and the results
+    are one ``bulk_update`` of the claims that still stand. A booking whose
+    entity is judged by a model is enqueued to the Celery task instead, one
+    by one; one another worker holds, or no longer booked, is left alone.
+    """
+    if not grades:
+        return []
+    entities = Entity.objects.in_bulk({grade.entity_id for grade in grades})
+    ours: dict[Any, Grade] = {}
+    for grade in grades:
+        entity = entities.get(grade.entity_id)
+        if entity is None:
+            continue
+        if method_name(entity) == "none":
+            ours[grade.pk] = grade
+        else:
+            from grading.tasks.grading import grade_execution
+
+            transaction.on_commit(lambda grade_id=str(grade.pk): grade_execution.delay(grade_id))
+    if not ours:
+        return []
+    now = timezone.now()
+    won = _claim_many(list(ours), now)
+    claimed = [ours[pk] for pk in ours if pk in won]
+    # Read back as stored, as grade_now reads them (instants in UTC, money as the column holds it).
+    known = Execution.objects.defer("trace").in_bulk([grade.pk for grade in claimed])
+    by_entity: dict[int, list[Execution]] = {}
+    for grade in claimed:
+        execution = known[grade.pk]
+        execution.entity = entities[grade.entity_id]
+        by_entity.setdefault(grade.entity_id, []).append(execution)
+    measured: dict[Any, Measured | SingularityError] = {}
+    for entity_id, executions in by_entity.items():
+        measured.update(_measure_many(entities[entity_id], executions, checkout))
+    graded_at = timezone.now()
+    written: list[Grade] = []
+    for grade in claimed:
+        fields = _result_fields(grade, entities[grade.entity_id], known[grade.pk], measured[grade.pk])
+        grade.attempts, grade.started_at, grade.graded_at = won[grade.pk], now, graded_at
+        for name, value in fields.items():
+            setattr(grade, name, value)
+        written.append(grade)
+    settled = _settle_many(written)
+    for grade in written:
+        if grade.pk not in settled:
+            log.warning("grading of %s finished after its claim was lost; result dropped", grade.execution_id)
+    kept = [grade for grade in written if grade.pk in settled]
+    return kept
 
 
 def grade_by_id(grade_id: Any) -> bool:

@@ -93,6 +93,50 @@ def booked_on(entity: Entity, day: date) -> int:
     return row.booked if row else 0
 
 
+def take_slots(entity: Entity, day: date, cap: int | None, wanted: int) -> int:
+    """Count up to ``wanted`` bookings on ``day`` for the entity at once; return how many it counted.
+
+    The batch form of ``take_slot``: the day's row is locked once
+    (``SELECT … FOR UPDATE``, inside the caller's transaction) and raised
+    once by what fits under ``cap`` — so concurrent batches, and single
+    bookings taking one slot meanwhile, never exceed it. With no cap every
+    booking is counted.
+    """
+    if wanted <= 0:
+        return 0
+    with transaction.atomic(savepoint=False):
+        row = SampleDay.objects.select_for_update().filter(entity=entity, day=day).first()
+        if row is None:
+            try:
+                with transaction.atomic():
+                    SampleDay.objects.create(entity=entity, day=day, booked=0)
+            except IntegrityError:
+                pass  # Another booking created the row first; lock the row it made.
+            row = SampleDay.objects.select_for_update().get(entity=entity, day=day)
+        granted = wanted if cap is None else max(0, min(wanted, cap - row.booked))
+        if granted:
+            SampleDay.objects.filter(pk=row.pk).update(booked=F("booked") + granted)
+        return granted
+
+
+def rate_verdict(execution: Execution, entity: Entity) -> str | None:
+    """Return the verdict ``decide`` reaches before the ceiling, or None when the run is in the sample and needs a slot.
+
+    OFF, LOOP_LAUNCHED, SKIPPED_NO_CEILING or SKIPPED_RATE — the rules of
+    ``decide`` up to ``maxPerDay``, with no query.
+    """
+    if not entity.evaluation_enabled:
+        return Sampling.OFF
+    if execution.loop_launched:
+        return Sampling.LOOP_LAUNCHED
+    if max_per_day(entity) is None and owes_ceiling(entity):
+        return Sampling.SKIPPED_NO_CEILING
+    rate = (entity.evaluation().get("sample") or {}).get("rate")
+    if not in_rate(execution.pk, rate):
+        return Sampling.SKIPPED_RATE
+    return None
+
+
 def decide(execution: Execution, entity: Entity | None = None, *, day: date | None = None) -> str:
     """Return the ``Execution.Sampling`` verdict for a finished execution, taking a ``maxPerDay`` slot when SAMPLED.
 
@@ -104,16 +148,9 @@ def decide(execution: Execution, entity: Entity | None = None, *, day: date | No
     transaction that books the grade, so the slot and the booking commit together.
     """
     entity = entity or execution.entity
-    if not entity.evaluation_enabled:
-        return Sampling.OFF
-    if execution.loop_launched:
-        return Sampling.LOOP_LAUNCHED
-    cap = max_per_day(entity)
-    if cap is None and owes_ceiling(entity):
-        return Sampling.SKIPPED_NO_CEILING
-    rate = (entity.evaluation().get("sample") or {}).get("rate")
-    if not in_rate(execution.pk, rate):
-        return Sampling.SKIPPED_RATE
-    if not take_slot(entity, day or calendar_day(), cap):
+    verdict = rate_verdict(execution, entity)
+    if verdict is not None:
+        return verdict
+    if not take_slot(entity, day or calendar_day(), max_per_day(entity)):
         return Sampling.SKIPPED_CAP
     return Sampling.SAMPLED
