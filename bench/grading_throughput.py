@@ -1,11 +1,11 @@
 #!/usr/bin/env python
 """Throughput of reporting and grading executions under ``method: none``.
 
-Reports runs through ``grading.executions.report_many`` in batches; each run
-is booked at its terminal (``grading.booking.on_terminal``: the sampler, the
-daily slot, the ``Grade`` row) and graded by ``grading.grade.grade_now``
-(Celery eager, so the grading runs in this process right after the booking
-commits; the broker itself is not measured). Two entities of a copy of the
+Reports runs through ``grading.executions.report_many`` in batches; each
+batch is booked when it commits (``grading.booking.on_terminal_many``: the
+sampler, the daily slots, the ``Grade`` rows) and, its bookings being due now
+under ``method: none``, graded together in this process right after the
+booking commits (``grading.grade.grade_many``). Two entities of a copy of the
 demo brain are measured:
 
 - ``triage``: a workflow graded by its loop module's ``measure()`` (accuracy
@@ -316,10 +316,10 @@ def main() -> None:
     import grading.booking
     import grading.grade
 
-    # Booking includes the grading: the eager task runs when the booking's transaction commits.
+    # Booking includes the grading: it runs when the booking's transaction commits.
     timers = {
-        "booking": StageTimer(grading.booking, "on_terminal"),
-        "grading": StageTimer(grading.grade, "grade_by_id"),
+        "booking": StageTimer(grading.booking, "on_terminal_many"),
+        "grading": StageTimer(grading.grade, "grade_many"),
     }
     results: dict[tuple[str, int], dict[str, float]] = {}
     print(f"database: {connection.vendor}  runs per measurement: {args.runs:,} in batches of {args.batch}")
