@@ -5,8 +5,9 @@ end plus ``gradeAfterHours``). A sampled booking holds its ``maxPerDay`` slot
 from the terminal on, even while the judge waits. Grading is enqueued after
 commit when the booking is due now, and ``sweep_due`` enqueues the delayed
 ones when their time comes; ``sweep_lost`` fails a booking whose job never
-ran ("grading job lost") and gives its slot back. Every function here is
-idempotent: asking twice books once.
+ran ("grading job lost") and gives its slot back. A reported batch is booked
+in one pass (``on_terminal_many``), its ``method: none`` gradings done together
+in the same process. Every function here is idempotent: asking twice books once.
 """
 
 from __future__ import annotations
@@ -206,7 +207,9 @@ def on_terminal_many(executions: Sequence[Execution]) -> list[Grade | None]:
                 raise StateError(f"execution {execution.pk}: cannot book it, it is gone")
             if state[0] == Execution.Status.RUNNING:
                 raise StateError(f"execution {execution.pk}: still running: nothing to grade yet")
-        existing = {grade.pk: grade for grade in Grade.objects.filter(execution_id__in=ids)}
+        # Every booking records its verdict on the run in the same transaction: a run with none has no grade yet.
+        decided = [pk for pk, (_, sampling) in locked.items() if sampling]
+        existing = {grade.pk: grade for grade in Grade.objects.filter(execution_id__in=decided)} if decided else {}
         # The entities are locked before the day's slot row, as on_terminal locks each run's entity: a batch
         # and single bookings then wait for each other instead of deadlocking (NO KEY: runs may still be inserted).
         entities = {

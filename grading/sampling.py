@@ -4,8 +4,9 @@ The rate verdict is a pure function of the execution id (SHA-256 of its text,
 first 8 bytes as an unsigned integer, sampled when below ``rate × 2^64``), so
 a retry or a replay asking again gets the same answer. The ceiling is one
 ``SampleDay`` row per entity per calendar day in ``settings.TIME_ZONE``,
-taken with a conditional ``UPDATE … WHERE booked < cap``: two workers booking
-at once can never exceed it. An unattended entity (a scheduled scenario, a
+taken with a conditional ``UPDATE … WHERE booked < cap`` (a batch locks the
+row once and raises it by what fits, ``take_slots``): two workers booking at
+once can never exceed it. An unattended entity (a scheduled scenario, a
 heartbeat, a chat role) graded by a judge owes a ceiling; with none at any
 tier it is not graded at all.
 """
