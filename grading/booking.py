@@ -267,6 +267,9 @@ def on_terminal_many(executions: Sequence[Execution]) -> list[Grade | None]:
             results[index] = grade
             verdicts[index] = sampling
         Grade.objects.bulk_create(grades)
+        from grading.cards import maybe_card_many  # grading's rating cards; no query when nobody is asked
+
+        maybe_card_many(grades)
         by_verdict: dict[str, list[object]] = {}
         for index, verdict in verdicts.items():
             executions[index].sampling = verdict

@@ -127,6 +127,16 @@ def test_ask_always_cards_every_graded_run_where_its_grading_is_booked(django_ca
         assert card.payload == {"run_kind": "workflow", "run_id": str(run.pk), "entity": str(entity)}
 
 
+def test_runs_booked_as_a_reported_batch_are_carded_too(django_capture_on_commit_callbacks):
+    from grading.booking import on_terminal_many
+
+    entity = make_entity(metrics={"helpful": HELPFUL}, evaluation={"method": "none", "human": {"ask": "always"}})
+    runs = [make_run(entity, sampling="") for _ in range(3)]
+    with django_capture_on_commit_callbacks(execute=True):
+        assert all(grade is not None for grade in on_terminal_many(runs))
+    assert all(card_of(run) is not None for run in runs)
+
+
 def test_a_run_the_sampler_passed_by_is_not_carded(django_capture_on_commit_callbacks):
     entity = make_entity(
         metrics={"helpful": HELPFUL}, evaluation={"method": "none", "human": {"ask": "always"}, "sample": {"rate": 0}}
