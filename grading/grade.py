@@ -9,9 +9,12 @@ failed as lost meanwhile keeps that verdict). Any failure settles the grade
 
 from __future__ import annotations
 
+import json
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import date
 from decimal import Decimal
 from typing import Any
 
@@ -436,7 +439,8 @@ def _settle_many(grades: list[Grade]) -> set[Any]:
     """Write each grade's result if its claim still stands (status grading, same attempt); return the pks written.
 
     One ``UPDATE … FROM (VALUES …) … RETURNING`` per chunk of rows (the
-    database's limit on parameters): the set-based ``_settle``. Django's
+    database's limit on parameters), on PostgreSQL one ``UPDATE … FROM
+    jsonb_to_recordset(…)``: the set-based ``_settle``. Django's
     ``bulk_update`` writes the same rows, but builds a ``CASE`` expression
     per row and field, which costs more than the whole grading; it is the
     fallback where the database cannot return rows.
@@ -459,11 +463,10 @@ def _settle_many(grades: list[Grade]) -> set[Any]:
     attempts = Grade._meta.get_field("attempts")
     fields = [Grade._meta.get_field(name) for name in _RESULT_FIELDS]
     columns = [pk, attempts, *fields]
-    if connection.vendor == "postgresql":
-        slots = "(" + ", ".join(f"CAST(%s AS {field.db_type(connection)})" for field in columns) + ")"
-    else:
-        slots = "(" + ", ".join(["%s"] * len(columns)) + ")"
     table = quote(Grade._meta.db_table)
+    if connection.vendor == "postgresql":
+        return _settle_many_postgres(connection, grades, table, columns)
+    slots = "(" + ", ".join(["%s"] * len(columns)) + ")"
     assignments = ", ".join(f"{quote(field.column)} = v.column{n}" for n, field in enumerate(fields, start=3))
     written: set[Any] = set()
     per_statement = max(1, (connection.features.max_query_params or 65535) // len(columns))
@@ -485,13 +488,56 @@ def _settle_many(grades: list[Grade]) -> set[Any]:
     return written
 
 
+def _json_scalar(value: Any) -> str:
+    if isinstance(value, uuid.UUID | Decimal):
+        return str(value)
+    if isinstance(value, date):  # datetimes too
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def json_rows(objects: list[Any], fields: list[Any]) -> str:
+    """Return ``objects`` as one JSON array of {column: value} for ``fields``, for ``recordset`` to read back typed."""
+    return json.dumps(
+        [{field.column: getattr(obj, field.attname) for field in fields} for obj in objects], default=_json_scalar
+    )
+
+
+def recordset(connection: Any, fields: list[Any]) -> str:
+    """Return ``jsonb_to_recordset(%s::jsonb) AS v(<column> <type>, …)``: a JSON parameter read as typed rows.
+
+    PostgreSQL only. A statement with one parameter per value costs the
+    driver more, quoting each one into the text, than the database takes
+    to run it; this one has a single parameter whatever the rows.
+    """
+    quote = connection.ops.quote_name
+    typed = ", ".join(f"{quote(field.column)} {field.db_type(connection)}" for field in fields)
+    return f"jsonb_to_recordset(%s::jsonb) AS v({typed})"
+
+
+def _settle_many_postgres(connection: Any, grades: list[Grade], table: str, columns: list[Any]) -> set[Any]:
+    """PostgreSQL: ``_settle_many`` with the rows as one JSON parameter (``recordset``)."""
+    quote = connection.ops.quote_name
+    pk, attempts, status = Grade._meta.pk, columns[1], Grade._meta.get_field("status")
+    assignments = ", ".join(f"{quote(field.column)} = v.{quote(field.column)}" for field in columns[2:])
+    key, tries = quote(pk.column), quote(attempts.column)
+    sql = (
+        f"UPDATE {table} SET {assignments} FROM {recordset(connection, columns)} "
+        f"WHERE {table}.{key} = v.{key} AND {table}.{tries} = v.{tries} AND {table}.{quote(status.column)} = %s "
+        f"RETURNING {table}.{key}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [json_rows(grades, columns), Grade.Status.GRADING])
+        return {pk.to_python(row[0]) for row in cursor.fetchall()}
+
+
 def grade_many(grades: list[Grade], *, checkout: Any | None = None) -> list[Grade]:
     """Grade due bookings together and return the ones this call graded, as written (graded or failed).
 
     For ``method: none``, where grading calls no model: one conditional
     ``UPDATE`` claims every booking still booked and due, each vector is
     measured with the loop module loaded once per entity, and the results
-    are one ``bulk_update`` of the claims that still stand. A booking whose
+    are written in one statement for the claims that still stand. A booking whose
     entity is judged by a model is enqueued to the Celery task instead, one
     by one; one another worker holds, or no longer booked, is left alone.
     """
