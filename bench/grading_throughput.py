@@ -112,8 +112,28 @@ def prefill(entity: Any, upto: int, batch: int = 5000) -> None:
     started = time.perf_counter()
     build(entity, min(upto, BUILT_HISTORY), batch)
     copy_history(entity, upto)
+    settle()
     have = Execution.objects.filter(entity=entity).count()
     print(f"   history of {entity.slug}: {have:,} executions ({time.perf_counter() - started:.0f} s to pre-fill)")
+
+
+def settle() -> None:
+    """Let the database finish with the pre-fill before timing: vacuum and checkpoint (Postgres), WAL checkpoint (SQLite).
+
+    Otherwise the autovacuum and the checkpoint the pre-fill set off run
+    during the first measurement and halve it.
+    """
+    from django.db import connection
+
+    from grading.models import Execution, Grade
+
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            for model in (Execution, Grade):
+                cursor.execute(f"VACUUM ANALYZE {connection.ops.quote_name(model._meta.db_table)}")
+            cursor.execute("CHECKPOINT")
+        else:
+            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
 #: How much of the history is built as model objects with bulk_create.
@@ -267,13 +287,21 @@ def measure(entity: Any, runs: int, batch: int, timers: dict[str, StageTimer]) -
         timer.spent = 0.0
     elapsed = 0.0
     done = 0
+    rounds: list[float] = []  # executions per second of each tenth of the runs
+    round_time, round_done = 0.0, 0
     while done < runs:
         n = min(batch, runs - done)
         rows = report_rows(entity, n, done)
         started = time.perf_counter()
         report_many(rows, user=None)
-        elapsed += time.perf_counter() - started
+        spent = time.perf_counter() - started
+        elapsed += spent
         done += n
+        round_time += spent
+        round_done += n
+        if round_done >= max(batch, runs // 10) or done >= runs:
+            rounds.append(round_done / round_time)
+            round_time, round_done = 0.0, 0
     booking = timers["booking"].spent
     grading = timers["grading"].spent
     reset_queries()
@@ -283,8 +311,11 @@ def measure(entity: Any, runs: int, batch: int, timers: dict[str, StageTimer]) -
     failed = list(Grade.objects.filter(entity=entity, status=Grade.Status.FAILED).values_list("error", flat=True)[:3])
     if graded != runs + batch:
         raise SystemExit(f"{entity}: only {graded} of {runs + batch} runs graded; grading failures: {failed}")
+    rounds.sort()
     return {
         "per_s": runs / elapsed,
+        "slowest": rounds[0],
+        "median": rounds[len(rounds) // 2],
         "ms": elapsed * 1000 / runs,
         "insert_ms": (elapsed - booking) * 1000 / runs,
         "booking_ms": (booking - grading) * 1000 / runs,
@@ -330,7 +361,8 @@ def main() -> None:
             results[(slug, history)] = measure(entity, args.runs, args.batch, timers)
     for (slug, history), m in results.items():
         print(
-            f"-- {slug:<7} history {history:>9,}: {m['per_s']:7.0f} executions/s reported and graded, "
+            f"-- {slug:<7} history {history:>9,}: {m['per_s']:7.0f} executions/s reported and graded "
+            f"(median tenth {m['median']:.0f}, slowest {m['slowest']:.0f}), "
             f"{m['ms']:.2f} ms each (insert {m['insert_ms']:.2f}, booking {m['booking_ms']:.2f}, "
             f"grading {m['grading_ms']:.2f}), {m['queries']:.2f} queries per execution"
         )
