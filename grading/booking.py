@@ -17,9 +17,10 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db import connections, router, transaction
+from django.db import transaction
 from django.utils import timezone
 
+from grading.grade import insert_rows
 from grading.models import Entity, Execution, Grade
 from grading.sampling import calendar_day, decide, free_slot, max_per_day, method_of, rate_verdict, take_slots
 from singularity.errors import ConfigError, StateError
@@ -266,7 +267,7 @@ def on_terminal_many(executions: Sequence[Execution]) -> list[Grade | None]:
             grades.append(grade)
             results[index] = grade
             verdicts[index] = sampling
-        _insert(grades)
+        insert_rows(Grade, grades)
         from grading.cards import maybe_card_many  # grading's rating cards; no query when nobody is asked
 
         maybe_card_many(grades)
@@ -278,30 +279,6 @@ def on_terminal_many(executions: Sequence[Execution]) -> list[Grade | None]:
             Execution.objects.filter(pk__in=pks).update(sampling=verdict)
         _grade_due_on_commit([grade for grade in grades if grade.due_at <= now])
     return results
-
-
-def _insert(grades: list[Grade]) -> None:
-    """Insert new bookings: ``bulk_create``, or on PostgreSQL one ``INSERT … SELECT`` of a JSON parameter.
-
-    The two write the same rows; the second spares the driver quoting a
-    parameter per value (see ``grading.grade.recordset``).
-    """
-    connection = connections[router.db_for_write(Grade)]
-    if connection.vendor != "postgresql" or not grades:
-        Grade.objects.bulk_create(grades)
-        return
-    from grading.grade import json_rows, recordset
-
-    quote = connection.ops.quote_name
-    fields = list(Grade._meta.concrete_fields)
-    columns = ", ".join(quote(field.column) for field in fields)
-    values = ", ".join(f"v.{quote(field.column)}" for field in fields)
-    sql = f"INSERT INTO {quote(Grade._meta.db_table)} ({columns}) SELECT {values} FROM {recordset(connection, fields)}"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [json_rows(grades, fields)])
-    for grade in grades:
-        grade._state.adding = False
-        grade._state.db = connection.alias
 
 
 def _grade_due_on_commit(grades: list[Grade]) -> None:

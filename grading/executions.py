@@ -252,7 +252,8 @@ def report_many(entity_rows: Iterable[tuple[Entity, dict[str, Any]]], *, user: A
     ``entity_rows`` is ``(entity, data)`` pairs. Every row is validated
     before anything is written (``ConfigError`` names ``runs[<index>].<field>``),
     so a batch is recorded whole or not at all. The inserts are one
-    ``bulk_create``: the number of queries does not grow with the rows
+    ``bulk_create`` (on PostgreSQL one ``INSERT … SELECT`` of a JSON
+    parameter, ``grading.grade.insert_rows``): the number of queries does not grow with the rows
     (beyond the database's own limit on parameters per statement). Once it
     commits the batch is booked in one pass (``grading.booking.on_terminal_many``).
     """
@@ -262,8 +263,10 @@ def report_many(entity_rows: Iterable[tuple[Entity, dict[str, Any]]], *, user: A
     ]
     if not executions:
         return []
+    from grading.grade import insert_rows
+
     with transaction.atomic():
-        Execution.objects.bulk_create(executions)
+        insert_rows(Execution, executions)
         transaction.on_commit(lambda: book_many(executions))
     return executions
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 import grading.grade
 from grading.booking import on_terminal, on_terminal_many, register_exemption, unregister_exemption
-from grading.executions import report_many
+from grading.executions import report_execution, report_many
 from grading.grade import grade_many, grade_now
 from grading.models import Execution, Grade, SampleDay
 from grading.sampling import in_rate
@@ -299,3 +299,27 @@ def test_where_the_database_returns_no_rows_the_claim_is_read_back_and_the_resul
     assert (stored[runs[1].pk].status, stored[runs[1].pk].passed) == (Grade.Status.GRADED, False)
     assert (stored[runs[2].pk].status, stored[runs[2].pk].passed) == (Grade.Status.GRADED, True)
     assert stored[runs[1].pk].failure_category == "below floor: cost_usd"
+
+
+@pytest.mark.django_db
+def test_a_run_reported_in_a_batch_is_stored_as_one_reported_alone(bob):
+    entity = make_entity(evaluation={"method": "none", "gradeAfterHours": 1})
+    row = {
+        "status": "failed",
+        "started_at": "2026-04-07T11:59:00+02:00",
+        "completed_at": "2026-04-07T09:59:30.250Z",
+        "cost_usd": "0.000000000123",
+        "tool_failures": 2,
+        "input": {"ticket": "refund", "nested": [1, 2.5, None, {"ü": True}]},
+        "output": "just text",
+        "error": "timeout",
+        "trace": [{"tool": "kb__search", "status": "error"}],
+    }
+    fields = [f.attname for f in Execution._meta.concrete_fields if f.attname not in ("id", "sampling")]
+    with time_machine.travel(T0, tick=False):
+        alone = report_execution(entity, row, user=bob)
+        together = report_many([(entity, row), (entity, {**row, "output": None})], user=bob)
+    stored = {run.pk: run for run in Execution.objects.all()}
+    assert {f: getattr(stored[together[0].pk], f) for f in fields} == {f: getattr(stored[alone.pk], f) for f in fields}
+    assert stored[together[1].pk].output is None
+    assert Execution.objects.filter(pk=together[1].pk, output__isnull=True).exists()
