@@ -560,9 +560,10 @@ def grade_many(grades: list[Grade], *, checkout: Any | None = None) -> list[Grad
     For ``method: none``, where grading calls no model: one conditional
     ``UPDATE`` claims every booking still booked and due, each vector is
     measured with the loop module loaded once per entity, and the results
-    are written in one statement for the claims that still stand. A booking whose
-    entity is judged by a model is enqueued to the Celery task instead, one
-    by one; one another worker holds, or no longer booked, is left alone.
+    are written in one statement for the claims that still stand. A booking
+    whose entity is judged by a model is enqueued to the Celery task
+    instead, one by one; one another worker holds, or no longer booked, is
+    left alone.
     """
     if not grades:
         return []
@@ -582,9 +583,11 @@ def grade_many(grades: list[Grade], *, checkout: Any | None = None) -> list[Grad
         return []
     now = timezone.now()
     won = _claim_many(list(ours), now)
-    claimed = [ours[pk] for pk in ours if pk in won]
     # Read back as stored, as grade_now reads them (instants in UTC, money as the column holds it).
-    known = Execution.objects.defer("trace").in_bulk([grade.pk for grade in claimed])
+    known = Execution.objects.defer("trace").in_bulk(list(won))
+    claimed = [ours[pk] for pk in ours if pk in won and pk in known]  # a run deleted meanwhile took its grade along
+    for grade in claimed:
+        grade.status, grade.attempts, grade.started_at = Grade.Status.GRADING, won[grade.pk], now
     by_entity: dict[int, list[Execution]] = {}
     for grade in claimed:
         execution = known[grade.pk]
@@ -597,7 +600,7 @@ def grade_many(grades: list[Grade], *, checkout: Any | None = None) -> list[Grad
     written: list[Grade] = []
     for grade in claimed:
         fields = _result_fields(grade, entities[grade.entity_id], known[grade.pk], measured[grade.pk])
-        grade.attempts, grade.started_at, grade.graded_at = won[grade.pk], now, graded_at
+        grade.graded_at = graded_at
         for name, value in fields.items():
             setattr(grade, name, value)
         written.append(grade)
