@@ -28,28 +28,6 @@ pytestmark = [
 
 
 @pytest.fixture
-def page() -> Iterator[object]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--no-first-run",
-                "--disable-sync",
-            ],
-        )
-        context = browser.new_context(viewport={"width": 1280, "height": 1000})
-        yield context.new_page()
-        context.close()
-        browser.close()
-
-
-@pytest.fixture
 def handler() -> Iterator[Recorder]:
     with recording_handler() as recorder:
         yield recorder
