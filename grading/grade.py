@@ -67,6 +67,36 @@ def unregister_frozen_judge(source: FrozenJudge) -> None:
         _frozen_sources.remove(source)
 
 
+#: Told, after commit, the ids of grades that just settled (graded or failed); the loop's trigger and watch listen.
+Landed = Callable[[list[Any]], None]
+_landed: list[Landed] = []
+
+
+def register_landed(listener: Landed) -> Landed:
+    """Register a listener called after commit with the execution ids of grades that just settled."""
+    if listener not in _landed:
+        _landed.append(listener)
+    return listener
+
+
+def unregister_landed(listener: Landed) -> None:
+    if listener in _landed:
+        _landed.remove(listener)
+
+
+def _announce(grade_ids: list[Any]) -> None:
+    """Tell every listener, once the settle has committed, which grades landed."""
+    if not grade_ids or not _landed:
+        return
+    ids = list(grade_ids)
+
+    def tell() -> None:
+        for listener in list(_landed):
+            listener(ids)
+
+    transaction.on_commit(tell)
+
+
 class GradingFailed(SingularityError):
     """The grading settles failed with ``str(self)``; what was spent and who judged are kept."""
 
@@ -237,6 +267,8 @@ def _settle(grade: Grade, attempt: int, **fields: Any) -> bool:
     )
     if not written:
         log.warning("grading of %s finished after its claim was lost; result dropped", grade.execution_id)
+    else:
+        _announce([grade.pk])
     return written == 1
 
 
@@ -609,6 +641,7 @@ def grade_many(grades: list[Grade], *, checkout: Any | None = None) -> list[Grad
         if grade.pk not in settled:
             log.warning("grading of %s finished after its claim was lost; result dropped", grade.execution_id)
     kept = [grade for grade in written if grade.pk in settled]
+    _announce([grade.pk for grade in kept])
     return kept
 
 

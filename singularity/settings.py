@@ -40,6 +40,7 @@ INSTALLED_APPS = [
     "singularity",
     "hitl",
     "grading",
+    "evolution",
 ]
 
 MIDDLEWARE = [
@@ -200,6 +201,14 @@ BRAIN_BRANCH = env_str("BRAIN_BRANCH", "main")
 BRAIN_CHECKOUT = Path(env_str("BRAIN_CHECKOUT", str(VAR_DIR / "brain")))
 BRAIN_SYNC_SECS = env_float("BRAIN_SYNC_SECS", 60.0)
 DEMO_BRAIN_DIR = BASE_DIR / "demo_brain"
+#: Where the loop's pull requests live: "local" (a bare repository plus rows; the embedded default).
+LOOP_FORGE = env_str("LOOP_FORGE", "local")
+#: The local forge's branch protection: the commit statuses a pull request needs before a person may merge it.
+LOCAL_FORGE_REQUIRED_STATUSES = [
+    s.strip() for s in env_str("LOCAL_FORGE_REQUIRED_STATUSES", "singularity/diff-gate").split(",") if s.strip()
+]
+#: Where the loop makes its throwaway clones.
+LOOP_WORK_DIR = Path(env_str("LOOP_WORK_DIR", str(VAR_DIR / "loop")))
 
 # --- The LLM gateway (Brama) ----------------------------------------------
 BRAMA_BASE_URL = env_str("BRAMA_BASE_URL", "")

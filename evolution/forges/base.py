@@ -1,0 +1,63 @@
+"""The forge interface: what the loop needs from whoever hosts the brain's pull requests.
+
+The loop never pushes to the default branch and never merges on its own
+authority: it pushes a branch, opens a pull request, sets commit statuses,
+reads the request back (polling with backoff), and — under ``merge: auto``,
+issue 6 — arms the forge's own auto-merge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from singularity.errors import UpstreamError
+
+DIFF_GATE = "singularity/diff-gate"
+VALIDATION = "singularity/validation"
+
+
+class ForgeError(UpstreamError):
+    """The forge refused or failed an operation; the message names which and why."""
+
+
+@dataclass(frozen=True)
+class PullInfo:
+    number: int
+    url: str
+    state: str  # open | merged | closed
+    head: str
+    head_sha: str
+    base: str
+    merge_sha: str = ""
+    merged_at: datetime | None = None
+    merged_by: str = ""
+    closed_at: datetime | None = None
+    #: The armed auto-merge, when one stands: {"method": ..., "sha": ...}; empty otherwise.
+    auto_merge: dict | None = None
+
+
+class Forge(Protocol):
+    name: str
+
+    def remote_url(self) -> str:
+        """The git URL the loop clones from and pushes branches to."""
+
+    def default_branch(self) -> str:
+        """The branch changes land on (the brain's BRAIN_BRANCH)."""
+
+    def open_pull(self, *, head: str, base: str, title: str, body: str) -> PullInfo:
+        """Open a pull request of the pushed branch ``head`` into ``base``."""
+
+    def get_pull(self, number: int) -> PullInfo:
+        """Read a pull request back as the forge holds it now."""
+
+    def set_status(self, sha: str, context: str, state: str, description: str) -> None:
+        """Set a commit status (pending | success | failure | error) on ``sha``."""
+
+    def close_pull(self, number: int, *, by: str) -> PullInfo:
+        """Close a pull request unmerged."""
+
+    def pull_url(self, number: int) -> str:
+        """Where a person reads (and, on the local forge, merges) the request."""

@@ -1,0 +1,332 @@
+"""The loop's own tables (seed 003 "What a settled cycle keeps").
+
+``Cycle`` is ``loop_cycles``: one pass of the loop over one entity, with what
+it fixes or measures once (window, frozen set, judge snapshot, watch record).
+``Round`` is ``loop_proposals``: one proposal of a cycle, keyed by the cycle
+and its number; a refinement is a child round, never an overwrite. A round
+owns its pull request. ``Lesson`` is ``loop_lessons``. ``PullRequest`` and
+``CommitStatus`` are the local forge's rows (the embedded default forge).
+
+Verdict strength and the cycle's grade are derived at read
+(``evolution.verdicts``), never stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.urls import reverse
+from django.utils import timezone
+
+from grading.models import Entity
+from singularity.fields import MoneyField
+
+
+class Cycle(models.Model):
+    class Origin(models.TextChoices):
+        GRADE = "grade", "a landing grade"
+        REQUEST = "request", "Analyze now"
+        CADENCE = "cadence", "a scheduled look"
+        IDEA = "idea", "an idea"
+
+    class Phase(models.TextChoices):
+        ANALYSING = "analysing"
+        DECIDING = "deciding"  # a round waits on a person (decide or retry card)
+        APPLYING = "applying"
+        MERGE_WAIT = "merge_wait"  # the PR is open; the merge gate decides
+        WATCHING = "watching"
+        REVERTING = "reverting"  # settled regressed (or reverted by policy); following the revert PR
+        SETTLED = "settled"
+
+    class Status(models.TextChoices):
+        """The terminal a cycle settled at (empty while it is live)."""
+
+        VALIDATED = "validated"
+        REGRESSED = "regressed"
+        UNVALIDATED = "unvalidated"
+        SKIPPED = "skipped"
+        FAILED = "failed"
+
+    entity = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="cycles")
+    #: ``<kind>:<id>:<origin>:<anchor or instant>`` — racing producers of one cycle make one row.
+    key = models.CharField(max_length=300, unique=True)
+    #: The entity id while this cycle holds the entity's one live claim (unique: the database enforces it).
+    claim = models.IntegerField(null=True, blank=True, unique=True)
+    origin = models.CharField(max_length=10, choices=Origin.choices)
+    phase = models.CharField(max_length=12, choices=Phase.choices, default=Phase.ANALYSING, db_index=True)
+    status = models.CharField(max_length=12, choices=Status.choices, blank=True, default="", db_index=True)
+    #: Why it settled where it did, in words for a person ("cooldown: rests until …").
+    reason = models.TextField(blank=True, default="")
+    #: Whether an analysis (a proposer) ran: a refusal costs nothing and starts no rest.
+    analysed = models.BooleanField(default=False)
+    #: The run whose grade opened the cycle (null for a request, a cadence look, an idea).
+    anchor = models.ForeignKey(
+        "grading.Execution", null=True, blank=True, on_delete=models.SET_NULL, related_name="anchored_cycles"
+    )
+    #: The window the cycle is evidence of: {from, to, runIds, reason, ready, progress, metrics}.
+    window = models.JSONField(default=dict, blank=True)
+    #: The frozen set (null: no pre-merge check — check.mode none).
+    frozen = models.JSONField(null=True, blank=True)
+    #: The judge pinned at the cycle's start (grading.pin snapshot).
+    judge = models.JSONField(default=dict, blank=True)
+    #: The entity's resolved terms as the cycle opened (for reading; every deadline is read once per phase).
+    terms = models.JSONField(default=dict, blank=True)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    idea = models.ForeignKey("evolution.Idea", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    #: What the loop's own agents spent on this cycle, all rounds (the proposal card's "spend so far").
+    spent_usd = MoneyField(default=0)
+
+    started_at = models.DateTimeField(default=timezone.now, db_index=True)
+    proposed_at = models.DateTimeField(null=True, blank=True)
+    applied_at = models.DateTimeField(null=True, blank=True)
+    merged_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    #: Last movement (opened, advanced a stage, settled): loop_history's ``since`` compares with it.
+    moved_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    #: The merge wait's deadline (watch.deadlineHours read once the change shipped) and the poll's clock.
+    merge_deadline = models.DateTimeField(null=True, blank=True)
+    next_poll_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    poll_interval_s = models.PositiveIntegerField(default=0)
+
+    watch_opened_at = models.DateTimeField(null=True, blank=True)
+    watch_deadline = models.DateTimeField(null=True, blank=True)
+    #: The observed window the watch last stored, and its tally ("1 of 5 graded").
+    watch_window = models.JSONField(null=True, blank=True)
+    watch_tally = models.CharField(max_length=200, blank=True, default="")
+    #: The verdict the watch settled on, verbatim: {verdict, perMetric, perInput, reason}.
+    watch_verdict = models.JSONField(null=True, blank=True)
+    #: The lesson the settle owed and the archive refused (kept instead of dropped).
+    lesson_error = models.TextField(blank=True, default="")
+    #: A revert opened by policy (watch.onInconclusive: revert) rather than by a regression.
+    reverted_by_policy = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        indexes = [
+            models.Index(fields=["entity", "-started_at"]),
+            models.Index(fields=["entity", "status", "-completed_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"cycle {self.pk} of {self.entity}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("evolution:cycle", args=[self.pk])
+
+    @property
+    def live(self) -> bool:
+        return self.phase != self.Phase.SETTLED
+
+    @property
+    def actor(self) -> str:
+        """The cycle's own actor: what ``decided_by`` records when no person was asked."""
+        return f"loop:cycle:{self.pk}"
+
+
+class Round(models.Model):
+    class Status(models.TextChoices):
+        ANALYSING = "analysing"
+        PROPOSED = "proposed"  # waiting on the decide gate
+        ACCEPTED = "accepted"
+        APPLIED = "applied"  # committed, PR open
+        MERGED = "merged"
+        CLOSED = "closed"  # its PR closed unmerged (or left past the deadline)
+        SKIPPED = "skipped"
+        REFINED = "refined"  # a person replied; a child round replaced it
+        FAILED = "failed"  # broken analysis or apply; a Retry card asks what next
+
+    class Rejection(models.TextChoices):
+        HUMAN = "human", "a person's Skip"
+        TIMEOUT = "timeout", "the review deadline"
+        PROPOSER = "proposer", "the proposer declined"
+
+    cycle = models.ForeignKey(Cycle, on_delete=models.CASCADE, related_name="rounds")
+    number = models.PositiveSmallIntegerField()
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.ANALYSING)
+    #: "pipeline:<id>" or "agent:<model ref>".
+    author = models.CharField(max_length=200, blank=True, default="")
+    summary = models.TextField(blank=True, default="")
+    hypothesis = models.TextField(blank=True, default="")
+    #: [{path, content}] whole new contents (content null deletes the file).
+    files = models.JSONField(default=list, blank=True)
+    cited_lessons = models.JSONField(default=list, blank=True)
+    #: A person's reply this round answers (refinement.md).
+    refinement = models.TextField(blank=True, default="")
+    #: The brief's documents as handed over (name -> text), for the story and for audit.
+    brief = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True, default="")
+    cost_usd = MoneyField(default=0)
+
+    card = models.ForeignKey("hitl.Card", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    review_deadline = models.DateTimeField(null=True, blank=True)
+    decided_by = models.CharField(max_length=200, blank=True, default="")
+    decision_note = models.TextField(blank=True, default="")
+    rejection = models.CharField(max_length=10, choices=Rejection.choices, blank=True, default="")
+    #: The gate that merges this round's PR: "human" or "auto" (issue 6 arms), and why a gate demoted.
+    merge_gate = models.CharField(max_length=10, blank=True, default="")
+
+    base_sha = models.CharField(max_length=40, blank=True, default="")
+    branch = models.CharField(max_length=200, blank=True, default="")
+    head_sha = models.CharField(max_length=40, blank=True, default="")
+    pr_number = models.PositiveIntegerField(null=True, blank=True)
+    pr_url = models.CharField(max_length=500, blank=True, default="")
+    merge_sha = models.CharField(max_length=40, blank=True, default="")
+    #: The diff gate's record: {paths, lines, digests} or the refusal.
+    gate = models.JSONField(default=dict, blank=True)
+    checked_sha = models.CharField(max_length=40, blank=True, default="")
+    check_run_ids = models.JSONField(default=list, blank=True)
+    baseline_run_ids = models.JSONField(default=list, blank=True)
+    check_verdict = models.JSONField(null=True, blank=True)
+
+    revert_pr_number = models.PositiveIntegerField(null=True, blank=True)
+    revert_pr_url = models.CharField(max_length=500, blank=True, default="")
+    revert_opened_at = models.DateTimeField(null=True, blank=True)
+    revert_deadline = models.DateTimeField(null=True, blank=True)
+    #: merged | closed | expired (empty while followed or when there is no revert).
+    revert_outcome = models.CharField(max_length=10, blank=True, default="")
+    revert_merged_at = models.DateTimeField(null=True, blank=True)
+    revert_merge_gate = models.CharField(max_length=10, blank=True, default="")
+
+    created_at = models.DateTimeField(default=timezone.now)
+    proposed_at = models.DateTimeField(null=True, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["cycle_id", "number"]
+        constraints = [models.UniqueConstraint(fields=["cycle", "number"], name="evolution_round_number")]
+
+    def __str__(self) -> str:
+        return f"cycle {self.cycle_id} · r{self.number}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("evolution:cycle", args=[self.cycle_id]) + f"?proposal={self.number}"
+
+
+class Lesson(models.Model):
+    """What a round that reached a terminal teaches the next analysis of its entity."""
+
+    entity = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="lessons")
+    cycle = models.ForeignKey(Cycle, on_delete=models.CASCADE, related_name="lessons")
+    round = models.OneToOneField(Round, on_delete=models.CASCADE, related_name="lesson")
+    #: One of the five terminals: validated, regressed, unvalidated, skipped, failed.
+    outcome = models.CharField(max_length=12, choices=Cycle.Status.choices)
+    summary = models.TextField(blank=True, default="")
+    hypothesis = models.TextField(blank=True, default="")
+    #: human | timeout | proposer | "" — a person's no is recalled first.
+    rejection = models.CharField(max_length=10, blank=True, default="")
+    note = models.TextField(blank=True, default="")
+    #: The numbers, from the watch's perMetric first, then the check's.
+    per_metric = models.JSONField(default=list, blank=True)
+    reason = models.TextField(blank=True, default="")
+    files = models.JSONField(default=list, blank=True, help_text="The paths the round changed.")
+    helpful = models.IntegerField(default=0)
+    harmful = models.IntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["entity", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"lesson {self.pk} ({self.outcome}) of {self.entity}"
+
+
+class Recall(models.Model):
+    """A lesson handed to a later round's brief ("It remembered" / "recalled by")."""
+
+    lesson = models.ForeignKey(Lesson, on_delete=models.CASCADE, related_name="recalls")
+    round = models.ForeignKey(Round, on_delete=models.CASCADE, related_name="recalled")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["lesson", "round"], name="evolution_recall_once")]
+
+
+class Idea(models.Model):
+    """A person's hypothesis for one entity, queued first in first out (issue 6 delivers it)."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        TAKEN = "taken"
+        WITHDRAWN = "withdrawn"
+
+    entity = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="ideas")
+    text = models.TextField()
+    author = models.CharField(max_length=200)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED, db_index=True)
+    cycle = models.ForeignKey(Cycle, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+
+# --- The local forge --------------------------------------------------------------
+
+
+class PullRequest(models.Model):
+    """A pull request on the local forge: a branch of the bare repository plus this row."""
+
+    class State(models.TextChoices):
+        OPEN = "open"
+        MERGED = "merged"
+        CLOSED = "closed"
+
+    number = models.PositiveIntegerField(unique=True)
+    title = models.CharField(max_length=300)
+    body = models.TextField(blank=True, default="")
+    head = models.CharField(max_length=200, help_text="The branch proposed for merging.")
+    base = models.CharField(max_length=200, default="main")
+    head_sha = models.CharField(max_length=40)
+    base_sha = models.CharField(max_length=40, help_text="The commit the branch was cut from.")
+    state = models.CharField(max_length=8, choices=State.choices, default=State.OPEN, db_index=True)
+    merge_sha = models.CharField(max_length=40, blank=True, default="")
+    merged_by = models.CharField(max_length=200, blank=True, default="")
+    closed_by = models.CharField(max_length=200, blank=True, default="")
+    #: Auto-merge armed (issue 6): {method, sha} or empty.
+    auto_merge = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    merged_at = models.DateTimeField(null=True, blank=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-number"]
+
+    def __str__(self) -> str:
+        return f"PR #{self.number}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("evolution:pull", args=[self.number])
+
+
+class CommitStatus(models.Model):
+    """A commit status on the local forge (latest per sha and context wins)."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        SUCCESS = "success"
+        FAILURE = "failure"
+        ERROR = "error"
+
+    sha = models.CharField(max_length=40, db_index=True)
+    context = models.CharField(max_length=100)
+    state = models.CharField(max_length=8, choices=State.choices)
+    description = models.CharField(max_length=300, blank=True, default="")
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["sha", "context"], name="evolution_status_once")]
+
+
+def as_json(value: Any) -> Any:
+    """JSON-safe copy (used when storing records built from Decimals)."""
+    import json
+
+    from django.core.serializers.json import DjangoJSONEncoder
+
+    return json.loads(json.dumps(value, cls=DjangoJSONEncoder))
