@@ -48,4 +48,14 @@ BEAT_SCHEDULE = {
         "schedule": 300.0,
         "options": {"expires": 240},
     },
+    "loop-tick": {
+        "task": "evolution.tasks.tick",
+        "schedule": 30.0,
+        "options": {"expires": 25},
+    },
+    "loop-sweep-lessons": {
+        "task": "evolution.tasks.sweep_lessons",
+        "schedule": 3600.0,
+        "options": {"expires": 3000},
+    },
 }

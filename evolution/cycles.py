@@ -1,0 +1,428 @@
+"""Opening and settling cycles: the one live claim per entity, the ceilings, the settle (seed 003).
+
+``open_cycle`` is the one door every producer uses — a landing grade, a
+scheduled look, "Analyze now", an idea. It refuses loudly: a refusal is a
+skipped cycle row carrying the reason (consecutive refusals of one kind are
+folded into one row, see docs/decisions.md), and costs no cooldown and no
+daily slot. ``settle`` is the one way a cycle ends: it writes the terminal,
+releases the claim (or keeps it while a revert is followed), writes the
+lesson and tells people.
+
+The live claim is ``Cycle.claim`` — the entity's id on the cycle that holds
+it, unique in the database — so racing producers, on any number of workers,
+make one live cycle. A round waiting on a person's decide or retry card holds
+no claim (an unanswered card cannot freeze the entity); accepting it takes
+the claim back.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from evolution.models import Cycle, Round
+from grading.models import Entity, Execution, Grade
+
+log = logging.getLogger(__name__)
+
+#: Producers whose analyses the seed exempts from cooldownHours and maxAnalysesPerDay.
+EXEMPT_ORIGINS = frozenset({Cycle.Origin.REQUEST, Cycle.Origin.IDEA})
+
+NOTICE_PRODUCER = "loop"
+
+
+@dataclass(frozen=True)
+class Opened:
+    """What an attempt to open a cycle came to: the cycle (new, existing or the refusal row), and why."""
+
+    cycle: Cycle | None
+    opened: bool
+    reason: str
+
+
+# --- Terms --------------------------------------------------------------------
+
+
+def terms_of(entity: Entity) -> dict[str, Any]:
+    """The entity's resolved terms ({"evaluation", "loop", ...}) as the last brain sync stored them."""
+    return entity.terms or {}
+
+
+def loop_terms(entity: Entity) -> dict[str, Any]:
+    return terms_of(entity).get("loop") or {}
+
+
+def cooldown(loop: dict[str, Any], *, regressed: bool) -> timedelta:
+    """The rest after a settle: the declared cooldownHours for both cases, else 6 h (24 h after a regression)."""
+    declared = loop.get("cooldownHours")
+    if declared is not None:
+        return timedelta(hours=float(declared))
+    return timedelta(hours=24 if regressed else 6)
+
+
+def when(instant: datetime) -> str:
+    """An instant for a person: "Nov 30, 14:05 UTC" in the project's time zone."""
+    local = timezone.localtime(instant)
+    return f"{local:%b} {local.day}, {local:%H:%M} {local.tzname()}"
+
+
+# --- Refusals -----------------------------------------------------------------
+
+
+def _live(entity: Entity) -> Cycle | None:
+    return Cycle.objects.filter(claim=entity.pk).first()
+
+
+def live_refusal(entity: Entity) -> str | None:
+    """The sentence when another cycle holds the entity (one live cycle per entity), else None."""
+    holder = _live(entity)
+    if holder is None:
+        return None
+    if holder.phase == Cycle.Phase.REVERTING:
+        revert = holder.rounds.exclude(revert_pr_number=None).order_by("-number").first()
+        number = f"PR #{revert.revert_pr_number}" if revert else "its PR"
+        return f"waiting on the revert of cycle {holder.pk} ({number})"
+    return f"cycle {holder.pk} is live ({holder.get_phase_display()})"
+
+
+def ceiling_refusal(entity: Entity, *, now: datetime) -> str | None:
+    """The sentence when cooldownHours or maxAnalysesPerDay refuses an ordinary analysis now, else None.
+
+    Both bounds count only analyses that ran: a refusal costs nothing and starts no rest.
+    """
+    loop = loop_terms(entity)
+    last = (
+        Cycle.objects.filter(entity=entity, analysed=True)
+        .exclude(completed_at=None)
+        .order_by("-completed_at")
+        .only("completed_at", "status")
+        .first()
+    )
+    if last is not None:
+        rest = cooldown(loop, regressed=last.status == Cycle.Status.REGRESSED)
+        until = last.completed_at + rest
+        if until > now:
+            why = "a regressed settle" if last.status == Cycle.Status.REGRESSED else "a settle"
+            return f"cooldown: rests until {when(until)} ({rest.total_seconds() / 3600:g} h after {why})"
+    ceiling = loop.get("maxAnalysesPerDay", 3)
+    if ceiling is not None:
+        ran = Cycle.objects.filter(entity=entity, analysed=True, started_at__gt=now - timedelta(hours=24)).count()
+        if ran >= int(ceiling):
+            return f"maxAnalysesPerDay: {ran} analyses in the last 24 hours (ceiling {ceiling})"
+    return None
+
+
+def refusal(entity: Entity, *, origin: str, now: datetime) -> str | None:
+    """Why the entity cannot open a cycle from ``origin`` now, or None when it can."""
+    if not entity.present or entity.load_error:
+        return f"{entity} does not load: {entity.load_error or 'it is gone from the brain'}"
+    if not entity.loop_enabled:
+        return f"the loop is off for {entity}"
+    if not entity.evaluation_enabled:
+        return f"grading is off for {entity}: the loop reads graded runs only"
+    live = live_refusal(entity)
+    if live:
+        return live
+    from evolution.proposer import refusal as proposer_refusal
+
+    proposer = proposer_refusal(entity)
+    if proposer:
+        return proposer
+    if origin not in EXEMPT_ORIGINS:
+        return ceiling_refusal(entity, now=now)
+    return None
+
+
+def _kind_of(reason: str) -> str:
+    return reason.split(":", 1)[0].split(" (", 1)[0][:40]
+
+
+def record_refusal(
+    entity: Entity, *, origin: str, reason: str, now: datetime, anchor: Execution | None = None
+) -> Cycle:
+    """Record a refused analysis as a skipped cycle; a run of refusals of one kind is folded into one row."""
+    newest = Cycle.objects.filter(entity=entity).order_by("-started_at", "-id").first()
+    if (
+        newest is not None
+        and not newest.analysed
+        and newest.status == Cycle.Status.SKIPPED
+        and _kind_of(newest.reason) == _kind_of(reason)
+    ):
+        window = dict(newest.window or {})
+        window["refused"] = int(window.get("refused", 1)) + 1
+        Cycle.objects.filter(pk=newest.pk).update(reason=reason, window=window, completed_at=now, moved_at=now)
+        newest.reason, newest.window = reason, window
+        return newest
+    return Cycle.objects.create(
+        entity=entity,
+        key=f"{cycle_key(entity, origin, anchor, now)}:refused",
+        origin=origin,
+        phase=Cycle.Phase.SETTLED,
+        status=Cycle.Status.SKIPPED,
+        reason=reason,
+        analysed=False,
+        anchor=anchor,
+        window={"refused": 1},
+        started_at=now,
+        completed_at=now,
+        moved_at=now,
+    )
+
+
+# --- Opening ------------------------------------------------------------------
+
+
+def cycle_key(entity: Entity, origin: str, anchor: Execution | None, now: datetime) -> str:
+    """``<kind>:<id>:<origin>:<anchor run or instant>`` — one grade delivered twice opens one cycle."""
+    mark = str(anchor.pk) if anchor is not None else now.isoformat()
+    return f"{entity.target_kind}:{entity.slug}:{origin}:{mark}"
+
+
+def pinned_judge(entity: Entity, anchor: Execution | None) -> dict[str, Any]:
+    """The judge the cycle pins: the anchor's grade's, else the entity's newest graded run's."""
+    grades = Grade.objects.filter(entity=entity, status=Grade.Status.GRADED)
+    if anchor is not None:
+        grade = grades.filter(execution_id=anchor.pk).only("judge").first()
+        if grade is not None:
+            return grade.judge or {}
+    newest = grades.order_by("-graded_at").only("judge").first()
+    return (newest.judge or {}) if newest is not None else {}
+
+
+def open_cycle(
+    entity: Entity,
+    *,
+    origin: str,
+    anchor: Execution | None = None,
+    window: dict[str, Any] | None = None,
+    requested_by: Any | None = None,
+    idea: Any | None = None,
+    now: datetime | None = None,
+) -> Opened:
+    """Open a cycle for ``entity`` and start its first analysis, or record why not.
+
+    Returns Opened(cycle, True, "opened") for a new cycle; the cycle already
+    opened under the same key (a grade delivered twice) with opened False;
+    or the refusal row and its reason.
+    """
+    now = now or timezone.now()
+    key = cycle_key(entity, origin, anchor, now)
+    existing = Cycle.objects.filter(key=key).first()
+    if existing is not None:
+        return Opened(existing, False, f"cycle {existing.pk} was already opened on this")
+    why = refusal(entity, origin=origin, now=now)
+    if why:
+        log.info("loop: %s: no cycle (%s): %s", entity, origin, why)
+        return Opened(record_refusal(entity, origin=origin, reason=why, now=now, anchor=anchor), False, why)
+    if window is None:
+        from evolution.trigger import request_window
+
+        window = request_window(entity, now=now)
+    try:
+        with transaction.atomic():
+            cycle = Cycle.objects.create(
+                entity=entity,
+                key=key,
+                claim=entity.pk,
+                origin=origin,
+                phase=Cycle.Phase.ANALYSING,
+                analysed=True,
+                anchor=anchor,
+                window=window,
+                judge=pinned_judge(entity, anchor),
+                terms=terms_of(entity),
+                requested_by=requested_by if getattr(requested_by, "pk", None) else None,
+                idea=idea,
+                started_at=now,
+                moved_at=now,
+            )
+            first = Round.objects.create(cycle=cycle, number=1, status=Round.Status.ANALYSING, created_at=now)
+    except IntegrityError:
+        # A rival producer took the key or the entity's claim between our read and our insert.
+        rival = Cycle.objects.filter(key=key).first()
+        if rival is not None:
+            return Opened(rival, False, f"cycle {rival.pk} was already opened on this")
+        why = live_refusal(entity) or "another cycle took the entity first"
+        return Opened(record_refusal(entity, origin=origin, reason=why, now=now, anchor=anchor), False, why)
+    log.info("loop: %s: cycle %s opened (%s)", entity, cycle.pk, origin)
+    _enqueue("analyse_round", first.pk)
+    return Opened(cycle, True, "opened")
+
+
+def _enqueue(task: str, round_id: int) -> None:
+    """Start a round's next step on a worker once the transaction that asked for it has committed."""
+    from evolution import tasks
+
+    transaction.on_commit(lambda: getattr(tasks, task).delay(round_id))
+
+
+# --- Moving and settling ----------------------------------------------------
+
+
+def advance(cycle: Cycle, phase: str, **fields: Any) -> Cycle:
+    """Move ``cycle`` to ``phase`` (and set ``fields``), stamping its last movement."""
+    now = fields.pop("now", None) or timezone.now()
+    values = {"phase": phase, "moved_at": now, **fields}
+    Cycle.objects.filter(pk=cycle.pk).update(**values)
+    for name, value in values.items():
+        setattr(cycle, name, value)
+    return cycle
+
+
+def take_claim(cycle: Cycle) -> bool:
+    """Take the entity's live claim for ``cycle``; False when another cycle holds it."""
+    if cycle.claim == cycle.entity_id:
+        return True
+    try:
+        with transaction.atomic():
+            Cycle.objects.filter(pk=cycle.pk).update(claim=cycle.entity_id)
+    except IntegrityError:
+        return False
+    cycle.claim = cycle.entity_id
+    return True
+
+
+def release_claim(cycle: Cycle) -> None:
+    Cycle.objects.filter(pk=cycle.pk).update(claim=None)
+    cycle.claim = None
+
+
+def merged_round(cycle: Cycle) -> Round | None:
+    """The round whose PR merged (at most one per cycle)."""
+    return cycle.rounds.exclude(merge_sha="").order_by("-number").first()
+
+
+def settle(
+    cycle: Cycle,
+    status: str,
+    *,
+    reason: str = "",
+    watch_verdict: dict[str, Any] | None = None,
+    now: datetime | None = None,
+    lesson: bool = True,
+) -> Cycle:
+    """End ``cycle`` at ``status`` (validated, regressed, unvalidated, skipped, failed) and return it.
+
+    A regressed change opens its revert PR and the cycle keeps the entity's
+    claim while the revert is followed (phase "reverting"); every other
+    settle releases it. The lesson is written (``lesson=False`` for the kill
+    switch and a broken unattended round); a lesson the archive refused is
+    kept on ``lesson_error``. A second settle of a settled cycle does nothing.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        fresh = Cycle.objects.select_for_update().get(pk=cycle.pk)
+        if fresh.status:
+            return fresh
+        fields: dict[str, Any] = {
+            "status": status,
+            "reason": reason,
+            "completed_at": now,
+            "moved_at": now,
+            "next_poll_at": None,
+        }
+        if watch_verdict is not None:
+            fields["watch_verdict"] = watch_verdict
+        Cycle.objects.filter(pk=cycle.pk).update(**fields)
+        for name, value in fields.items():
+            setattr(fresh, name, value)
+        reverting = status == Cycle.Status.REGRESSED and _open_revert(fresh, now)
+        if not reverting:
+            advance(fresh, Cycle.Phase.SETTLED, claim=None, now=now)
+        Round.objects.filter(cycle=fresh, status=Round.Status.APPLIED).update(status=Round.Status.CLOSED)
+        if lesson:
+            _write_lesson(fresh)
+    _notify_settled(fresh)
+    cycle.__dict__.update({k: v for k, v in fresh.__dict__.items() if not k.startswith("_")})
+    return fresh
+
+
+def _open_revert(cycle: Cycle, now: datetime) -> bool:
+    """Open the mechanical revert of a regressed change; return whether the cycle now follows one."""
+    shipped = merged_round(cycle)
+    if shipped is None:
+        return False
+    from evolution.forges import ForgeError
+    from evolution.revert import open_revert
+
+    try:
+        pull = open_revert(shipped)
+    except ForgeError as exc:
+        log.error("loop: %s: the revert of cycle %s could not be opened: %s", cycle.entity, cycle.pk, exc)
+        Round.objects.filter(pk=shipped.pk).update(revert_outcome="failed")
+        Cycle.objects.filter(pk=cycle.pk).update(reason=f"{cycle.reason}; the revert PR could not be opened: {exc}")
+        return False
+    deadline_h = float((loop_terms(cycle.entity).get("watch") or {}).get("deadlineHours") or 336)
+    Round.objects.filter(pk=shipped.pk).update(
+        revert_pr_number=pull.number,
+        revert_pr_url=pull.url,
+        revert_opened_at=now,
+        revert_deadline=now + timedelta(hours=deadline_h),
+        revert_merge_gate="human",
+    )
+    advance(cycle, Cycle.Phase.REVERTING, next_poll_at=now + timedelta(seconds=120), poll_interval_s=120, now=now)
+    return True
+
+
+def _write_lesson(cycle: Cycle) -> None:
+    from evolution import lessons
+
+    try:
+        with transaction.atomic():
+            lessons.write_for(cycle)
+            lessons.credit(cycle)
+    except Exception as exc:  # noqa: BLE001 - a lesson the archive refused is kept on the row, never dropped silently
+        log.exception("loop: the lesson of cycle %s was refused", cycle.pk)
+        error = f"{type(exc).__name__}: {exc}"
+        Cycle.objects.filter(pk=cycle.pk).update(lesson_error=error)
+        cycle.lesson_error = error
+
+
+def _notify_settled(cycle: Cycle) -> None:
+    from hitl.actions import post_notice
+
+    words = {
+        Cycle.Status.VALIDATED: "kept: validated",
+        Cycle.Status.REGRESSED: "regressed: revert opened" if cycle.phase == Cycle.Phase.REVERTING else "regressed",
+        Cycle.Status.UNVALIDATED: "unverified: kept without proof",
+        Cycle.Status.SKIPPED: "skipped",
+        Cycle.Status.FAILED: "failed",
+    }
+    if cycle.status == Cycle.Status.SKIPPED and not cycle.analysed:
+        return
+    post_notice(
+        producer=NOTICE_PRODUCER,
+        kind="settled",
+        title=f"{cycle.entity.name or cycle.entity.slug}: cycle {cycle.pk} {words.get(cycle.status, cycle.status)}",
+        text=cycle.reason,
+        url=f"{settings.SINGULARITY_PUBLIC_URL}{cycle.get_absolute_url()}" if settings.SINGULARITY_PUBLIC_URL else "",
+        subject=f"cycle {cycle.pk}",
+    )
+
+
+def add_spend(cycle: Cycle, amount: Any) -> None:
+    """Add an agent's cost to what the cycle spent."""
+    if amount:
+        Cycle.objects.filter(pk=cycle.pk).update(spent_usd=F("spent_usd") + amount)
+        cycle.refresh_from_db(fields=["spent_usd"])
+
+
+def live_cycles(entity_ids: list[int]) -> dict[int, Cycle]:
+    """The cycle holding each entity's claim, for the entities that have one."""
+    return {c.claim: c for c in Cycle.objects.filter(claim__in=entity_ids)}
+
+
+def watching(entity_ids: list[int]) -> set[int]:
+    """The entities among ``entity_ids`` whose cycle is watching a shipped change."""
+    return set(
+        Cycle.objects.filter(Q(entity_id__in=entity_ids), phase=Cycle.Phase.WATCHING).values_list(
+            "entity_id", flat=True
+        )
+    )

@@ -1,0 +1,206 @@
+"""When a landing grade opens a cycle: window() then should_open(), three tiers (seed 003, "trigger").
+
+The repair preset's window is the entity's last ``trigger.windowRuns`` graded
+runs through the grade that landed (ungraded runs take no slot, the loop's
+own replays are never in it, runs still waiting on a rating card are left
+out); its rule opens when the landed run is itself bad and at least
+``trigger.minFailures`` of the window are. The entity's loop module may
+replace either function (``window(ctx)``, ``should_open(window, trigger)``);
+a project-wide replacement is a setting naming a callable
+(``LOOP_SHOULD_OPEN``). ``loop.enabled`` is settled before either is asked.
+
+The decision for one landing grade costs a fixed number of queries whatever
+the entity's history: a healthy grade none beyond the batch read, a bad one
+the window read plus what opening needs.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from evolution import cycles
+from evolution.models import Cycle
+from grading.cards import observed
+from grading.metrics import is_bad
+from grading.models import Entity, Grade
+
+log = logging.getLogger(__name__)
+
+
+class RuleError(Exception):
+    """A window() or should_open() answered in a shape the engine cannot read; the message names the function."""
+
+
+def trigger_terms(loop: dict[str, Any]) -> dict[str, Any]:
+    """The trigger block as the preset's count reads it, with the loop's threshold beside it."""
+    trigger = dict(loop.get("trigger") or {})
+    trigger.setdefault("windowRuns", 5)
+    trigger.setdefault("minFailures", 2)
+    trigger["threshold"] = loop.get("threshold")
+    return trigger
+
+
+def graded_window(entity: Entity, *, through: Grade | None, size: int, now: datetime) -> list[Grade]:
+    """The entity's last ``size`` graded runs through ``through`` (or now), newest first."""
+    grades = Grade.objects.filter(entity=entity, status=Grade.Status.GRADED, execution__loop_launched=False)
+    if through is not None and through.graded_at is not None:
+        grades = grades.filter(graded_at__lte=through.graded_at)
+    grades = observed(grades, now=now)
+    return list(grades.select_related("execution").order_by("-graded_at", "-execution_id")[:size])
+
+
+def repair_window(entity: Entity, terms: dict[str, Any], *, anchor: Grade | None, now: datetime) -> dict[str, Any]:
+    """The repair preset's window: the last windowRuns graded runs, ready (the count is the whole question)."""
+    size = int(trigger_terms(terms.get("loop") or {})["windowRuns"])
+    runs = graded_window(entity, through=anchor, size=size, now=now)
+    window = {
+        "from": None,
+        "to": now.isoformat(),
+        "runIds": [str(g.execution_id) for g in reversed(runs)],
+        "reason": f"the last {size} graded runs",
+        "ready": True,
+        "progress": {"have": len(runs), "need": size, "unit": "graded runs"},
+        "metrics": [],
+    }
+    window["_grades"] = runs  # newest first; dropped before storing
+    return window
+
+
+def repair_should_open(window: list[dict[str, Any]], trigger: dict[str, Any]) -> dict[str, Any]:
+    """k of n with the newest run itself bad: ``window`` is the runs' outcomes, newest first."""
+    if not window:
+        return {"open": False, "reason": "no graded runs"}
+    bad = sum(1 for run in window if run["bad"])
+    need = int(trigger["minFailures"])
+    if not window[0]["bad"]:
+        return {"open": False, "reason": "the run that landed is not bad"}
+    if bad < need:
+        return {"open": False, "reason": f"{bad} of the last {len(window)} graded runs bad (needs {need})"}
+    return {"open": True, "reason": f"{bad} of the last {len(window)} graded runs bad"}
+
+
+def _module_function(entity: Entity, name: str) -> Callable[..., Any] | None:
+    """The entity's loop module function ``name`` at its commit, or None (no module, or no such function)."""
+    if not entity.loop_module_path or not entity.commit:
+        return None
+    from grading.methods import brain_checkout
+    from singularity.brain.modules import load_at
+
+    loaded = load_at(brain_checkout(None), entity.commit, entity.loop_module_path)
+    return getattr(loaded.module, name, None)
+
+
+def _project_rule() -> Callable[..., Any] | None:
+    path = getattr(settings, "LOOP_SHOULD_OPEN", "")
+    return import_string(path) if path else None
+
+
+def ask_should_open(entity: Entity, window: list[dict[str, Any]], trigger: dict[str, Any]) -> dict[str, Any]:
+    """Ask the nearest should_open (the entity's module, the project's, the preset's); RuleError on a bad shape."""
+    rule = _module_function(entity, "should_open") or _project_rule() or repair_should_open
+    if inspect.iscoroutinefunction(rule):
+        raise RuleError(f"{entity}: should_open must answer synchronously; it is declared async")
+    answer = rule(window=window, trigger=trigger)
+    if isinstance(answer, bool) or not isinstance(answer, dict) or not isinstance(answer.get("open"), bool):
+        raise RuleError(f"{entity}: should_open must answer {{open, reason}}, not {answer!r}")
+    return {"open": answer["open"], "reason": str(answer.get("reason") or "")}
+
+
+def outcomes(grades: Iterable[Grade], terms: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each grade as the trigger rule reads it: run id, score, passed, bad, metrics (newest first as given)."""
+    return [
+        {
+            "runId": str(g.execution_id),
+            "overallScore": g.score,
+            "passed": g.passed,
+            "bad": is_bad(g, terms),
+            "metrics": g.metrics,
+            "failureCategory": g.failure_category,
+        }
+        for g in grades
+    ]
+
+
+def decide(entity: Entity, grade: Grade, *, now: datetime) -> tuple[dict[str, Any] | None, str]:
+    """Ask whether ``grade`` opens a cycle; return (the window to open on, or None, and the reason)."""
+    terms = cycles.terms_of(entity)
+    loop = terms.get("loop") or {}
+    if not entity.loop_enabled or not loop.get("enabled", entity.loop_enabled):
+        return None, "the loop is off"
+    if (loop.get("preset") or "repair") != "repair":
+        return None, f"preset {loop.get('preset')} opens on its cadence, not on a bad run"
+    own_rule = entity.loop_module_path and _module_function(entity, "should_open") is not None
+    if not own_rule and not _project_rule() and not is_bad(grade, terms):
+        return None, "the run that landed is not bad"
+    window = repair_window(entity, terms, anchor=grade, now=now)
+    grades = window.pop("_grades")
+    if not grades or grades[0].execution_id != grade.execution_id:
+        return None, "the landed run is not the newest graded run of its window"
+    answer = ask_should_open(entity, outcomes(grades, terms), trigger_terms(loop))
+    window["reason"] = answer["reason"] or window["reason"]
+    return (window if answer["open"] else None), answer["reason"]
+
+
+def on_landed(grade_ids: list[Any], *, now: datetime | None = None) -> int:
+    """Hear grades that just settled: hand watched entities' to the watch, open cycles where the rule says.
+
+    Returns how many cycles opened.
+    """
+    now = now or timezone.now()
+    grades = list(
+        Grade.objects.filter(pk__in=grade_ids, status=Grade.Status.GRADED)
+        .select_related("execution")
+        .order_by("graded_at")
+    )
+    if not grades:
+        return 0
+    entity_ids = sorted({g.entity_id for g in grades})
+    entities = Entity.objects.in_bulk(entity_ids)
+    looped = {pk for pk, e in entities.items() if e.loop_enabled}
+    if not looped:
+        return 0
+    watched = cycles.watching(sorted(looped))
+    if watched:
+        from evolution import watch
+
+        watch.on_grades([g.pk for g in grades if g.entity_id in watched])
+    opened = 0
+    for grade in grades:
+        if grade.entity_id not in looped or grade.entity_id in watched or grade.execution.loop_launched:
+            continue
+        entity = entities[grade.entity_id]
+        try:
+            window, reason = decide(entity, grade, now=now)
+        except Exception as exc:  # noqa: BLE001 - the brain's rule failed: the grade stands, the next one asks again
+            log.warning("loop: %s: the trigger withheld run %s: %s", entity, grade.execution_id, exc)
+            continue
+        if window is None:
+            log.debug("loop: %s: run %s opens nothing: %s", entity, grade.execution_id, reason)
+            continue
+        result = cycles.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=grade.execution, window=window, now=now)
+        opened += int(result.opened)
+    return opened
+
+
+def request_window(entity: Entity, *, now: datetime) -> dict[str, Any]:
+    """The window an "Analyze now" or a scheduled look reads: the last windowRuns graded runs through now."""
+    terms = cycles.terms_of(entity)
+    window = repair_window(entity, terms, anchor=None, now=now)
+    window.pop("_grades")
+    return window
+
+
+def analyze_now(entity: Entity, *, user: Any | None = None, now: datetime | None = None) -> cycles.Opened:
+    """Open a cycle on request (the dashboard's Analyze now, the API, the command): exempt from the ceilings."""
+    now = now or timezone.now()
+    return cycles.open_cycle(
+        entity, origin=Cycle.Origin.REQUEST, window=request_window(entity, now=now), requested_by=user, now=now
+    )
