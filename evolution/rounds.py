@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
