@@ -130,11 +130,12 @@ def refusal(entity: Entity, *, origin: str, now: datetime) -> str | None:
     live = live_refusal(entity)
     if live:
         return live
-    from evolution.proposer import refusal as proposer_refusal
+    if (loop_terms(entity).get("proposer") or {}).get("pipeline"):
+        from evolution.proposer import refusal as proposer_refusal
 
-    proposer = proposer_refusal(entity)
-    if proposer:
-        return proposer
+        proposer = proposer_refusal(entity)
+        if proposer:
+            return proposer
     if origin not in EXEMPT_ORIGINS:
         return ceiling_refusal(entity, now=now)
     return None

@@ -1,0 +1,143 @@
+"""Opening and settling cycles: one live claim per entity, cooldown, the daily ceiling, loud refusals (R7.*)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from evolution import cycles, trigger
+from evolution.models import Cycle
+from tests.evolution.loop_helpers import cycles_of, graded, history, looped, settled_cycle
+
+pytestmark = pytest.mark.django_db
+
+
+def open_on_bad(entity, **kwargs):
+    landed = graded(entity, bad=True)
+    return cycles.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=landed.execution, **kwargs)
+
+
+def test_the_database_holds_one_live_claim_per_entity():
+    entity = looped()
+    settled_cycle(entity, Cycle.Status.VALIDATED, at=timezone.now())
+    Cycle.objects.create(entity=entity, key="a", origin="grade", claim=entity.pk)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Cycle.objects.create(entity=entity, key="b", origin="grade", claim=entity.pk)
+
+
+def test_an_ordinary_settle_rests_the_entity_six_hours():
+    entity = looped()
+    now = timezone.now()
+    settled_cycle(entity, Cycle.Status.VALIDATED, at=now)
+    refused = open_on_bad(entity, now=now + timedelta(hours=5))
+    assert not refused.opened and refused.reason.startswith("cooldown: rests until")
+    assert refused.cycle.status == Cycle.Status.SKIPPED and not refused.cycle.analysed
+    assert open_on_bad(entity, now=now + timedelta(hours=6, minutes=1)).opened
+
+
+def test_a_regressed_settle_rests_the_entity_a_day():
+    entity = looped()
+    now = timezone.now()
+    settled_cycle(entity, Cycle.Status.REGRESSED, at=now)
+    assert not open_on_bad(entity, now=now + timedelta(hours=7)).opened
+    assert open_on_bad(entity, now=now + timedelta(hours=25)).opened
+
+
+def test_a_declared_cooldown_applies_after_a_regression_too():
+    entity = looped(loop={"cooldownHours": 2})
+    now = timezone.now()
+    settled_cycle(entity, Cycle.Status.REGRESSED, at=now)
+    assert open_on_bad(entity, now=now + timedelta(hours=3)).opened
+
+
+def test_a_refusal_starts_no_rest():
+    entity = looped()
+    now = timezone.now()
+    settled_cycle(entity, Cycle.Status.SKIPPED, at=now, analysed=False)  # a refusal, not an analysis
+    assert open_on_bad(entity, now=now + timedelta(minutes=1)).opened
+
+
+def test_max_analyses_per_day_is_a_rolling_day_of_analyses_that_ran():
+    entity = looped(loop={"maxAnalysesPerDay": 2, "cooldownHours": 0})
+    start = timezone.now()
+    for hour in (0, 1):
+        result = open_on_bad(entity, now=start + timedelta(hours=hour))
+        assert result.opened
+        cycles.settle(result.cycle, Cycle.Status.SKIPPED, reason="test", now=start + timedelta(hours=hour))
+    third = open_on_bad(entity, now=start + timedelta(hours=2))
+    assert not third.opened
+    assert third.reason == "maxAnalysesPerDay: 2 analyses in the last 24 hours (ceiling 2)"
+    assert open_on_bad(entity, now=start + timedelta(hours=24, minutes=1)).opened
+
+
+def test_a_request_is_exempt_from_the_rest_but_not_from_the_live_claim():
+    entity = looped()
+    now = timezone.now()
+    settled_cycle(entity, Cycle.Status.REGRESSED, at=now)
+    history(entity, "bg")
+    with time_machine.travel(now + timedelta(hours=1)):
+        requested = trigger.analyze_now(entity)
+        assert requested.opened and requested.cycle.origin == Cycle.Origin.REQUEST
+        assert requested.cycle.anchor is None
+        again = trigger.analyze_now(entity)
+    assert not again.opened and again.reason.startswith(f"cycle {requested.cycle.pk} is live")
+
+
+def test_refusals_are_shown_as_skipped_cycles_with_their_reason():
+    entity = looped()
+    now = timezone.now()
+    settled_cycle(entity, Cycle.Status.VALIDATED, at=now)
+    open_on_bad(entity, now=now + timedelta(hours=1))
+    refused = cycles_of(entity)[-1]
+    assert refused.status == Cycle.Status.SKIPPED
+    assert "cooldown" in refused.reason
+
+
+def test_settle_releases_the_claim_and_a_second_settle_changes_nothing():
+    entity = looped()
+    opened = open_on_bad(entity)
+    cycle = cycles.settle(opened.cycle, Cycle.Status.FAILED, reason="broken")
+    assert cycle.claim is None and cycle.phase == Cycle.Phase.SETTLED and cycle.completed_at
+    again = cycles.settle(cycle, Cycle.Status.VALIDATED, reason="late")
+    assert again.status == Cycle.Status.FAILED and again.reason == "broken"
+
+
+def test_a_switched_off_loop_refuses_even_a_request():
+    entity = looped(loop={"enabled": False})
+    result = trigger.analyze_now(entity)
+    assert not result.opened and result.reason == f"the loop is off for {entity}"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_workers_racing_to_open_make_one_cycle():
+    if connection.vendor != "postgresql":
+        pytest.skip("real parallel workers need Postgres")
+    entity = looped()
+    history(entity, "bggg")
+    grades = [graded(entity, bad=True) for _ in range(2)]
+    barrier = threading.Barrier(len(grades))
+    results = []
+
+    def work(grade):
+        try:
+            barrier.wait()
+            results.append(
+                cycles.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=grade.execution, window={"runIds": []})
+            )
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=work, args=(g,)) for g in grades]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r.opened for r in results) == [False, True]
+    assert Cycle.objects.filter(entity=entity, analysed=True).count() == 1
+    assert Cycle.objects.filter(claim=entity.pk).count() == 1

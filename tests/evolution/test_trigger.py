@@ -1,0 +1,151 @@
+"""The repair trigger: k of n graded runs with the landed run itself bad (seed 003 "trigger"; R6.*, R7.4)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from evolution import trigger
+from evolution.models import Cycle
+from grading.models import Grade
+from tests.evolution.loop_helpers import cycles_of, graded, history, looped
+
+pytestmark = pytest.mark.django_db
+
+
+def land(grade: Grade) -> int:
+    return trigger.on_landed([grade.pk])
+
+
+def test_a_bad_landing_run_with_two_of_five_bad_opens_one_cycle_on_it():
+    entity = looped()
+    history(entity, "bggg")
+    landed = graded(entity, bad=True)
+    assert land(landed) == 1
+    [cycle] = cycles_of(entity)
+    assert cycle.anchor_id == landed.execution_id
+    assert cycle.origin == Cycle.Origin.GRADE
+    assert cycle.phase == Cycle.Phase.ANALYSING and cycle.claim == entity.pk
+    assert cycle.window["runIds"][-1] == str(landed.execution_id)  # oldest first, the landed run last
+    assert len(cycle.window["runIds"]) == 5
+    assert cycle.window["ready"] is True and cycle.window["from"] is None
+    assert cycle.rounds.count() == 1
+
+
+def test_a_healthy_landing_run_never_opens_whatever_the_window_holds():
+    entity = looped()
+    history(entity, "bbbb")
+    assert land(graded(entity, bad=False)) == 0
+    assert cycles_of(entity) == []
+
+
+def test_one_bad_run_alone_is_withheld_by_the_count():
+    entity = looped()
+    history(entity, "gggg")
+    assert land(graded(entity, bad=True)) == 0
+    assert cycles_of(entity) == []  # a look that opens nothing leaves no row
+
+
+def test_min_failures_one_analyses_the_first_failure():
+    entity = looped(loop={"trigger": {"windowRuns": 5, "minFailures": 1}})
+    assert land(graded(entity, bad=True)) == 1
+
+
+def test_ungraded_runs_take_no_slot_in_the_window():
+    entity = looped()
+    history(entity, "b")
+    for _ in range(6):
+        graded(entity, bad=True, status=Grade.Status.FAILED)  # the judge failed: neither good nor bad
+    history(entity, "ggg")
+    landed = graded(entity, bad=True)
+    assert land(landed) == 1
+    [cycle] = cycles_of(entity)
+    assert len(cycle.window["runIds"]) == 5  # five graded runs, the failed gradings left out
+
+
+def test_the_loops_own_runs_never_open_a_cycle_nor_fill_the_window():
+    entity = looped()
+    history(entity, "b")
+    replay = graded(entity, bad=True, loop_launched=True)
+    assert land(replay) == 0
+    history(entity, "ggg")
+    landed = graded(entity, bad=True)
+    land(landed)
+    [cycle] = cycles_of(entity)
+    assert str(replay.execution_id) not in cycle.window["runIds"]
+
+
+def test_the_loop_switched_off_opens_nothing():
+    entity = looped(loop={"enabled": False})
+    history(entity, "bbbb")
+    assert land(graded(entity, bad=True)) == 0
+    assert cycles_of(entity) == []
+
+
+def test_the_same_grade_delivered_twice_opens_one_cycle():
+    entity = looped()
+    history(entity, "bggg")
+    landed = graded(entity, bad=True)
+    assert land(landed) == 1
+    assert land(landed) == 0
+    assert len([c for c in cycles_of(entity) if c.analysed]) == 1
+
+
+def test_a_second_bad_grade_while_a_cycle_is_live_is_recorded_and_skipped():
+    entity = looped()
+    history(entity, "bggg")
+    land(graded(entity, bad=True))
+    land(graded(entity, bad=True))
+    land(graded(entity, bad=True))
+    live, refused = cycles_of(entity)
+    assert live.claim == entity.pk
+    assert refused.status == Cycle.Status.SKIPPED and not refused.analysed
+    assert refused.reason.startswith(f"cycle {live.pk} is live")
+    assert refused.window["refused"] == 2  # a run of refusals of one kind is one row
+
+
+def test_the_decision_costs_the_same_queries_whatever_the_history():
+    small, deep = looped("small"), looped("deep")
+    history(small, "g" * 5)
+    history(deep, "g" * 300)
+    costs = []
+    for entity in (small, deep):
+        landed = graded(entity, bad=True)
+        with CaptureQueriesContext(connection) as queries:
+            land(landed)
+        costs.append(len(queries))
+    assert costs[0] == costs[1]
+    assert costs[0] <= 25
+
+
+def test_a_loop_module_should_open_answering_a_bare_boolean_withholds_the_grade(tmp_path, settings):
+    from tests.grading.grading_helpers import brain_repo
+
+    checkout, commit = brain_repo(
+        tmp_path / "brain", {"features/triage/triage.loop.py": "def should_open(window, trigger):\n    return True\n"}
+    )
+    settings.BRAIN_CHECKOUT = str(checkout.path)
+    entity = looped(loop_module_path="features/triage/triage.loop.py", commit=commit)
+    history(entity, "bbbb")
+    assert land(graded(entity, bad=True)) == 0
+    with pytest.raises(trigger.RuleError, match="should_open must answer"):
+        trigger.ask_should_open(entity, [{"bad": True}], {"minFailures": 2})
+
+
+def test_a_loop_module_should_open_replaces_the_count(tmp_path, settings):
+    from tests.grading.grading_helpers import brain_repo
+
+    source = (
+        "def should_open(window, trigger):\n"
+        "    recent = window[:3]\n"
+        "    ok = len(recent) == 3 and all(run['bad'] for run in recent)\n"
+        "    return {'open': ok, 'reason': f'{len(recent)} in a row'}\n"
+    )
+    checkout, commit = brain_repo(tmp_path / "brain", {"features/triage/triage.loop.py": source})
+    settings.BRAIN_CHECKOUT = str(checkout.path)
+    entity = looped(loop_module_path="features/triage/triage.loop.py", commit=commit)
+    history(entity, "bgb")
+    assert land(graded(entity, bad=True)) == 0  # 2 of 5 would open; three in a row is the rule here
+    history(entity, "b")
+    assert land(graded(entity, bad=True)) == 1
