@@ -48,6 +48,7 @@ def _card(card: Any) -> None:
 
 def connect() -> None:
     """Register the loop's listeners with grading and its card handlers with hitl."""
+    from evolution import doctor  # noqa: F401 - registers the loop's doctor sections
     from grading import booking, grade
     from hitl import registry
     from hitl.models import Card

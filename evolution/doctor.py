@@ -1,0 +1,131 @@
+"""The loop's doctor sections (``manage.py doctor``): ceilings, proposers, the watch's time, prompt paths.
+
+Registered with grading's doctor when the evolution app is ready, after
+grading's own sections.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+from grading.doctor import FAIL, WARN, Check, DoctorContext, section
+from grading.models import Entity
+
+#: Paths under constitution/ the engine once read and reads no more (seed 003, "Loop prompt paths").
+RETIRED_PROMPTS = (
+    "constitution/Loop/default.md",
+    "constitution/Loop/apply.md",
+    "constitution/Loop/evolve.md",
+    "constitution/Loop/idea.md",
+    "constitution/Loop/workflow.md",
+    "constitution/Loop/pipeline.md",
+    "constitution/Loop/heartbeat.md",
+    "constitution/Loop/chat.md",
+)
+#: Files under constitution/Loop/ the engine reads.
+KNOWN_PROMPTS = frozenset(
+    [
+        f"constitution/Loop/proposer/{name}.md"
+        for name in ("workflow", "pipeline", "heartbeat", "chat", "evolve", "idea")
+    ]
+    + ["constitution/Loop/implementer.md", "constitution/Loop/chat-privacy.md"]
+)
+
+
+def _label(entity: Entity) -> str:
+    return f"{entity.target_kind}:{entity.slug}"
+
+
+def cadence(expression: str) -> timedelta | None:
+    """The gap between two fires of a five-field cron expression (None when it cannot be read)."""
+    from celery.schedules import crontab
+
+    fields = expression.split()
+    if len(fields) != 5:
+        return None
+    minute, hour, day_of_month, month, day_of_week = fields
+    try:
+        schedule = crontab(
+            minute=minute, hour=hour, day_of_month=day_of_month, month_of_year=month, day_of_week=day_of_week
+        )
+    except (ValueError, TypeError):
+        return None
+    moment = datetime(2026, 1, 5, 0, 0, tzinfo=UTC)
+    fires = []
+    for _ in range(3):
+        last, delta, _now = schedule.remaining_delta(moment)
+        moment = last + delta
+        fires.append(moment)
+    return fires[2] - fires[1]
+
+
+def _in_loop(ctx: DoctorContext) -> list[Entity]:
+    return [e for e in ctx.ok_entities() if e.loop_enabled]
+
+
+@section("Loop ceilings")
+def loop_ceilings_section(ctx: DoctorContext) -> Iterator[Check]:
+    for entity in _in_loop(ctx):
+        loop = entity.loop()
+        if entity.unattended and loop.get("maxAnalysesPerDay") is None:
+            yield Check(
+                WARN,
+                f"{_label(entity)} runs unattended with loop.maxAnalysesPerDay: null: "
+                "nothing bounds how many analyses it pays for in a day",
+            )
+
+
+@section("Loop proposers")
+def loop_proposers_section(ctx: DoctorContext) -> Iterator[Check]:
+    from evolution.proposer import refusal
+
+    for entity in _in_loop(ctx):
+        proposer = entity.loop().get("proposer") or {}
+        if proposer.get("pipeline"):
+            why = refusal(entity)
+            if why:
+                yield Check(FAIL, f"{_label(entity)}: {why}; the loop refuses to open a cycle on it")
+            elif proposer.get("modelRef"):
+                yield Check(WARN, f"{_label(entity)}: loop.proposer.modelRef does nothing beside a proposer pipeline")
+
+
+@section("Loop watch")
+def loop_watch_section(ctx: DoctorContext) -> Iterator[Check]:
+    for entity in _in_loop(ctx):
+        if not entity.schedule:
+            continue
+        gap = cadence(entity.schedule)
+        if gap is None:
+            continue
+        loop = entity.loop()
+        watch, trigger = loop.get("watch") or {}, loop.get("trigger") or {}
+        runs = int(watch.get("windowRuns") or trigger.get("windowRuns") or 5)
+        lag = float(entity.evaluation().get("gradeAfterHours") or 0)
+        needed = gap * runs + timedelta(hours=lag)
+        deadline = timedelta(hours=float(watch.get("deadlineHours") or 336))
+        if needed > deadline:
+            yield Check(
+                WARN,
+                f"{_label(entity)}: {runs} graded runs at its schedule ({entity.schedule!r}, every "
+                f"{gap.total_seconds() / 3600:g} h) plus gradeAfterHours {lag:g} take "
+                f"{needed.total_seconds() / 3600:g} h, past watch.deadlineHours "
+                f"{deadline.total_seconds() / 3600:g}: every change would settle unvalidated",
+            )
+
+
+@section("Loop prompt paths")
+def loop_prompt_paths_section(ctx: DoctorContext) -> Iterator[Check]:
+    snapshot = ctx.snapshot()
+    if snapshot is None or ctx.checkout is None:
+        return
+    files = ctx.checkout.files_at(snapshot.commit)
+    for path in files:
+        if path in RETIRED_PROMPTS or path.startswith("constitution/Improvement/"):
+            yield Check(
+                FAIL,
+                f"{path} is at a retired path the engine never reads: delete it and carry what it changed "
+                "in loop.proposer.instructions",
+            )
+        elif path.startswith("constitution/Loop/") and path not in KNOWN_PROMPTS:
+            yield Check(WARN, f"{path} is at no path the loop reads (a misspelled prompt?)")
