@@ -140,7 +140,7 @@ def _poll_merge(cycle: Cycle, now: datetime) -> str:
         Cycle.objects.filter(pk=cycle.pk).update(merged_at=merged_at, next_poll_at=None)
         cycle.merged_at, cycle.next_poll_at = merged_at, None
         log.info("loop: cycle %s: PR #%s merged as %s", cycle.pk, pull.number, pull.merge_sha[:12])
-        watch.open_watch(cycle, merged_at, now=now)
+        watch.open_watch(cycle, merged_at, evaluated_at=now)
         return "merged"
     if pull.state == "closed":
         Round.objects.filter(pk=round.pk).update(status=Round.Status.CLOSED)
