@@ -19,7 +19,7 @@ from django.db import connection
 
 from evolution import verdicts, watch
 from evolution.models import Cycle, Round
-from grading.models import Execution, Grade
+from grading.models import Episode, Execution, Grade
 from hitl.models import Notice
 from singularity.brain.modules import load_at
 from tests.evolution.watch_helpers import (
@@ -35,7 +35,7 @@ from tests.evolution.watch_helpers import (
     tick,
     ticks,
 )
-from tests.grading.grading_helpers import brain_repo, commit_files
+from tests.grading.grading_helpers import brain_repo, commit_files, make_entity
 
 pytestmark = pytest.mark.django_db
 
@@ -148,6 +148,19 @@ def test_a_run_still_waiting_for_a_rating_is_not_counted_yet():
     Execution.objects.filter(pk=grade.execution_id).update(awaiting_rating_until=T0 + 5 * HOUR)
     assert watch.observe(refreshed(cycle), T0 + HOUR).have == 0
     assert watch.observe(cycle, T0 + 6 * HOUR).have == 1  # the card's deadline passed: the judge's number stands
+
+
+def test_an_episode_that_ran_under_two_role_versions_is_in_no_window():
+    role = make_entity("helpdesk", kind="role", evaluation={"method": "none"}, loop={"enabled": True})
+    cycle = shipped(role)
+    for mixed in (False, True):
+        grade = made_grade(role, T0 + HOUR)
+        Execution.objects.filter(pk=grade.execution_id).update(run_kind=Execution.RunKind.EPISODE)
+        Episode.objects.create(
+            execution_id=grade.execution_id, role=role, surface="dashboard", status="closed", mixed_versions=mixed
+        )
+    seen = watch.observe(refreshed(cycle), T0 + 2 * HOUR)
+    assert (seen.have, seen.ungraded) == (1, 0)
 
 
 def test_a_challenger_graded_after_the_judge_moved_fails_and_takes_no_slot(tmp_path, settings):
