@@ -5,3 +5,13 @@ from django.urls import path
 app_name = "evolution"
 
 urlpatterns: list = []
+
+# --- The local forge's pull requests (evolution.views_pulls) ---
+from evolution import views_pulls  # noqa: E402
+
+urlpatterns += [
+    path("pulls/", views_pulls.pull_list, name="pulls"),
+    path("pulls/<int:number>/", views_pulls.pull_detail, name="pull"),
+    path("pulls/<int:number>/merge/", views_pulls.pull_merge, name="pull-merge"),
+    path("pulls/<int:number>/close/", views_pulls.pull_close, name="pull-close"),
+]
