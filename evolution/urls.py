@@ -15,3 +15,14 @@ urlpatterns += [
     path("pulls/<int:number>/merge/", views_pulls.pull_merge, name="pull-merge"),
     path("pulls/<int:number>/close/", views_pulls.pull_close, name="pull-close"),
 ]
+
+# --- The fleet, an entity's cycles and lessons, a cycle's story (evolution.views) ---
+from evolution import views  # noqa: E402
+
+urlpatterns += [
+    path("", views.fleet, name="fleet"),
+    path("entities/<str:target_kind>/<str:slug>/cycles/", views.entity_cycles, name="entity-cycles"),
+    path("entities/<str:target_kind>/<str:slug>/analyze/", views.entity_analyze, name="entity-analyze"),
+    path("cycles/<int:pk>/", views.cycle_story, name="cycle"),
+    path("go/cycle:<int:pk>/", views.go_cycle, name="go-cycle"),
+]

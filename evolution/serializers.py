@@ -1,0 +1,307 @@
+"""REST shapes of the loop's reads (loop_status, loop_history, loop_get_cycle) and of loop_analyze.
+
+The reads serialize the dicts ``evolution.status`` builds; field names are
+the seed's (camelCase). Every instant is an ISO string and money a decimal
+string. Serializers validate input; they never change anything.
+"""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from singularity.serializers import MoneyString
+
+STATE_HELP = (
+    "off, idle, window (waiting on a window), analysing, waiting_on_you, applying, pr_open, watching, reverting"
+)
+GATE_HELP = "decide, retry (a card), merge (a PR under a human merge gate), revert (a revert PR being followed)"
+
+
+class Instant(serializers.DateTimeField):
+    """A read-only, nullable ISO 8601 instant."""
+
+    def __init__(self, **kwargs) -> None:
+        kwargs.setdefault("read_only", True)
+        kwargs.setdefault("allow_null", True)
+        super().__init__(**kwargs)
+
+
+class JSONRecord(serializers.JSONField):
+    """A stored record returned verbatim (a window, a verdict, a gate record)."""
+
+    def __init__(self, **kwargs) -> None:
+        kwargs.setdefault("read_only", True)
+        super().__init__(**kwargs)
+
+
+class PullSerializer(serializers.Serializer):
+    number = serializers.IntegerField()
+    url = serializers.CharField()
+    status = serializers.CharField(required=False, help_text="open, merged or closed")
+
+
+class LinkSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    url = serializers.CharField()
+
+
+class PrLinkSerializer(serializers.Serializer):
+    number = serializers.IntegerField()
+    url = serializers.CharField()
+
+
+class LiveWatchSerializer(serializers.Serializer):
+    progress = JSONRecord(allow_null=True, help_text="The watch window's own progress {have, need, unit}.")
+    reason = serializers.CharField()
+    tally = serializers.CharField(help_text='"1 of 5 graded"')
+    deadline = Instant()
+
+
+class LiveCycleSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    phase = serializers.CharField()
+    round = serializers.IntegerField(allow_null=True, help_text="The newest round's number.")
+    prUrl = serializers.CharField(help_text="The PR's address; empty before one opens.")
+    pr = PullSerializer(allow_null=True)
+    origin = serializers.CharField()
+    startedAt = Instant()
+    url = serializers.CharField(help_text="The cycle's story on the dashboard.")
+    watch = LiveWatchSerializer(allow_null=True)
+
+
+class NeedsYouSerializer(serializers.Serializer):
+    cycleId = serializers.IntegerField()
+    gate = serializers.CharField(help_text=GATE_HELP)
+    round = serializers.IntegerField()
+    since = Instant()
+    until = Instant()
+    card = LinkSerializer(allow_null=True, help_text="The HITL card that answers it (decide, retry).")
+    pr = PrLinkSerializer(allow_null=True)
+    next = serializers.CharField(help_text="Who acts, and through what.")
+    url = serializers.CharField(help_text="Where the person acts.")
+
+
+class EntityStatusSerializer(serializers.Serializer):
+    targetKind = serializers.CharField()
+    targetId = serializers.CharField()
+    name = serializers.CharField()
+    enabled = serializers.BooleanField(help_text="The loop is on for the entity.")
+    state = serializers.CharField(help_text=STATE_HELP)
+    stateLabel = serializers.CharField()
+    live = LiveCycleSerializer(allow_null=True, help_text="The cycle holding the entity, else its newest live one.")
+    inFlight = LiveCycleSerializer(many=True, help_text="Every cycle of the entity not settled yet.")
+    next = serializers.CharField(help_text="What comes next, in a sentence.")
+    needsYou = NeedsYouSerializer(many=True)
+
+
+class LoopStatusSerializer(serializers.Serializer):
+    entities = EntityStatusSerializer(many=True)
+    needsYou = serializers.IntegerField(help_text="How many cycles wait on a person.")
+
+
+class CycleGradeSerializer(serializers.Serializer):
+    label = serializers.CharField(help_text="Improvement, Regression, Tradeoff, Tie or Inconclusive")
+    n = serializers.IntegerField(help_text="The runs or pairs the grade rests on.")
+
+
+class HistoryRowSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    targetKind = serializers.CharField()
+    targetId = serializers.CharField()
+    origin = serializers.CharField(help_text="grade, request, cadence or idea")
+    status = serializers.CharField(
+        allow_null=True, help_text="validated, regressed, unvalidated, skipped, failed; null while live"
+    )
+    phase = serializers.CharField()
+    reason = serializers.CharField()
+    startedAt = Instant()
+    proposedAt = Instant()
+    appliedAt = Instant()
+    completedAt = Instant()
+    movedAt = Instant(help_text="The last movement; `since` compares with it.")
+    rounds = serializers.IntegerField(help_text="How many rounds the cycle took.")
+    pr = PullSerializer(allow_null=True)
+    decidedBy = serializers.CharField(help_text="Who decided the newest round (a person, or the cycle's own actor).")
+    strength = serializers.CharField(allow_null=True, help_text="paired, measured, blind; null when nothing shipped")
+    grade = CycleGradeSerializer(allow_null=True)
+    lessonId = serializers.IntegerField(allow_null=True)
+    spentUsd = MoneyString()
+
+
+class HistorySerializer(serializers.Serializer):
+    cycles = HistoryRowSerializer(many=True)
+    count = serializers.IntegerField(help_text="Rows on this page.")
+    nextCursor = serializers.CharField(allow_null=True, help_text="Pass back as `cursor` for the next (older) page.")
+
+
+class PairSerializer(serializers.Serializer):
+    baseline = serializers.CharField(allow_null=True)
+    candidate = serializers.CharField(allow_null=True)
+
+
+class CardLinkSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    kind = serializers.CharField()
+    status = serializers.CharField()
+    url = serializers.CharField()
+
+
+class ChangeSerializer(serializers.Serializer):
+    path = serializers.CharField()
+    lines = serializers.IntegerField(allow_null=True, help_text="Lines of the new content; null when deleted.")
+    deleted = serializers.BooleanField()
+
+
+class RevertSerializer(serializers.Serializer):
+    number = serializers.IntegerField()
+    url = serializers.CharField()
+    openedAt = Instant()
+    deadline = Instant()
+    outcome = serializers.CharField(help_text="merged, closed or expired; empty while followed")
+    mergedAt = Instant()
+    mergeGate = serializers.CharField()
+
+
+class RoundSerializer(serializers.Serializer):
+    number = serializers.IntegerField()
+    parent = serializers.IntegerField(allow_null=True, help_text="The round this one refines or retries.")
+    status = serializers.CharField()
+    author = serializers.CharField()
+    summary = serializers.CharField()
+    hypothesis = serializers.CharField()
+    refinement = serializers.CharField()
+    files = serializers.ListField(child=serializers.CharField(), help_text="The paths it changes.")
+    changes = ChangeSerializer(many=True)
+    citedLessons = serializers.ListField(child=serializers.IntegerField())
+    error = serializers.CharField()
+    costUsd = MoneyString()
+    createdAt = Instant()
+    proposedAt = Instant()
+    decidedAt = Instant()
+    decidedBy = serializers.CharField()
+    decisionNote = serializers.CharField()
+    rejection = serializers.CharField(help_text="human, timeout, proposer or empty")
+    reviewDeadline = Instant()
+    card = CardLinkSerializer(allow_null=True)
+    mergeGate = serializers.CharField()
+    pr = PullSerializer(allow_null=True)
+    branch = serializers.CharField()
+    baseSha = serializers.CharField()
+    headSha = serializers.CharField()
+    mergeSha = serializers.CharField()
+    gate = JSONRecord(help_text="The diff gate's record, or its refusal.")
+    checkedSha = serializers.CharField()
+    checkVerdict = JSONRecord(allow_null=True, help_text="null wherever no check comparator ran")
+    pairs = PairSerializer(many=True, help_text="The check's pairs input by input.")
+    revert = RevertSerializer(allow_null=True)
+
+
+class RunRowSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    status = serializers.CharField(allow_null=True)
+    gradeStatus = serializers.CharField(allow_null=True)
+    passed = serializers.BooleanField(allow_null=True)
+    score = serializers.FloatField(allow_null=True)
+    bad = serializers.BooleanField(allow_null=True, help_text="Bad by the trigger's rule; null when not graded.")
+    metrics = JSONRecord()
+    failureCategory = serializers.CharField()
+    completedAt = Instant()
+    url = serializers.CharField()
+
+
+class WatchSerializer(serializers.Serializer):
+    openedAt = Instant()
+    deadline = Instant()
+    window = JSONRecord(allow_null=True)
+    tally = serializers.CharField()
+    verdict = JSONRecord(allow_null=True, help_text="The watch's record verbatim; null where it never settled.")
+    runs = RunRowSerializer(many=True)
+
+
+class LessonSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    round = serializers.IntegerField()
+    outcome = serializers.CharField()
+    ended = serializers.CharField()
+    summary = serializers.CharField()
+    hypothesis = serializers.CharField()
+    rejection = serializers.CharField()
+    note = serializers.CharField()
+    decidedBy = serializers.CharField()
+    perMetric = JSONRecord()
+    reason = serializers.CharField()
+    files = JSONRecord()
+    helpful = serializers.IntegerField()
+    harmful = serializers.IntegerField()
+    createdAt = Instant()
+
+
+class RememberedSerializer(serializers.Serializer):
+    lessonId = serializers.IntegerField()
+    cycleId = serializers.IntegerField()
+    round = serializers.IntegerField()
+    ended = serializers.CharField()
+    strength = serializers.CharField(allow_null=True)
+    label = serializers.CharField(help_text='"cycle 3 · r1 · kept · paired"')
+    summary = serializers.CharField()
+    rejection = serializers.CharField()
+    note = serializers.CharField()
+    decidedBy = serializers.CharField()
+    recalledIn = serializers.IntegerField(help_text="The round of this cycle that was handed it.")
+
+
+class RecalledBySerializer(serializers.Serializer):
+    lessonId = serializers.IntegerField()
+    cycleId = serializers.IntegerField()
+    round = serializers.IntegerField()
+    ended = serializers.CharField()
+    strength = serializers.CharField(allow_null=True)
+    label = serializers.CharField()
+
+
+class CycleDetailSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    targetKind = serializers.CharField()
+    targetId = serializers.CharField()
+    name = serializers.CharField()
+    origin = serializers.CharField()
+    status = serializers.CharField(allow_null=True)
+    ended = serializers.CharField(help_text="kept, reverted, unverified, skipped, failed, or live")
+    phase = serializers.CharField()
+    reason = serializers.CharField()
+    analysed = serializers.BooleanField()
+    requestedBy = serializers.CharField()
+    anchor = serializers.CharField(allow_null=True, help_text="The run whose grade opened it.")
+    spentUsd = MoneyString()
+    startedAt = Instant()
+    proposedAt = Instant()
+    appliedAt = Instant()
+    mergedAt = Instant()
+    completedAt = Instant()
+    movedAt = Instant()
+    mergeDeadline = Instant()
+    window = JSONRecord(help_text="{from, to, runIds, reason, ready, progress, metrics}")
+    windowRuns = RunRowSerializer(many=True)
+    frozen = JSONRecord(allow_null=True)
+    judge = JSONRecord()
+    rounds = RoundSerializer(many=True)
+    watch = WatchSerializer()
+    lessons = LessonSerializer(many=True)
+    lessonError = serializers.CharField()
+    remembered = RememberedSerializer(many=True)
+    recalledBy = RecalledBySerializer(many=True)
+    strength = serializers.CharField(allow_null=True)
+    grade = CycleGradeSerializer(allow_null=True)
+    needsYou = NeedsYouSerializer(many=True)
+    url = serializers.CharField()
+
+
+class AnalyzeRequestSerializer(serializers.Serializer):
+    targetKind = serializers.CharField(help_text="scenario, heartbeat or role")
+    targetId = serializers.CharField(help_text="The entity's slug.")
+
+
+class AnalyzeAnswerSerializer(serializers.Serializer):
+    cycleId = serializers.IntegerField(allow_null=True, help_text="The cycle opened, or the row recording why not.")
+    opened = serializers.BooleanField()
+    reason = serializers.CharField()
