@@ -61,12 +61,19 @@ def test_the_demo_brain_loads_every_entity_without_an_error(demo_checkout: Check
     snapshot = load_brain(demo_checkout, demo_checkout.head())
     assert snapshot.errors == []
     kinds = {entity.slug: entity.kind for entity in snapshot.entities}
-    assert kinds == {"triage": "workflow", "pricing": "pipeline", "pulse": "heartbeat", "helpdesk": "role"}
+    assert kinds == {
+        "triage": "workflow",
+        "pricing": "pipeline",
+        "pulse": "heartbeat",
+        "helpdesk": "role",
+        "fixer": "pipeline",
+    }
     assert {entity.slug: entity.error for entity in snapshot.entities} == {
         "triage": "",
         "pricing": "",
         "pulse": "",
         "helpdesk": "",
+        "fixer": "",
     }
     assert "default" in snapshot.methods
 

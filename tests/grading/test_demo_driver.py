@@ -125,5 +125,5 @@ def test_the_task_drives_the_demo_and_is_scheduled_every_twenty_seconds_with_an_
 def test_make_run_syncs_the_brain_first_and_says_how_many_entities_loaded(demo_settings) -> None:
     out = StringIO()
     UpCommand(stdout=out)._sync_brain()
-    assert "4 entities loaded" in out.getvalue()
-    assert set(Entity.objects.values_list("slug", flat=True)) == {"triage", "pricing", "pulse", "helpdesk"}
+    assert "5 entities loaded" in out.getvalue()
+    assert set(Entity.objects.values_list("slug", flat=True)) == {"triage", "pricing", "pulse", "helpdesk", "fixer"}

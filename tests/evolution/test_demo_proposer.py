@@ -1,0 +1,184 @@
+"""The demo brain's own proposer: the fixer pipeline reads the triage's bad runs and really raises its accuracy."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import time_machine
+from django.conf import settings as django_settings
+from django.utils import timezone
+from pytest_django.fixtures import Settings
+
+from evolution.brief import build_brief
+from evolution.models import Cycle, Round
+from evolution.proposer import propose, refusal
+from grading.booking import on_terminal
+from grading.demo import DEMO_EVERY_SECS, TRIAGE_PATH, drive_demo
+from grading.grade import grade_now
+from grading.models import Entity, Execution, Grade
+from grading.sync import current_checkout, sync_brain
+from singularity.brain.modules import module_from_source
+from singularity.demo_model import demo_policy
+
+pytestmark = pytest.mark.django_db
+
+BRAIN: Path = django_settings.DEMO_BRAIN_DIR
+FIXER = BRAIN / "features/loop/fixer/fixer.pipeline.py"
+TICKETS = [json.loads(line) for line in (BRAIN / "features/support/triage/tickets.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture
+def demo(settings: Settings, tmp_path: Path) -> Settings:
+    """The embedded default: the bundled demo brain cloned under a fresh var/, the demo model, the driver on."""
+    settings.VAR_DIR = tmp_path
+    settings.BRAIN_REPO = ""
+    settings.BRAIN_CHECKOUT = tmp_path / "brain"
+    settings.BRAMA_BASE_URL = ""
+    settings.DEMO_DRIVER = True
+    sync_brain()
+    return settings
+
+
+def split(text: str) -> tuple[str, str]:
+    """The frontmatter block (with its fences) and the body."""
+    end = text.index("\n---\n", 3) + len("\n---\n")
+    return text[:end], text[end:]
+
+
+def label(body: str, ticket: dict[str, Any]) -> str:
+    """What the demo model answers for ``ticket`` under a scenario body (the runtime's messages)."""
+    messages = [{"role": "system", "content": body}, {"role": "user", "content": "Input:\n" + json.dumps(ticket)}]
+    return demo_policy({"model": "demo-model", "messages": messages}, {}).content or ""
+
+
+def accuracy(body: str) -> float:
+    return sum(label(body, t) == t["_expected"] for t in TICKETS) / len(TICKETS)
+
+
+def fixer() -> Any:
+    module, _ = module_from_source("features/loop/fixer/fixer.pipeline.py", FIXER.read_bytes())
+    return module
+
+
+def graded_demo_runs(count: int) -> list[Grade]:
+    """Drive the demo ``count`` intervals and grade each triage run for real (method none, the loop module)."""
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        for _ in range(count):
+            assert drive_demo() >= 1
+            clock.shift(timedelta(seconds=DEMO_EVERY_SECS))
+    runs = Execution.objects.filter(entity__path=TRIAGE_PATH).order_by("started_at")
+    return [grade_now(on_terminal(run)) for run in runs]
+
+
+# --- The brain ---------------------------------------------------------------------------------------
+
+
+def test_triage_names_the_fixer_and_the_fixer_is_served_but_neither_graded_nor_looped(demo):
+    triage = Entity.objects.get(path=TRIAGE_PATH)
+    assert triage.terms["loop"]["proposer"]["pipeline"] == "fixer"
+    assert refusal(triage) is None
+    fixer_row = Entity.objects.get(slug="fixer")
+    assert fixer_row.kind == "pipeline" and fixer_row.pipeline_path == "features/loop/fixer/fixer.pipeline.py"
+    assert fixer_row.load_error == ""
+    assert not fixer_row.evaluation_enabled and not fixer_row.loop_enabled
+    assert fixer_row.schedule == ""
+
+
+def test_the_demo_driver_never_runs_the_fixer(demo):
+    graded_demo_runs(2)
+    assert not Execution.objects.filter(entity__slug="fixer").exists()
+
+
+# --- The loop's round, end to end --------------------------------------------------------------------
+
+
+def test_a_round_on_the_demo_triage_is_written_by_the_fixer_and_raises_its_accuracy(demo):
+    grades = graded_demo_runs(10)
+    assert [g.status for g in grades] == [Grade.Status.GRADED] * 10
+    triage = Entity.objects.get(path=TRIAGE_PATH)
+    bad = [g for g in grades if g.passed is False]
+    assert bad, "the incomplete rules get some of the first ten tickets wrong"
+    window = grades[-5:]
+    cycle = Cycle.objects.create(
+        entity=triage,
+        key=f"test:{uuid.uuid4()}",
+        origin=Cycle.Origin.GRADE,
+        anchor=bad[-1].execution,
+        window={"runIds": [str(g.execution_id) for g in window], "to": timezone.now().isoformat(), "ready": True},
+    )
+    rnd = Round.objects.create(cycle=cycle, number=1)
+    checkout = current_checkout()
+    brief = build_brief(cycle, rnd, checkout=checkout)
+    runs = brief.data["runs"]
+    assert len(runs) == 10 and runs[0]["bad"] and runs[0]["input"]["_expected"]
+
+    proposal = propose(cycle, rnd, brief, checkout=checkout)
+
+    assert proposal is not None and proposal.author == "pipeline:fixer"
+    assert proposal.cost_usd == 0
+    [changed] = proposal.files
+    assert changed["path"] == TRIAGE_PATH
+    before = (BRAIN / TRIAGE_PATH).read_text()
+    head_before, body_before = split(before)
+    head_after, body_after = split(changed["content"])
+    assert head_after == head_before  # the frontmatter, measurement blocks and all, byte for byte
+    assert body_after.split("## Rules")[0] == body_before.split("## Rules")[0]
+    assert accuracy(body_before) == pytest.approx(0.6)
+    assert accuracy(body_after) > accuracy(body_before)
+    # Every bad run of the brief is labelled right now, and every good one still is.
+    for run in runs:
+        assert label(body_after, run["input"]) == run["input"]["_expected"]
+    assert "keyword" in proposal.summary and proposal.hypothesis
+    # The fixer ran as a loop-launched run of its own: never one of the triage's, never graded here.
+    [own] = Execution.objects.filter(entity__slug="fixer")
+    assert own.loop_launched and own.source == Execution.Source.LOOP and own.status == Execution.Status.SUCCEEDED
+    assert not Grade.objects.filter(execution=own).exists()
+
+
+# --- The pipeline on its own ----------------------------------------------------------------------------
+
+
+def brief_for(body_text: str, tickets: list[dict[str, Any]], lessons: list[dict[str, Any]] | None = None) -> dict:
+    _, body = split(body_text)
+    runs = []
+    for index, ticket in enumerate(tickets):
+        got = label(body, ticket)
+        runs.append({"id": str(index), "input": ticket, "output": {"result": got}, "bad": got != ticket["_expected"]})
+    runs.sort(key=lambda r: not r["bad"])
+    return {"definition": {"path": TRIAGE_PATH, "content": body_text}, "runs": runs, "lessons": lessons or []}
+
+
+def test_the_fixer_answers_nothing_when_no_run_is_bad():
+    text = (BRAIN / TRIAGE_PATH).read_text()
+    right = [t for t in TICKETS if label(split(text)[1], t) == t["_expected"]][:5]
+    assert fixer().run(None, brief_for(text, right)) is None
+
+
+def test_rounds_of_the_fixer_over_the_demo_windows_climb_toward_every_ticket():
+    text = (BRAIN / TRIAGE_PATH).read_text()
+    scores = [accuracy(split(text)[1])]
+    for start in range(0, 45, 10):
+        answer = fixer().run(None, brief_for(text, TICKETS[start : start + 10]))
+        if answer is not None:
+            text = answer["files"][0]["content"]
+        scores.append(accuracy(split(text)[1]))
+    assert scores == sorted(scores) and scores[-1] > 0.9
+
+
+def test_the_fixer_never_adds_a_word_a_person_turned_down_and_cites_that_lesson():
+    text = (BRAIN / TRIAGE_PATH).read_text()
+    ticket = {"text": "The app crashes as soon as I upload a photo from my phone.", "_expected": "technical"}
+    plain = fixer().run(None, brief_for(text, [ticket]))
+    assert "'crashes' → technical" in plain["summary"]
+    lessons = [
+        {"id": 4, "outcome": "skipped", "rejection": {"kind": "human"}, "summary": plain["summary"], "files": []},
+        {"id": 9, "outcome": "validated", "rejection": None, "summary": "Teach 'invoice'", "files": [TRIAGE_PATH]},
+    ]
+    again = fixer().run(None, brief_for(text, [ticket], lessons))
+    assert "crashes" not in again["summary"]
+    assert again["citedLessons"] == [4, 9]
