@@ -1,0 +1,192 @@
+"""The decide gate and the retry card: a person's Accept, Skip with a note, refinement, expiry (R9.*)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+import time_machine
+from django.utils import timezone
+
+from evolution import cycles, rounds
+from evolution.models import Cycle, Round
+from hitl.actions import answer_card, expire_due_cards, run_handler
+from hitl.models import Card
+from tests.evolution.loop_helpers import graded, history, looped
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def opened():
+    entity = looped()
+    history(entity, "bggg")
+    landed = graded(entity, bad=True)
+    return cycles.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=landed.execution).cycle
+
+
+def propose(cycle: Cycle, **fields) -> Round:
+    rnd = cycle.rounds.get(number=1)
+    for name, value in {
+        "summary": "Add 'invoice' to the billing rule",
+        "hypothesis": "Invoices are billing questions.",
+        "files": [{"path": "features/triage/triage.scenario.md", "content": "new\n"}],
+        "author": "pipeline:fixer",
+        "status": Round.Status.PROPOSED,
+        **fields,
+    }.items():
+        setattr(rnd, name, value)
+    rnd.save()
+    return rounds.ask_decide(rnd, now=timezone.now())
+
+
+def answer(card: Card, user, choice: str, **kwargs) -> None:
+    result = answer_card(card.pk, user=user, is_agent=False, choice=choice, via="dashboard", **kwargs)
+    assert result.ok, result.detail
+    run_handler(card.pk)  # the handler runs after commit; here, by hand
+
+
+def test_a_proposal_waits_on_a_decide_card_and_holds_no_claim(opened):
+    rnd = propose(opened)
+    opened.refresh_from_db()
+    assert opened.phase == Cycle.Phase.DECIDING and opened.claim is None
+    card = rnd.card
+    assert card.kind == Card.Kind.DECIDE and card.producer == "loop"
+    assert [o["value"] for o in card.buttons] == ["accept", "skip"]
+    hours = (
+        card.expires_at - rnd.proposed_at if rnd.proposed_at else card.expires_at - card.created_at
+    ).total_seconds()
+    assert abs(hours / 3600 - 72) < 0.01  # reviewDeadlineHours, the engine's 72
+
+
+def test_skip_with_a_note_settles_skipped_and_keeps_who_and_why(opened, alice):
+    rnd = propose(opened)
+    answer(rnd.card, alice, "skip", note="off-brand")
+    rnd.refresh_from_db()
+    opened.refresh_from_db()
+    assert rnd.status == Round.Status.SKIPPED and rnd.rejection == Round.Rejection.HUMAN
+    assert rnd.decided_by == "alice" and rnd.decision_note == "off-brand"
+    assert opened.status == Cycle.Status.SKIPPED and "off-brand" in opened.reason
+    assert opened.claim is None
+
+
+def test_a_reply_refines_into_a_child_round_and_the_old_card_reaches_nothing(opened, alice):
+    rnd = propose(opened)
+    answer(rnd.card, alice, Card.REFINE, refinement="only the billing rule")
+    rnd.refresh_from_db()
+    assert rnd.status == Round.Status.REFINED and rnd.decided_by == "alice"
+    child = opened.rounds.get(number=2)
+    assert child.parent_id == rnd.pk and child.refinement == "only the billing rule"
+    assert child.status == Round.Status.ANALYSING
+    opened.refresh_from_db()
+    assert opened.phase == Cycle.Phase.ANALYSING
+    rounds.on_card(rnd.card)  # heard again: nothing moves
+    child.refresh_from_db()
+    assert child.status == Round.Status.ANALYSING
+
+
+def test_nobody_answering_by_the_deadline_skips_it_as_a_timeout(opened):
+    rnd = propose(opened)
+    with time_machine.travel(timezone.now() + timedelta(hours=73)):
+        assert expire_due_cards() == 1
+    run_handler(rnd.card.pk)
+    rnd.refresh_from_db()
+    opened.refresh_from_db()
+    assert rnd.rejection == Round.Rejection.TIMEOUT and rnd.decided_by == opened.actor
+    assert opened.status == Cycle.Status.SKIPPED and opened.reason.startswith("skipped: nobody answered by")
+
+
+def test_accept_takes_the_claim_and_moves_to_apply(opened, alice):
+    rnd = propose(opened)
+    answer(rnd.card, alice, "accept")
+    rnd.refresh_from_db()
+    opened.refresh_from_db()
+    assert rnd.status == Round.Status.ACCEPTED and rnd.decided_by == "alice"
+    assert opened.phase == Cycle.Phase.APPLYING and opened.claim == opened.entity_id
+
+
+def test_accepting_a_proposal_with_nothing_to_apply_skips(opened, alice):
+    rnd = propose(opened, files=[])
+    answer(rnd.card, alice, "accept")
+    opened.refresh_from_db()
+    assert opened.status == Cycle.Status.SKIPPED and opened.reason == "the proposal has nothing to apply"
+
+
+def test_accepting_while_another_cycle_holds_the_entity_skips(opened, alice):
+    rnd = propose(opened)
+    rival = cycles.open_cycle(opened.entity, origin=Cycle.Origin.REQUEST).cycle
+    assert rival.claim == opened.entity_id
+    answer(rnd.card, alice, "accept")
+    opened.refresh_from_db()
+    assert opened.status == Cycle.Status.SKIPPED
+    assert opened.reason == f"accepted, but cycle {rival.pk} is live (Analysing)"
+
+
+def test_a_failed_round_asks_retry_or_skip(opened, alice):
+    rnd = opened.rounds.get(number=1)
+    rounds.fail(rnd, "the apply failed: features/x.loop.py is closed to the loop", paths=["features/x.loop.py"])
+    rnd.refresh_from_db()
+    assert rnd.status == Round.Status.FAILED and rnd.card.kind == Card.Kind.RETRY
+    assert [o["value"] for o in rnd.card.buttons] == ["retry", "skip"]
+    assert rnd.gate["refused"] == ["features/x.loop.py"]
+    answer(rnd.card, alice, "skip")
+    opened.refresh_from_db()
+    assert opened.status == Cycle.Status.FAILED and "skipped the retry" in opened.reason
+
+
+def test_a_retry_inside_the_cooldown_is_refused_and_settles_skipped(alice):
+    entity = looped()
+    now = timezone.now()
+    history(entity, "bggg")
+    first = cycles.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=graded(entity, bad=True).execution).cycle
+    cycles.settle(first, Cycle.Status.VALIDATED, reason="kept", now=now - timedelta(hours=7))
+    second = cycles.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=graded(entity, bad=True).execution).cycle
+    rnd = rounds.fail(second.rounds.get(number=1), "the analysis failed: boom")
+    # Another cycle settled an hour ago: the entity rests; a Retry is spent from the same budget.
+    other = Cycle.objects.create(
+        entity=entity,
+        key="x",
+        origin="grade",
+        analysed=True,
+        status="skipped",
+        phase="settled",
+        completed_at=now - timedelta(hours=1),
+        started_at=now - timedelta(hours=2),
+    )
+    assert other.pk
+    answer(rnd.card, alice, "retry")
+    second.refresh_from_db()
+    assert second.status == Cycle.Status.SKIPPED and "refused: cooldown" in second.reason
+
+
+def test_a_retry_opens_a_new_analysis_round(opened, alice):
+    rnd = rounds.fail(opened.rounds.get(number=1), "the analysis failed: boom")
+    answer(rnd.card, alice, "retry")
+    assert opened.rounds.get(number=2).status == Round.Status.ANALYSING
+
+
+def test_a_spent_budget_fails_the_round_before_any_agent(opened):
+    Cycle.objects.filter(pk=opened.pk).update(spent_usd=Decimal("1.00"))
+    opened.entity.terms["loop"]["budget"] = {"maxUsdPerRun": 1}
+    opened.entity.save()
+    rnd = rounds.analyse(opened.rounds.get(number=1).pk)
+    assert rnd.status == Round.Status.FAILED
+    assert rnd.error == "budget: spent $1.00 of $1.00 (budget.maxUsdPerRun)"
+
+
+def test_the_kill_switch_during_an_analysis_ends_the_cycle_without_a_card_or_lesson(opened):
+    opened.entity.loop_enabled = False
+    opened.entity.save()
+    rnd = rounds.analyse(opened.rounds.get(number=1).pk)
+    opened.refresh_from_db()
+    assert rnd.status == Round.Status.SKIPPED and rnd.card is None
+    assert opened.status == Cycle.Status.SKIPPED and not opened.lessons.exists()
+
+
+def test_an_agent_cannot_answer_the_decide_card(opened, alice):
+    rnd = propose(opened)
+    result = answer_card(rnd.card.pk, user=alice, is_agent=True, choice="accept", via="api")
+    assert not result.ok and result.code == "unauthorized_responder"
+    rnd.card.refresh_from_db()
+    assert rnd.card.is_pending
