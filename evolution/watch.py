@@ -586,7 +586,17 @@ def _short(cycle: Cycle, started_at: datetime | None, now: datetime) -> bool:
 
 
 def _watching(entity_id: Any) -> Cycle | None:
-    return Cycle.objects.filter(phase=Cycle.Phase.WATCHING, entity_id=entity_id).select_related("entity").first()
+    """The entity's watching cycle, read once per grading batch (grading.scope) rather than once per run."""
+    from grading import scope
+
+    memo = scope.memo()
+    key = ("loop:watching", entity_id)
+    if memo is not None and key in memo:
+        return memo[key]
+    cycle = Cycle.objects.filter(phase=Cycle.Phase.WATCHING, entity_id=entity_id).select_related("entity").first()
+    if memo is not None:
+        memo[key] = cycle
+    return cycle
 
 
 def exempt(execution: Execution) -> str | None:

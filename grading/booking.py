@@ -176,7 +176,7 @@ def on_terminal(execution: Execution) -> Grade | None:
     return grade
 
 
-def on_terminal_many(executions: Sequence[Execution]) -> list[Grade | None]:
+def _on_terminal_many(executions: Sequence[Execution]) -> list[Grade | None]:
     """Book a batch of finished runs as ``on_terminal`` books each; return their bookings (None: not graded) in order.
 
     The same rules, set-based: the executions are locked once; the exemption
@@ -279,6 +279,14 @@ def on_terminal_many(executions: Sequence[Execution]) -> list[Grade | None]:
             Execution.objects.filter(pk__in=pks).update(sampling=verdict)
         _grade_due_on_commit([grade for grade in grades if grade.due_at <= now])
     return results
+
+
+def on_terminal_many(executions: Sequence[Execution]) -> list[Grade | None]:
+    """Book a batch of terminal executions set-based (see ``_on_terminal_many``), hooks memoized per batch."""
+    from grading import scope
+
+    with scope.batch():
+        return _on_terminal_many(executions)
 
 
 def _grade_due_on_commit(grades: list[Grade]) -> None:

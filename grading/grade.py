@@ -586,7 +586,7 @@ def _settle_many_postgres(connection: Any, grades: list[Grade], table: str, colu
         return {pk.to_python(row[0]) for row in cursor.fetchall()}
 
 
-def grade_many(grades: list[Grade], *, checkout: Any | None = None) -> list[Grade]:
+def _grade_many(grades: list[Grade], *, checkout: Any | None = None) -> list[Grade]:
     """Grade due bookings together and return the ones this call graded, as written (graded or failed).
 
     For ``method: none``, where grading calls no model: one conditional
@@ -643,6 +643,14 @@ def grade_many(grades: list[Grade], *, checkout: Any | None = None) -> list[Grad
     kept = [grade for grade in written if grade.pk in settled]
     _announce([grade.pk for grade in kept])
     return kept
+
+
+def grade_many(grades: list[Grade], *, checkout: Any | None = None) -> list[Grade]:
+    """Grade due bookings together (see ``_grade_many``), the hooks it asks memoized for the batch."""
+    from grading import scope
+
+    with scope.batch():
+        return _grade_many(grades, checkout=checkout)
 
 
 def grade_by_id(grade_id: Any) -> bool:

@@ -8,7 +8,6 @@ from grading.chat import views as chat_views
 app_name = "grading"
 
 urlpatterns = [
-    path("", views.evolution_home, name="home"),
     path("entities/", views.entity_list, name="entities"),
     path("entities/<str:target_kind>/<str:slug>/", views.entity_detail, name="entity"),
     path("entities/<str:target_kind>/<str:slug>/run/", views.entity_run, name="entity-run"),

@@ -550,6 +550,3 @@ def _uuid(value: Any) -> uuid.UUID | None:
     except ValueError:
         return None
 
-
-def evolution_home(request: HttpRequest) -> HttpResponse:
-    return redirect("grading:entities")

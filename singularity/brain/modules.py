@@ -48,12 +48,15 @@ def module_from_source(path: str, source: bytes) -> tuple[types.ModuleType, str]
     name = "brain_" + path.replace("/", "_").replace(".", "_").replace("-", "_") + "_" + digest[:12]
     module = types.ModuleType(name)
     module.__file__ = f"<brain>/{path}"
+    # Registered before it runs (as an import is) so dataclasses and pickling can find their module;
+    # compiled with dont_inherit so the engine's own __future__ flags never leak into brain code.
+    sys.modules.setdefault(name, module)
     try:
-        code = compile(source, module.__file__, "exec")
+        code = compile(source, module.__file__, "exec", dont_inherit=True)
         exec(code, module.__dict__)  # noqa: S102 - the brain's own code, by design
     except Exception as exc:
+        sys.modules.pop(name, None)
         raise BrainModuleError(f"{path}: import failed: {type(exc).__name__}: {exc}") from exc
-    sys.modules.setdefault(name, module)
     with _lock:
         _cache[f"{path}:{digest}"] = module
     return module, digest

@@ -57,9 +57,10 @@ def test_pages_need_a_signed_in_person(client: Client) -> None:
         assert client.get(path).status_code == 302
 
 
-def test_evolution_redirects_to_the_entities(web) -> None:
+def test_evolution_is_the_loops_fleet_and_links_the_entities(web) -> None:
     response = web.get("/evolution/")
-    assert response.status_code == 302 and response["Location"] == "/evolution/entities/"
+    assert response.status_code == 200
+    assert 'href="/evolution/entities/"' in response.content.decode()
 
 
 def test_the_list_shows_every_entity_with_status_switches_runs_and_last_grade(web, django_assert_max_num_queries):
