@@ -20,15 +20,17 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, Value
 from django.utils import timezone
 
 from evolution.models import Cycle, Round
 from grading.models import Entity, Execution, Grade
+from singularity.fields import MoneyField
 
 log = logging.getLogger(__name__)
 
@@ -411,7 +413,9 @@ def _notify_settled(cycle: Cycle) -> None:
 def add_spend(cycle: Cycle, amount: Any) -> None:
     """Add an agent's cost to what the cycle spent."""
     if amount:
-        Cycle.objects.filter(pk=cycle.pk).update(spent_usd=F("spent_usd") + amount)
+        # The amount goes through the column's own conversion (integer units on SQLite), so the sum stays exact.
+        exact = Value(Decimal(amount), output_field=MoneyField())
+        Cycle.objects.filter(pk=cycle.pk).update(spent_usd=F("spent_usd") + exact)
         cycle.refresh_from_db(fields=["spent_usd"])
 
 

@@ -9,10 +9,7 @@ its poll.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -93,6 +90,7 @@ def pull_merge(request: HttpRequest, number: int) -> HttpResponse:
         messages.error(request, f"Not merged: {exc}")
         return redirect("evolution:pull", number=number)
     messages.success(request, f"Merged PR #{number} as {info.merge_sha[:12]}.")
+    _go_live(request)
     _ring(request, number)
     return redirect("evolution:pull", number=number)
 
@@ -114,25 +112,26 @@ def pull_close(request: HttpRequest, number: int) -> HttpResponse:
     return redirect("evolution:pull", number=number)
 
 
-def _ring(request: HttpRequest, number: int) -> None:
-    """Tell the loop's merge wait the request moved (when that module is there); a failure is logged and shown."""
-    hook = pull_event_hook()
-    if hook is None:
-        return
+def _go_live(request: HttpRequest) -> None:
+    """Sync the brain at once, so the entity's next runs execute what was just merged (not at the next sync tick)."""
+    from grading.sync import sync_brain
+
     try:
-        hook(number)
+        sync_brain()
+    except SingularityError as exc:
+        log.warning("the brain could not be synced after a merge: %s", exc)
+        messages.warning(request, f"The brain was not synced at once ({exc}); the next sync picks the merge up.")
+
+
+def _ring(request: HttpRequest, number: int) -> None:
+    """Tell the loop's merge wait the request moved; a failure is logged and shown."""
+    from evolution.merge import on_pull_event
+
+    try:
+        on_pull_event(number)
     except Exception:  # the merge itself stands; the wait's poll will read it
         log.exception("evolution.merge.on_pull_event(%s) failed", number)
         messages.warning(request, "The cycle was not told at once; it will notice on its next poll.")
-
-
-def pull_event_hook() -> Callable[[int], Any] | None:
-    """``evolution.merge.on_pull_event`` when the module and function exist, else None."""
-    if importlib.util.find_spec("evolution.merge") is None:
-        return None
-    module = importlib.import_module("evolution.merge")
-    hook = getattr(module, "on_pull_event", None)
-    return hook if callable(hook) else None
 
 
 def _marked(statuses: list[CommitStatus], required: list[str]) -> list[dict[str, Any]]:

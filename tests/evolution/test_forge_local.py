@@ -8,7 +8,6 @@ from django.db.models import Max
 from django.test import Client
 from django.urls import reverse
 
-from evolution import views_pulls
 from evolution.forges import get_forge
 from evolution.forges import local as local_module
 from evolution.forges.base import DIFF_GATE, VALIDATION, ForgeError
@@ -218,7 +217,9 @@ def test_an_unknown_request_is_named(fb):
 @pytest.fixture
 def rung(monkeypatch) -> list[int]:
     calls: list[int] = []
-    monkeypatch.setattr(views_pulls, "pull_event_hook", lambda: calls.append)
+    from evolution import merge
+
+    monkeypatch.setattr(merge, "on_pull_event", calls.append)
     return calls
 
 

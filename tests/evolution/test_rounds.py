@@ -190,3 +190,41 @@ def test_an_agent_cannot_answer_the_decide_card(opened, alice):
     assert not result.ok and result.code == "unauthorized_responder"
     rnd.card.refresh_from_db()
     assert rnd.card.is_pending
+
+
+def test_an_llm_proposer_behind_a_loopback_gateway_produces_a_priced_round(fake_gateway, settings):
+    from decimal import Decimal as D
+
+    from tests.fakes.gateway import Reply
+
+    settings.BRAMA_BASE_URL = fake_gateway.base_url
+    settings.BRAMA_MAX_RETRIES = 0
+    settings.BRAMA_MODEL = "engine-model"
+    settings.BRAMA_INPUT_PRICE_USD_PER_MILLION = D("2")
+    settings.BRAMA_OUTPUT_PRICE_USD_PER_MILLION = D("10")
+    settings.SINGULARITY_INSTANCE_USD_PER_HOUR = D("0")
+    import json
+
+    fake_gateway.script(
+        Reply(
+            content=json.dumps(
+                {
+                    "summary": "Route 'invoice' to billing.",
+                    "hypothesis": "Invoice tickets fell through to general.",
+                    "files": [{"path": "features/triage/triage.scenario.md", "content": "---\nname: t\n---\nNew.\n"}],
+                    "citedLessons": [],
+                }
+            ),
+            usage={"prompt_tokens": 1000, "completion_tokens": 200, "total_tokens": 1200},
+        )
+    )
+    entity = looped()
+    history(entity, "bggg")
+    cycle = cycles.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=graded(entity, bad=True).execution).cycle
+    rnd = rounds.analyse(cycle.rounds.get(number=1).pk)
+    cycle.refresh_from_db()
+    assert rnd.status == Round.Status.PROPOSED and rnd.author == "agent:engine-model"
+    assert rnd.cost_usd == D("0.004") and cycle.spent_usd == D("0.004")
+    assert rnd.card.kind == Card.Kind.DECIDE and "Route 'invoice' to billing." in rnd.card.text
+    assert "runs.json" in rnd.brief and cycle.phase == Cycle.Phase.DECIDING
+    assert "$0.00" in rnd.card.text or "0.004" in rnd.card.text  # the spend so far is on the card
