@@ -27,9 +27,14 @@ PAIRED, MEASURED, BLIND = "paired", "measured", "blind"
 # --- Reading the rows ---------------------------------------------------------------------
 
 
+def _rounds(cycle: Cycle) -> list[Round]:
+    """The cycle's rounds, newest first, read through ``cycle.rounds.all()`` so a prefetch serves them."""
+    return sorted(cycle.rounds.all(), key=lambda r: r.number, reverse=True)
+
+
 def shipped_round(cycle: Cycle) -> Round | None:
     """Return the round whose PR merged (at most one per cycle), or None."""
-    return cycle.rounds.exclude(merge_sha="").order_by("-number").first()
+    return next((r for r in _rounds(cycle) if r.merge_sha), None)
 
 
 def check_measured(check_verdict: dict[str, Any] | None) -> bool:
@@ -120,9 +125,10 @@ def _watch_n(cycle: Cycle) -> int:
 
 def check_regressed_round(cycle: Cycle) -> Round | None:
     """Return the round whose candidate the pre-merge check regressed (it never shipped), or None."""
-    for round in cycle.rounds.filter(merge_sha="").exclude(check_verdict=None).order_by("-number"):
-        if isinstance(round.check_verdict, dict) and round.check_verdict.get("verdict") == "regressed":
-            return round
+    for round in _rounds(cycle):
+        if not round.merge_sha and isinstance(round.check_verdict, dict):
+            if round.check_verdict.get("verdict") == "regressed":
+                return round
     return None
 
 

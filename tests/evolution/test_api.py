@@ -207,11 +207,6 @@ def test_history_reads_in_a_fixed_number_of_queries(django_assert_max_num_querie
         assert status.history()["count"] == 20
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="evolution.verdicts.shipped_round / check_regressed_round query per cycle instead of reading the "
-    "prefetched cycle.rounds.all(); remove this mark once they do",
-)
 def test_history_with_strength_and_grade_reads_in_a_fixed_number_of_queries(django_assert_max_num_queries) -> None:
     entity = in_loop()
     cycles_over(entity, 1)
