@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 
-pytest_plugins = ["tests.fakes.fixtures", "tests.fakes.mcp_fixtures", "tests.fakes.telegram_fixtures"]
+pytest_plugins = [
+    "tests.fakes.fixtures",
+    "tests.fakes.mcp_fixtures",
+    "tests.fakes.telegram_fixtures",
+    "tests.evolution.demo_helpers",
+]
 
 
 @pytest.fixture

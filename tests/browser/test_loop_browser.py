@@ -1,0 +1,57 @@
+"""The loop in headless Chromium on the demo brain: a proposal card in the inbox, Accept, the PR's Merge button,
+the watch settling, and the lesson on the cycle story."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from evolution.models import Cycle, Round
+from hitl.models import Card
+from tests.evolution.demo_helpers import drive_until_card, run, tickets, triage, wrong
+
+CHROMIUM = "/usr/bin/chromium"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        not shutil.which(CHROMIUM) and not os.environ.get("CI"), reason="needs /usr/bin/chromium (required in CI)"
+    ),
+]
+
+
+def test_a_person_accepts_merges_and_reads_the_lesson(page, live_server, alice, embedded) -> None:
+    card, failed = drive_until_card(tickets())
+    assert card.kind == Card.Kind.DECIDE
+    page.goto(f"{live_server.url}/inbox/")
+    page.fill("input[name=username]", "alice")
+    page.fill("input[name=password]", "alice-password")
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/inbox/")
+    assert "Optimizing: accuracy" in page.inner_text("main")
+    page.click("button:has-text('Accept')")
+    page.wait_for_selector("text=Accept", state="attached")
+
+    cycle = Cycle.objects.get(entity=triage(), analysed=True)
+    page.wait_for_timeout(300)
+    rnd = cycle.rounds.get(number=1)
+    assert rnd.status == Round.Status.APPLIED, rnd.error
+    page.goto(f"{live_server.url}/evolution/pulls/{rnd.pr_number}/")
+    assert "singularity/diff-gate" in page.inner_text("main")
+    page.click("button:has-text('Merge')")
+    page.wait_for_selector("text=Merged PR")
+    cycle.refresh_from_db()
+    assert cycle.phase == Cycle.Phase.WATCHING
+
+    for ticket in (failed * 5)[:5]:
+        assert not wrong(run(ticket))
+    cycle.refresh_from_db()
+    assert cycle.status == Cycle.Status.VALIDATED, cycle.reason
+    page.goto(f"{live_server.url}/evolution/cycles/{cycle.pk}/")
+    story = page.inner_text("main")
+    assert "Learn" in story and "Improvement" in story
+    assert rnd.hypothesis[:40] in story
+    page.screenshot(path="/tmp/loop_story.png", full_page=True)

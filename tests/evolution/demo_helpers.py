@@ -1,0 +1,79 @@
+"""The embedded default for loop tests: the bundled demo brain, the demo model, the local forge, eager Celery."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from grading.demo import TRIAGE_PATH
+from grading.models import Entity, Execution
+from grading.runners import run_entity
+from grading.sync import sync_brain
+from hitl.actions import answer_card
+from hitl.models import Card
+
+
+@pytest.fixture
+def embedded(settings, tmp_path: Path, celery_eager):
+    settings.VAR_DIR = tmp_path
+    settings.BRAIN_REPO = ""
+    settings.BRAIN_CHECKOUT = tmp_path / "brain"
+    settings.LOOP_WORK_DIR = tmp_path / "loop"
+    settings.BRAMA_BASE_URL = ""
+    settings.DEMO_DRIVER = False
+    settings.SINGULARITY_PUBLIC_URL = "http://dash.example"
+    sync_brain()
+    return settings
+
+
+@pytest.fixture
+def celery_eager():
+    from singularity.celery import app
+
+    before = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = before
+
+
+def tickets() -> list[dict]:
+    from django.conf import settings
+
+    path = Path(settings.DEMO_BRAIN_DIR) / "features/support/triage/tickets.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def triage() -> Entity:
+    return Entity.objects.get(path=TRIAGE_PATH, present=True)
+
+
+def run(ticket: dict) -> Execution:
+    return run_entity(triage(), input=ticket, source=Execution.Source.DEMO)
+
+
+def wrong(execution: Execution) -> bool:
+    return (execution.output or {}).get("result") != execution.input["_expected"]
+
+
+def pending_card(kind: str) -> Card:
+    return Card.objects.filter(producer="loop", kind=kind, status=Card.Status.PENDING).latest("created_at")
+
+
+def press(card: Card, user, choice: str, **kwargs) -> None:
+    result = answer_card(card.pk, user=user, is_agent=False, choice=choice, via="dashboard", **kwargs)
+    assert result.ok, result.detail
+
+
+def drive_until_card(pool: list[dict]) -> tuple[Card, list[dict]]:
+    """Run tickets from ``pool`` (bad ones first) until the loop asks a person; return the card and what failed."""
+    failed = []
+    for ticket in pool:
+        execution = run(ticket)
+        if wrong(execution):
+            failed.append(ticket)
+        card = Card.objects.filter(producer="loop", status=Card.Status.PENDING).first()
+        if card is not None:
+            return card, failed
+    raise AssertionError("no decide card after the whole pool")
