@@ -132,6 +132,11 @@ def refusal(entity: Entity, *, origin: str, now: datetime) -> str | None:
     live = live_refusal(entity)
     if live:
         return live
+    from evolution.supervision import hold_refusal
+
+    held = hold_refusal(entity)
+    if held:
+        return held
     if (loop_terms(entity).get("proposer") or {}).get("pipeline"):
         from evolution.proposer import refusal as proposer_refusal
 

@@ -258,6 +258,12 @@ class Idea(models.Model):
     entity = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="ideas")
     text = models.TextField()
     author = models.CharField(max_length=200)
+    #: Where the author hears back: "telegram:<chat id>" or "" (where notices go).
+    reply_to = models.CharField(max_length=100, blank=True, default="")
+    #: An agent's post waits on a person's approval card; True once approved (a person's post is approved).
+    approved = models.BooleanField(default=True)
+    card = models.ForeignKey("hitl.Card", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    withdrawn_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED, db_index=True)
     cycle = models.ForeignKey(Cycle, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
@@ -330,3 +336,84 @@ def as_json(value: Any) -> Any:
     from django.core.serializers.json import DjangoJSONEncoder
 
     return json.loads(json.dumps(value, cls=DjangoJSONEncoder))
+
+
+# --- Steering (issue 6) -----------------------------------------------------------
+
+
+class Supervision(models.Model):
+    """A hold, release, re-arm or dismissed failure, with who did it and why (seed 003 "Supervision")."""
+
+    class Kind(models.TextChoices):
+        HOLD = "hold"
+        RELEASE = "release"
+        REARM = "rearm"
+        DISMISS = "dismiss", "dismiss a failure"
+
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    #: The entity supervised; null for a lock-group hold/release (then ``group`` names it).
+    entity = models.ForeignKey(Entity, null=True, blank=True, on_delete=models.CASCADE, related_name="supervision")
+    group = models.CharField(max_length=100, blank=True, default="")
+    #: For a dismissal: the cycle whose failure was dismissed.
+    cycle = models.ForeignKey(Cycle, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    actor = models.CharField(max_length=200)
+    reason = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["entity", "kind", "-created_at"]), models.Index(fields=["group", "-created_at"])]
+
+    def __str__(self) -> str:
+        what = self.entity or f"group {self.group}"
+        return f"{self.kind} of {what} by {self.actor}"
+
+
+class ActionLog(models.Model):
+    """Every loop-settings write that changed something: who, what, against which entity or the manifest, the diff."""
+
+    actor = models.CharField(max_length=200)
+    op = models.CharField(max_length=20, help_text="loop_join, loop_set, loop_widen, hold, release, rearm, …")
+    #: "<kind>:<id>" or "constitution/MANIFEST.yaml".
+    subject = models.CharField(max_length=300)
+    entity = models.ForeignKey(Entity, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    summary = models.TextField(blank=True, default="")
+    diff = models.TextField(blank=True, default="")
+    commit = models.CharField(max_length=40, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+
+class WaitingWindow(models.Model):
+    """What the trigger's window was waiting on when it was last sampled not ready (seed "A window that waits")."""
+
+    entity = models.OneToOneField(Entity, on_delete=models.CASCADE, related_name="waiting_window")
+    have = models.IntegerField(default=0)
+    need = models.IntegerField(default=0)
+    unit = models.CharField(max_length=100, blank=True, default="")
+    reason = models.TextField(blank=True, default="")
+    awaiting_person = models.JSONField(null=True, blank=True)
+    #: When ``have`` last changed (the stall clock), and when this record was last written.
+    moved_at = models.DateTimeField(default=timezone.now)
+    sampled_at = models.DateTimeField(default=timezone.now)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+
+class AutoAcceptGrant(models.Model):
+    """``loop:auto_accept``: an admin's scoped, call-bounded, expiring, revocable delegation of the decide gate."""
+
+    entity = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="auto_accept_grants")
+    issued_by = models.CharField(max_length=200)
+    max_calls = models.PositiveIntegerField(default=1)
+    calls = models.PositiveIntegerField(default=0)
+    expires_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"auto-accept for {self.entity} ({self.calls}/{self.max_calls})"

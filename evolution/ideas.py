@@ -1,0 +1,10 @@
+"""Ideas: a person's hypothesis for one entity, queued first in first out (issue 6; owned by the ideas engineer)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def next_idea(entity: Any) -> Any | None:
+    """The entity's oldest queued, approved idea, or None."""
+    return None
