@@ -187,8 +187,14 @@ def record_refusal(
 # --- Opening ------------------------------------------------------------------
 
 
-def cycle_key(entity: Entity, origin: str, anchor: Execution | None, now: datetime) -> str:
-    """``<kind>:<id>:<origin>:<anchor run or instant>`` — one grade delivered twice opens one cycle."""
+def cycle_key(entity: Entity, origin: str, anchor: Execution | None, now: datetime, *, idea: Any = None) -> str:
+    """``<kind>:<id>:<origin>:<anchor run or instant>`` — one grade delivered twice opens one cycle.
+
+    An idea's cycle is keyed ``<kind>:<id>:idea:<idea id>:<instant>``: an ask that stepped aside does not use
+    the idea up, and only one cycle can take it (the take is conditional on the idea still being queued).
+    """
+    if idea is not None:
+        return f"{entity.target_kind}:{entity.slug}:idea:{idea.pk}:{now.isoformat()}"
     mark = str(anchor.pk) if anchor is not None else now.isoformat()
     return f"{entity.target_kind}:{entity.slug}:{origin}:{mark}"
 
@@ -221,7 +227,14 @@ def open_cycle(
     or the refusal row and its reason.
     """
     now = now or timezone.now()
-    key = cycle_key(entity, origin, anchor, now)
+    if idea is None and origin != Cycle.Origin.IDEA:
+        # Whoever opens the next cycle opens it on the oldest queued idea.
+        from evolution.ideas import next_idea
+
+        idea = next_idea(entity)
+    if idea is not None:
+        origin = Cycle.Origin.IDEA
+    key = cycle_key(entity, origin, anchor, now, idea=idea)
     existing = Cycle.objects.filter(key=key).first()
     if existing is not None:
         return Opened(existing, False, f"cycle {existing.pk} was already opened on this")
@@ -252,6 +265,8 @@ def open_cycle(
                 moved_at=now,
             )
             first = Round.objects.create(cycle=cycle, number=1, status=Round.Status.ANALYSING, created_at=now)
+            if idea is not None and not _take_idea(idea, cycle):
+                raise IntegrityError(f"idea {idea.pk} was taken by another cycle")
     except IntegrityError:
         # A rival producer took the key or the entity's claim between our read and our insert.
         rival = Cycle.objects.filter(key=key).first()
@@ -262,6 +277,15 @@ def open_cycle(
     log.info("loop: %s: cycle %s opened (%s)", entity, cycle.pk, origin)
     _enqueue("analyse_round", first.pk)
     return Opened(cycle, True, "opened")
+
+
+def _take_idea(idea: Any, cycle: Cycle) -> bool:
+    """Give ``idea`` to ``cycle`` if it is still queued; False when another cycle took it first."""
+    from evolution.models import Idea
+
+    return bool(
+        Idea.objects.filter(pk=idea.pk, status=Idea.Status.QUEUED).update(status=Idea.Status.TAKEN, cycle=cycle)
+    )
 
 
 def _enqueue(task: str, round_id: int) -> None:

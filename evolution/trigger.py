@@ -54,7 +54,10 @@ def graded_window(entity: Entity, *, through: Grade | None, size: int, now: date
     if through is not None and through.graded_at is not None:
         grades = grades.filter(graded_at__lte=through.graded_at)
     grades = observed(grades, now=now)
-    return list(grades.select_related("execution").order_by("-graded_at", "-execution_id")[:size])
+    runs = list(grades.select_related("execution").order_by("-graded_at", "-execution_id")[:size])
+    for run in runs:
+        run.entity = entity  # is_bad reads the terms through grade.entity: one row read per grade otherwise
+    return runs
 
 
 def repair_window(entity: Entity, terms: dict[str, Any], *, anchor: Grade | None, now: datetime) -> dict[str, Any]:
@@ -129,7 +132,9 @@ def outcomes(grades: Iterable[Grade], terms: dict[str, Any]) -> list[dict[str, A
     ]
 
 
-def decide(entity: Entity, grade: Grade, *, now: datetime) -> tuple[dict[str, Any] | None, str]:
+def decide(
+    entity: Entity, grade: Grade, *, now: datetime, idea_queued: bool = False
+) -> tuple[dict[str, Any] | None, str]:
     """Ask whether ``grade`` opens a cycle; return (the window to open on, or None, and the reason)."""
     terms = cycles.terms_of(entity)
     loop = terms.get("loop") or {}
@@ -137,6 +142,11 @@ def decide(entity: Entity, grade: Grade, *, now: datetime) -> tuple[dict[str, An
         return None, "the loop is off"
     if (loop.get("preset") or "repair") != "repair":
         return None, f"preset {loop.get('preset')} opens on its cadence, not on a bad run"
+    if idea_queued:
+        # A queued idea outranks the rule (never the gates): should_open is not asked.
+        window = repair_window(entity, terms, anchor=grade, now=now)
+        window.pop("_grades")
+        return window, "an idea is queued"
     own_rule = entity.loop_module_path and _module_function(entity, "should_open") is not None
     if not own_rule and not _project_rule() and not is_bad(grade, terms):
         return None, "the run that landed is not bad"
@@ -172,13 +182,21 @@ def on_landed(grade_ids: list[Any], *, now: datetime | None = None) -> int:
         from evolution import watch
 
         watch.on_grades([g.pk for g in grades if g.entity_id in watched])
+    from evolution.models import Idea
+
+    queued = set(
+        Idea.objects.filter(entity_id__in=sorted(looped), status=Idea.Status.QUEUED, approved=True).values_list(
+            "entity_id", flat=True
+        )
+    )
     opened = 0
     for grade in grades:
         if grade.entity_id not in looped or grade.entity_id in watched or grade.execution.loop_launched:
             continue
         entity = entities[grade.entity_id]
+        grade.entity = entity
         try:
-            window, reason = decide(entity, grade, now=now)
+            window, reason = decide(entity, grade, now=now, idea_queued=entity.pk in queued)
         except Exception as exc:  # noqa: BLE001 - the brain's rule failed: the grade stands, the next one asks again
             log.warning("loop: %s: the trigger withheld run %s: %s", entity, grade.execution_id, exc)
             continue

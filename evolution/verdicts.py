@@ -126,9 +126,9 @@ def _watch_n(cycle: Cycle) -> int:
 def check_regressed_round(cycle: Cycle) -> Round | None:
     """Return the round whose candidate the pre-merge check regressed (it never shipped), or None."""
     for round in _rounds(cycle):
-        if not round.merge_sha and isinstance(round.check_verdict, dict):
-            if round.check_verdict.get("verdict") == "regressed":
-                return round
+        verdict = round.check_verdict if isinstance(round.check_verdict, dict) else {}
+        if not round.merge_sha and verdict.get("verdict") == "regressed":
+            return round
     return None
 
 
