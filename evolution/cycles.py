@@ -372,6 +372,9 @@ def settle(
         if lesson:
             _write_lesson(fresh)
     _notify_settled(fresh)
+    from evolution import ideas
+
+    ideas.hear_back(fresh)
     cycle.__dict__.update({k: v for k, v in fresh.__dict__.items() if not k.startswith("_")})
     return fresh
 

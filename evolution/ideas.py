@@ -8,3 +8,8 @@ from typing import Any
 def next_idea(entity: Any) -> Any | None:
     """The entity's oldest queued, approved idea, or None."""
     return None
+
+
+def hear_back(cycle: Any) -> None:
+    """Tell an idea's author how its cycle settled (called by cycles.settle)."""
+    return None

@@ -235,8 +235,10 @@ def needs_you(cycle: Cycle) -> list[dict[str, Any]]:
 
 
 def paused_reason(entity: Entity) -> str:
-    """Why the loop is paused for ``entity`` ("" when it is not). Holds and pauses come with issue 6."""
-    return ""
+    """Why the loop is paused for ``entity`` ("" when it is not): the breaker's pause, or a hold."""
+    from evolution import autonomy, supervision
+
+    return autonomy.paused(entity) or supervision.hold_refusal(entity) or ""
 
 
 def _with_last_settle(entities: QuerySet[Entity]) -> QuerySet[Entity]:
