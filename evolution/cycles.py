@@ -365,18 +365,32 @@ def settle(
         Cycle.objects.filter(pk=cycle.pk).update(**fields)
         for name, value in fields.items():
             setattr(fresh, name, value)
-        reverting = status == Cycle.Status.REGRESSED and _open_revert(fresh, now)
+        by_policy = status == Cycle.Status.UNVALIDATED and _revert_unproven(fresh)
+        reverting = (status == Cycle.Status.REGRESSED or by_policy) and _open_revert(fresh, now)
+        if reverting and by_policy:
+            Cycle.objects.filter(pk=fresh.pk).update(reverted_by_policy=True)
+            fresh.reverted_by_policy = True
         if not reverting:
             advance(fresh, Cycle.Phase.SETTLED, claim=None, now=now)
         Round.objects.filter(cycle=fresh, status=Round.Status.APPLIED).update(status=Round.Status.CLOSED)
         if lesson:
             _write_lesson(fresh)
     _notify_settled(fresh)
+    if status in (Cycle.Status.REGRESSED, Cycle.Status.UNVALIDATED, Cycle.Status.VALIDATED):
+        from evolution import autonomy
+
+        autonomy.announce_if_crossed(fresh)
     from evolution import ideas
 
     ideas.hear_back(fresh)
     cycle.__dict__.update({k: v for k, v in fresh.__dict__.items() if not k.startswith("_")})
     return fresh
+
+
+def _revert_unproven(cycle: Cycle) -> bool:
+    """watch.onInconclusive: revert — an unproven shipped change is undone (not read under watch.mode: none)."""
+    watch = loop_terms(cycle.entity).get("watch") or {}
+    return watch.get("onInconclusive") == "revert" and watch.get("mode") != "none" and merged_round(cycle) is not None
 
 
 def _open_revert(cycle: Cycle, now: datetime) -> bool:
@@ -403,7 +417,33 @@ def _open_revert(cycle: Cycle, now: datetime) -> bool:
         revert_merge_gate="human",
     )
     advance(cycle, Cycle.Phase.REVERTING, next_poll_at=now + timedelta(seconds=120), poll_interval_s=120, now=now)
+    transaction.on_commit(lambda: _arm_revert(cycle.pk, shipped.pk, pull))
     return True
+
+
+def _arm_revert(cycle_id: int, round_id: int, pull: Any) -> None:
+    """A revert inherits the merge gate: under merge: auto its auto-merge is armed (the breaker never vetoes an undo)."""
+    from evolution import autonomy
+    from evolution.forges import ForgeError, get_forge
+
+    cycle = Cycle.objects.select_related("entity").get(pk=cycle_id)
+    if autonomy.revert_gate(cycle.entity) != autonomy.AUTO:
+        return
+    method = autonomy.policy(cycle.entity).get("mergeMethod") or "merge"
+    Round.objects.filter(pk=round_id).update(revert_merge_gate=autonomy.AUTO)
+    try:
+        get_forge().arm_auto_merge(pull.number, method=method, sha=pull.head_sha, by=cycle.actor)
+    except ForgeError as exc:
+        Round.objects.filter(pk=round_id).update(revert_merge_gate=autonomy.HUMAN)
+        from hitl.actions import post_notice
+
+        post_notice(
+            producer=NOTICE_PRODUCER,
+            kind="merge-demoted",
+            title=f"{cycle.entity.name or cycle.entity.slug}: the revert PR #{pull.number} waits on a person",
+            text=str(exc),
+            subject=f"cycle {cycle.pk}",
+        )
 
 
 def _write_lesson(cycle: Cycle) -> None:

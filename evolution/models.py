@@ -168,8 +168,12 @@ class Round(models.Model):
     decided_by = models.CharField(max_length=200, blank=True, default="")
     decision_note = models.TextField(blank=True, default="")
     rejection = models.CharField(max_length=10, choices=Rejection.choices, blank=True, default="")
-    #: The gate that merges this round's PR: "human" or "auto" (issue 6 arms), and why a gate demoted.
+    #: The gate that merges this round's PR: "human" or "auto" (an armed auto-merge).
     merge_gate = models.CharField(max_length=10, blank=True, default="")
+    #: Who stood behind the acceptance: "person" (a card), "auto" (decide: auto — unattended), "grant" (loop:auto_accept).
+    acceptance = models.CharField(max_length=10, blank=True, default="")
+    #: Why a gate this round met was a person's though the policy says auto (the breaker, calibration, a refused arm).
+    gate_note = models.TextField(blank=True, default="")
 
     base_sha = models.CharField(max_length=40, blank=True, default="")
     branch = models.CharField(max_length=200, blank=True, default="")
@@ -362,7 +366,10 @@ class Supervision(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["entity", "kind", "-created_at"]), models.Index(fields=["group", "-created_at"])]
+        indexes = [
+            models.Index(fields=["entity", "kind", "-created_at"]),
+            models.Index(fields=["group", "-created_at"]),
+        ]
 
     def __str__(self) -> str:
         what = self.entity or f"group {self.group}"

@@ -18,7 +18,7 @@ from decimal import Decimal
 from django.db import transaction
 from django.utils import timezone
 
-from evolution import cycles
+from evolution import autonomy, cycles
 from evolution.models import Cycle, Round
 from hitl.models import Card
 from singularity.errors import SingularityError
@@ -98,7 +98,8 @@ def analyse(round_id: int, *, now: datetime | None = None) -> Round | None:
         proposal = proposer.propose(cycle, rnd, brief)
     except SingularityError as exc:
         cycles.add_spend(cycle, getattr(exc, "cost_usd", None))
-        return fail(rnd, f"the analysis failed: {exc}", now=now)
+        unattended = autonomy.gates(entity, now=now).decide == autonomy.AUTO
+        return fail(rnd, f"the analysis failed: {exc}", now=now, unattended=unattended)
     rnd.brief = brief.documents
     if proposal is None:
         rnd.status = Round.Status.SKIPPED
@@ -120,7 +121,42 @@ def analyse(round_id: int, *, now: datetime | None = None) -> Round | None:
     if cycle.proposed_at is None:
         Cycle.objects.filter(pk=cycle.pk).update(proposed_at=now)
         cycle.proposed_at = now
+    return decide_gate(rnd, now=now)
+
+
+def decide_gate(rnd: Round, *, now: datetime) -> Round:
+    """Staff the decide gate: accept unattended (decide: auto), on a grant's word, or ask a person."""
+    cycle = rnd.cycle
+    gate = autonomy.gates(cycle.entity, now=now)
+    if gate.decide == autonomy.AUTO and not rnd.refinement:
+        _notice(cycle, "accepted", f"accepted under decide: auto: {rnd.summary}")
+        accept(rnd, decided_by=cycle.actor, now=now, acceptance=autonomy.AUTO)
+        return rnd
+    if gate.grant is not None and autonomy.burn(gate.grant):
+        _notice(
+            cycle,
+            "accepted",
+            f"accepted on a loop:auto_accept grant (use {gate.grant.calls + 1} of "
+            f"{gate.grant.max_calls}): {rnd.summary}",
+        )
+        accept(rnd, decided_by=cycle.actor, now=now, acceptance="grant")
+        return rnd
+    if gate.note:
+        rnd.gate_note = gate.note
+        Round.objects.filter(pk=rnd.pk).update(gate_note=gate.note)
     return ask_decide(rnd, now=now)
+
+
+def _notice(cycle: Cycle, kind: str, text: str) -> None:
+    from hitl.actions import post_notice
+
+    post_notice(
+        producer=PRODUCER,
+        kind=kind,
+        title=f"{cycle.entity.name or cycle.entity.slug}: cycle {cycle.pk}",
+        text=text,
+        subject=f"cycle {cycle.pk}",
+    )
 
 
 def ask_decide(rnd: Round, *, now: datetime) -> Round:
@@ -131,6 +167,8 @@ def ask_decide(rnd: Round, *, now: datetime) -> Round:
     cycle = rnd.cycle
     deadline = _review_deadline(cycle, now)
     shown = cardtext.decide_card(rnd)
+    if rnd.gate_note:
+        shown["text"] = f"{rnd.gate_note} — this round is yours to answer.\n\n{shown['text']}"
     card = open_card(
         producer=PRODUCER,
         kind=Card.Kind.DECIDE,
@@ -150,8 +188,13 @@ def ask_decide(rnd: Round, *, now: datetime) -> Round:
     return rnd
 
 
-def fail(rnd: Round, error: str, *, paths: list[str] | None = None, now: datetime | None = None) -> Round:
-    """Fail a round (a broken analysis or apply): the reason on a Retry card; the cycle waits on a person."""
+def fail(
+    rnd: Round, error: str, *, paths: list[str] | None = None, now: datetime | None = None, unattended: bool = False
+) -> Round:
+    """Fail a round (a broken analysis or apply): the reason on a Retry card; the cycle waits on a person.
+
+    A round nobody stands on (decide: auto) closes its cycle failed at once instead: no card, no lesson.
+    """
     from evolution import cardtext
     from hitl.actions import open_card
 
@@ -162,6 +205,9 @@ def fail(rnd: Round, error: str, *, paths: list[str] | None = None, now: datetim
     if paths is not None:
         rnd.gate = {**(rnd.gate or {}), "refused": paths, "message": error}
     rnd.save(update_fields=["status", "error", "gate"])
+    if unattended:
+        cycles.settle(cycle, Cycle.Status.FAILED, reason=f"{error} (unattended: closed at once)", now=now, lesson=False)
+        return rnd
     deadline = _review_deadline(cycle, now)
     shown = cardtext.retry_card(rnd)
     card = open_card(
@@ -248,10 +294,11 @@ def _decided(rnd: Round, card: Card, now: datetime) -> None:
     accept(rnd, decided_by=who, now=now)
 
 
-def accept(rnd: Round, *, decided_by: str, now: datetime) -> None:
+def accept(rnd: Round, *, decided_by: str, now: datetime, acceptance: str = "person") -> None:
     """Accept a proposed round: take the entity's claim and apply it (a proposal with nothing to apply skips)."""
     cycle = rnd.cycle
-    rnd.decided_by, rnd.decided_at = decided_by, now
+    rnd.decided_by, rnd.decided_at, rnd.acceptance = decided_by, now, acceptance
+    Round.objects.filter(pk=rnd.pk).update(acceptance=acceptance)
     if not rnd.files:
         rnd.status = Round.Status.SKIPPED
         rnd.save(update_fields=["decided_by", "decided_at", "status"])
@@ -304,9 +351,10 @@ def apply(round_id: int, *, now: datetime | None = None) -> Round | None:
     try:
         applied = applying.apply_round(rnd)
     except applying.ApplyFailed as exc:
-        return fail(rnd, f"the apply failed: {exc}", paths=list(getattr(exc, "paths", []) or []))
+        paths = list(getattr(exc, "paths", []) or [])
+        return fail(rnd, f"the apply failed: {exc}", paths=paths, unattended=autonomy.unattended(rnd))
     except (ForgeError, SingularityError) as exc:
-        return fail(rnd, f"the apply failed: {exc}", paths=[])
+        return fail(rnd, f"the apply failed: {exc}", paths=[], unattended=autonomy.unattended(rnd))
     now = now or timezone.now()
     rnd.status = Round.Status.APPLIED
     rnd.base_sha = applied.base_sha
@@ -315,13 +363,46 @@ def apply(round_id: int, *, now: datetime | None = None) -> Round | None:
     rnd.pr_number = applied.pull.number
     rnd.pr_url = applied.pull.url
     rnd.gate = applied.gate
-    rnd.merge_gate = "human"
+    rnd.merge_gate = autonomy.HUMAN
     rnd.save()
     Cycle.objects.filter(pk=cycle.pk).update(applied_at=now)
     cycle.applied_at = now
     merge.arm_wait(cycle, rnd, now)
     _notice_pr(cycle, rnd)
+    merge_gate(rnd, now=now)
     return rnd
+
+
+def merge_gate(rnd: Round, *, now: datetime) -> None:
+    """Staff the merge gate: under merge: auto arm the forge's auto-merge (the loop never merges itself).
+
+    A forge that refuses the arm, the breaker or the calibration hold demote the round to a person's merge.
+    """
+    from evolution.forges import ForgeError, get_forge
+
+    cycle = rnd.cycle
+    policy = autonomy.policy(cycle.entity)
+    if policy.get("merge", autonomy.HUMAN) != autonomy.AUTO:
+        return
+    gate = autonomy.gates(cycle.entity, now=now)
+    if gate.merge != autonomy.AUTO:
+        _demote(rnd, gate.note)
+        return
+    method = policy.get("mergeMethod") or "merge"
+    try:
+        get_forge().arm_auto_merge(rnd.pr_number, method=method, sha=rnd.head_sha, by=cycle.actor)
+    except ForgeError as exc:
+        _demote(rnd, str(exc) if str(exc).startswith("auto-merge unavailable") else f"auto-merge unavailable: {exc}")
+        return
+    Round.objects.filter(pk=rnd.pk, merge_sha="").update(merge_gate=autonomy.AUTO)
+    rnd.merge_gate = autonomy.AUTO
+
+
+def _demote(rnd: Round, why: str) -> None:
+    """The round's merge is a person's after all; say so on the round and in a notice."""
+    Round.objects.filter(pk=rnd.pk).update(merge_gate=autonomy.HUMAN, gate_note=why)
+    rnd.merge_gate, rnd.gate_note = autonomy.HUMAN, why
+    _notice(rnd.cycle, "merge-demoted", f"PR #{rnd.pr_number} waits on a person's merge: {why}")
 
 
 def _notice_pr(cycle: Cycle, rnd: Round) -> None:

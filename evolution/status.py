@@ -236,9 +236,15 @@ def needs_you(cycle: Cycle) -> list[dict[str, Any]]:
 
 def paused_reason(entity: Entity) -> str:
     """Why the loop is paused for ``entity`` ("" when it is not): the breaker's pause, or a hold."""
+    return paused_reasons([entity]).get(entity.pk, "")
+
+
+def paused_reasons(entities: list[Entity]) -> dict[int, str]:
+    """Why each paused or held entity is (only those are keys), in a fixed number of queries."""
     from evolution import autonomy, supervision
 
-    return autonomy.paused(entity) or supervision.hold_refusal(entity) or ""
+    held = supervision.holds_many(entities) if hasattr(supervision, "holds_many") else {}
+    return {**held, **autonomy.paused_many(entities)}
 
 
 def _with_last_settle(entities: QuerySet[Entity]) -> QuerySet[Entity]:
@@ -395,12 +401,13 @@ def _live_dict(cycle: Cycle) -> dict[str, Any]:
     }
 
 
-def _row(entity: Entity, live: list[Cycle], outcomes: list[bool] | None, now: datetime) -> dict[str, Any]:
+def _row(
+    entity: Entity, live: list[Cycle], outcomes: list[bool] | None, now: datetime, paused: str = ""
+) -> dict[str, Any]:
     """One entity's loop_status entry (see ``loop_status``)."""
     needs = [item for cycle in live for item in needs_you(cycle)]
     holder = next((c for c in live if c.claim == entity.pk), None)
     primary = holder or (live[-1] if live else None)
-    paused = paused_reason(entity)
     if not entity.loop_enabled:
         state, following = "off", "The loop is off for this entity."
     elif paused:
@@ -446,7 +453,8 @@ def _rows(entities: QuerySet[Entity], *, now: datetime) -> list[dict[str, Any]]:
         live.setdefault(cycle.entity_id, []).append(cycle)
     idle = [e for e in listed if e.loop_enabled and e.pk not in live]
     outcomes = recent_outcomes(idle, now=now)
-    return [_row(e, live.get(e.pk, []), outcomes.get(e.pk), now) for e in listed]
+    paused = paused_reasons(listed)
+    return [_row(e, live.get(e.pk, []), outcomes.get(e.pk), now, paused.get(e.pk, "")) for e in listed]
 
 
 def fleet(*, now: datetime | None = None) -> list[dict[str, Any]]:

@@ -133,14 +133,81 @@ class LocalForge:
         return self._info(row)
 
     def _follow_head(self, row: PullRequest) -> None:
-        """Move an open request's ``head_sha`` to where its branch points now (someone pushed to it)."""
+        """Move an open request's ``head_sha`` to where its branch points now (someone pushed to it).
+
+        An auto-merge armed on the old head is dropped, as GitHub drops an arm whose head moved.
+        """
         if row.state != PullRequest.State.OPEN:
             return
         sha = self.branch_sha(row.head)
         if sha and sha != row.head_sha:
             log.info("local forge: PR #%s head %s moved %s -> %s", row.number, row.head, row.head_sha[:12], sha[:12])
-            PullRequest.objects.filter(pk=row.pk, state=PullRequest.State.OPEN).update(head_sha=sha)
-            row.head_sha = sha
+            dropped = bool(row.auto_merge)
+            PullRequest.objects.filter(pk=row.pk, state=PullRequest.State.OPEN).update(head_sha=sha, auto_merge={})
+            row.head_sha, row.auto_merge = sha, {}
+            if dropped:
+                log.info("local forge: PR #%s's auto-merge dropped: its head moved", row.number)
+
+    # --- auto-merge (the arm GitHub offers) ---------------------------------------------------
+
+    def merge_methods(self) -> list[str]:
+        """The merge methods the repository allows (settings.LOCAL_FORGE_MERGE_METHODS; the local forge makes merge commits)."""
+        return list(getattr(settings, "LOCAL_FORGE_MERGE_METHODS", ["merge"]))
+
+    def arm_auto_merge(self, number: int, *, method: str, sha: str, by: str) -> PullInfo:
+        """Arm auto-merge on ``number`` bound to ``sha``: the forge merges once every required status there is success.
+
+        Refused (ForgeError with the reason) when nothing is required on the base branch (no auto-merge is held on
+        a request nothing gates), when ``method`` is not allowed, or when the head is no longer ``sha``. An arm on
+        an already green head merges at once.
+        """
+        if not self.required_statuses():
+            raise refused("auto-merge unavailable: the base branch requires no status check")
+        if method not in self.merge_methods():
+            raise refused(
+                f"auto-merge unavailable: merge method {method!r} is not allowed "
+                f"(this repository allows {', '.join(self.merge_methods()) or 'none'})"
+            )
+        with transaction.atomic():
+            row = self._row(number, lock=True)
+            if row.state != PullRequest.State.OPEN:
+                raise refused(f"auto-merge unavailable: PR #{number} is {row.state}")
+            self._follow_head(row)
+            if row.head_sha != sha:
+                raise refused(f"auto-merge unavailable: PR #{number}'s head moved to {row.head_sha[:12]}")
+            row.auto_merge = {"method": method, "sha": sha, "by": by[:200]}
+            row.save(update_fields=["auto_merge"])
+        log.info("local forge: PR #%s armed for auto-merge (%s at %s)", number, method, sha[:12])
+        return self._land_armed(row) or self._info(row)
+
+    def disarm_auto_merge(self, number: int) -> PullInfo:
+        """Take an armed auto-merge back out (nothing when none stands)."""
+        PullRequest.objects.filter(number=number).update(auto_merge={})
+        return self.get_pull(number)
+
+    def _land_armed(self, row: PullRequest) -> PullInfo | None:
+        """Merge an armed request whose armed head is its head and green; return the merged request, or None."""
+        arm = row.auto_merge or {}
+        if row.state != PullRequest.State.OPEN or not arm or arm.get("sha") != row.head_sha:
+            return None
+        if self.merge_blockers(row):
+            return None
+        try:
+            merged = self.merge_pull(row.number, by=f"auto-merge ({arm.get('by', '')})")
+        except ForgeError as exc:
+            log.warning("local forge: armed PR #%s could not merge: %s", row.number, exc)
+            return None
+        from evolution.merge import on_pull_event
+
+        transaction.on_commit(lambda: on_pull_event(row.number))
+        return merged
+
+    def land_armed(self, sha: str | None = None) -> int:
+        """Merge every armed request whose required statuses are green (on ``sha`` only, when given)."""
+        rows = PullRequest.objects.filter(state=PullRequest.State.OPEN).exclude(auto_merge={})
+        if sha:
+            rows = rows.filter(head_sha=sha)
+        return sum(1 for row in rows if self._land_armed(row) is not None)
 
     def close_pull(self, number: int, *, by: str) -> PullInfo:
         """Close an open request unmerged (closing a closed one changes nothing); ForgeError for a merged one."""
@@ -259,12 +326,16 @@ class LocalForge:
             raise refused(f"commit status {context}: {sha!r} is not a full commit id")
         fields = {"state": state, "description": description[:300], "updated_at": timezone.now()}
         if CommitStatus.objects.filter(sha=sha, context=context).update(**fields):
+            if state == CommitStatus.State.SUCCESS:
+                self.land_armed(sha)
             return
         try:
             with transaction.atomic():
                 CommitStatus.objects.create(sha=sha, context=context, **fields)
         except IntegrityError:
             CommitStatus.objects.filter(sha=sha, context=context).update(**fields)
+        if state == CommitStatus.State.SUCCESS:
+            self.land_armed(sha)
 
     def statuses(self, sha: str) -> list[CommitStatus]:
         """Every status set on ``sha`` (the latest per context), by context."""

@@ -149,7 +149,7 @@ def test_one_entity_is_answered_even_with_its_loop_off() -> None:
 
 def test_the_fleet_reads_in_a_fixed_number_of_queries(django_assert_max_num_queries) -> None:
     every_phase("a")
-    with django_assert_max_num_queries(6) as few:
+    with django_assert_max_num_queries(10) as few:
         status.fleet()
     for index in range(3):
         every_phase(f"more{index}")
