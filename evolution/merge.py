@@ -152,7 +152,11 @@ def _poll_merge(cycle: Cycle, now: datetime) -> str:
         Round.objects.filter(pk=round.pk).update(status=Round.Status.CLOSED)
         cycles.settle(cycle, Cycle.Status.UNVALIDATED, reason=reason, now=now)
         return "expired"
-    # Issue 6 (merge: auto): an armed auto-merge is re-read here and a disarm nobody reported demotes the wait.
+    if round.merge_gate == "auto" and not pull.auto_merge:
+        # The arm was taken out (a person disabled it, or the head moved past the commit the loop vouched for).
+        from evolution.rounds import _demote
+
+        _demote(round, f"the auto-merge of PR #{pull.number} no longer stands (disarmed, or its head moved)")
     return _back_off(cycle, now, deadline=cycle.merge_deadline)
 
 
@@ -161,6 +165,8 @@ def _close_unmerged(forge: Any, number: int, cycle: Cycle) -> str:
     from evolution.forges import ForgeError
 
     try:
+        if hasattr(forge, "disarm_auto_merge"):
+            forge.disarm_auto_merge(number)  # an abandoned change can never land unmeasured later
         forge.close_pull(number, by=cycle.actor)
     except ForgeError as exc:
         log.warning("loop: cycle %s: PR #%s past its deadline could not be closed: %s", cycle.pk, number, exc)
