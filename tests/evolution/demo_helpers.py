@@ -13,6 +13,31 @@ from grading.runners import run_entity
 from grading.sync import sync_brain
 from hitl.actions import answer_card
 from hitl.models import Card
+from singularity.brain.git import clone, git
+
+SABOTEUR_SCENARIO = """---
+name: Saboteur
+description: A proposer that drops every rule but the fallback (for the regression test).
+evaluation:
+  enabled: false
+loop:
+  enabled: false
+---
+
+A pipeline that makes the triage worse.
+"""
+
+SABOTEUR = """
+def run(ctx, brief):
+    definition = brief["definition"]["content"]
+    head, sep, _ = definition.partition("## Rules")
+    return {
+        "summary": "Keep only the fallback rule",
+        "hypothesis": "Fewer rules, fewer mistakes.",
+        "files": [{"path": "features/support/triage/triage.scenario.md", "content": head + sep + "\\n\\n- otherwise -> general\\n"}],
+        "citedLessons": [],
+    }
+"""
 
 
 @pytest.fixture
@@ -77,3 +102,16 @@ def drive_until_card(pool: list[dict]) -> tuple[Card, list[dict]]:
         if card is not None:
             return card, failed
     raise AssertionError("no decide card after the whole pool")
+
+
+def person_commits(settings, files: dict[str, str], tmp_path: Path, message: str) -> None:
+    """A person edits the brain: clone the bare repository, commit, push; then the engine syncs."""
+    work = clone(str(Path(settings.VAR_DIR) / "brain.git"), tmp_path / f"person-{len(files)}-{message[:5]}")
+    for rel, text in files.items():
+        target = work.path / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    git("add", "--all", ".", cwd=work.path)
+    git("commit", "--quiet", "-m", message, cwd=work.path)
+    git("push", "--quiet", "origin", "main", cwd=work.path)
+    sync_brain()
