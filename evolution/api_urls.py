@@ -13,3 +13,14 @@ urlpatterns += [
     path("loop/cycles/<int:pk>/", api.LoopCycle.as_view(), name="api-loop-cycle"),
     path("loop/analyze/", api.LoopAnalyze.as_view(), name="api-loop-analyze"),
 ]
+
+# --- loop_hold, loop_release, loop_rearm, loop_ack_failure, the supervision rows (evolution.api_supervision) ---
+from evolution import api_supervision  # noqa: E402
+
+urlpatterns += [
+    path("loop/hold/", api_supervision.LoopHold.as_view(), name="api-loop-hold"),
+    path("loop/release/", api_supervision.LoopRelease.as_view(), name="api-loop-release"),
+    path("loop/rearm/", api_supervision.LoopRearm.as_view(), name="api-loop-rearm"),
+    path("loop/dismiss/", api_supervision.LoopDismiss.as_view(), name="api-loop-dismiss"),
+    path("loop/supervision/", api_supervision.LoopSupervision.as_view(), name="api-loop-supervision"),
+]

@@ -58,3 +58,6 @@ def connect() -> None:
     grade.register_frozen_judge(_frozen)
     registry.register("loop", Card.Kind.DECIDE, _card)
     registry.register("loop", Card.Kind.RETRY, _card)
+    from evolution import supervision
+
+    registry.register(supervision.PRODUCER, Card.Kind.GRANT, supervision.on_card)
