@@ -24,3 +24,12 @@ urlpatterns += [
     path("loop/dismiss/", api_supervision.LoopDismiss.as_view(), name="api-loop-dismiss"),
     path("loop/supervision/", api_supervision.LoopSupervision.as_view(), name="api-loop-supervision"),
 ]
+
+# --- loop_join, loop_set, loop_widen (evolution.api_settings) ---
+from evolution import api_settings  # noqa: E402
+
+urlpatterns += [
+    path("loop/join/", api_settings.LoopJoin.as_view(), name="api-loop-join"),
+    path("loop/set/", api_settings.LoopSet.as_view(), name="api-loop-set"),
+    path("loop/widen/", api_settings.LoopWiden.as_view(), name="api-loop-widen"),
+]

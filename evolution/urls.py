@@ -37,3 +37,14 @@ urlpatterns += [
     path("entities/<str:target_kind>/<str:slug>/supervision/rearm/", views_supervision.entity_rearm, name="entity-rearm"),
     path("entities/<str:target_kind>/<str:slug>/supervision/dismiss/", views_supervision.entity_dismiss, name="entity-dismiss"),
 ]
+
+# --- Settings → Policy defaults and an entity's Policy view (evolution.views_settings) ---
+from evolution import views_settings  # noqa: E402
+
+urlpatterns += [
+    path("settings/", views_settings.settings_page, name="settings"),
+    path("settings/preview/", views_settings.preview, name="settings-preview"),
+    path("settings/save/", views_settings.save, name="settings-save"),
+    path("settings/join/", views_settings.join, name="settings-join"),
+    path("entities/<str:target_kind>/<str:slug>/policy/", views_settings.entity_policy, name="entity-policy"),
+]
