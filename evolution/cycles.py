@@ -82,9 +82,17 @@ def _live(entity: Entity) -> Cycle | None:
     return Cycle.objects.filter(claim=entity.pk).first()
 
 
-def live_refusal(entity: Entity) -> str | None:
-    """The sentence when another cycle holds the entity (one live cycle per entity), else None."""
-    holder = _live(entity)
+#: ``holder`` not given: read the claim's holder.
+UNREAD: Any = object()
+
+
+def live_refusal(entity: Entity, *, holder: Cycle | None = UNREAD) -> str | None:
+    """The sentence when another cycle holds the entity (one live cycle per entity), else None.
+
+    ``holder`` is the cycle holding the entity's claim (None: no cycle does) when the caller already read it.
+    """
+    if holder is UNREAD:
+        holder = _live(entity)
     if holder is None:
         return None
     if holder.phase == Cycle.Phase.REVERTING:
@@ -121,15 +129,15 @@ def ceiling_refusal(entity: Entity, *, now: datetime) -> str | None:
     return None
 
 
-def refusal(entity: Entity, *, origin: str, now: datetime) -> str | None:
-    """Why the entity cannot open a cycle from ``origin`` now, or None when it can."""
+def refusal(entity: Entity, *, origin: str, now: datetime, holder: Cycle | None = UNREAD) -> str | None:
+    """Why the entity cannot open a cycle from ``origin`` now, or None when it can (``holder``: see live_refusal)."""
     if not entity.present or entity.load_error:
         return f"{entity} does not load: {entity.load_error or 'it is gone from the brain'}"
     if not entity.loop_enabled:
         return f"the loop is off for {entity}"
     if not entity.evaluation_enabled:
         return f"grading is off for {entity}: the loop reads graded runs only"
-    live = live_refusal(entity)
+    live = live_refusal(entity, holder=holder)
     if live:
         return live
     from evolution.supervision import hold_refusal
@@ -235,10 +243,13 @@ def open_cycle(
     if idea is not None:
         origin = Cycle.Origin.IDEA
     key = cycle_key(entity, origin, anchor, now, idea=idea)
-    existing = Cycle.objects.filter(key=key).first()
+    # The cycle already opened on this key and the one holding the entity's claim: one read for both.
+    seen = list(Cycle.objects.filter(Q(key=key) | Q(claim=entity.pk)))
+    existing = next((c for c in seen if c.key == key), None)
     if existing is not None:
         return Opened(existing, False, f"cycle {existing.pk} was already opened on this")
-    why = refusal(entity, origin=origin, now=now)
+    holder = next((c for c in seen if c.claim == entity.pk), None)
+    why = refusal(entity, origin=origin, now=now, holder=holder)
     if why:
         log.info("loop: %s: no cycle (%s): %s", entity, origin, why)
         return Opened(record_refusal(entity, origin=origin, reason=why, now=now, anchor=anchor), False, why)

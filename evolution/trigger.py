@@ -48,13 +48,27 @@ def trigger_terms(loop: dict[str, Any]) -> dict[str, Any]:
     return trigger
 
 
+#: What the rule reads of a window's grades (``outcomes``, ``is_bad``): the rest of the rows is left unread.
+WINDOW_FIELDS = (
+    "entity_id",
+    "status",
+    "graded_at",
+    "score",
+    "passed",
+    "failure_category",
+    "metrics",
+    "judge",
+    "execution__loop_launched",
+)
+
+
 def graded_window(entity: Entity, *, through: Grade | None, size: int, now: datetime) -> list[Grade]:
     """The entity's last ``size`` graded runs through ``through`` (or now), newest first."""
     grades = Grade.objects.filter(entity=entity, status=Grade.Status.GRADED, execution__loop_launched=False)
     if through is not None and through.graded_at is not None:
         grades = grades.filter(graded_at__lte=through.graded_at)
     grades = observed(grades, now=now)
-    runs = list(grades.select_related("execution").order_by("-graded_at", "-execution_id")[:size])
+    runs = list(grades.select_related("execution").only(*WINDOW_FIELDS).order_by("-graded_at", "-execution_id")[:size])
     for run in runs:
         run.entity = entity  # is_bad reads the terms through grade.entity: one row read per grade otherwise
     return runs
