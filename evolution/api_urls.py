@@ -14,6 +14,14 @@ urlpatterns += [
     path("loop/analyze/", api.LoopAnalyze.as_view(), name="api-loop-analyze"),
 ]
 
+# --- loop_create_idea, loop_list_ideas, loop_cancel_idea (evolution.api_ideas) ---
+from evolution import api_ideas  # noqa: E402
+
+urlpatterns += [
+    path("loop/ideas/", api_ideas.LoopIdeas.as_view(), name="api-loop-ideas"),
+    path("loop/ideas/<int:pk>/withdraw/", api_ideas.LoopIdeaWithdraw.as_view(), name="api-loop-idea-withdraw"),
+]
+
 # --- loop_hold, loop_release, loop_rearm, loop_ack_failure, the supervision rows (evolution.api_supervision) ---
 from evolution import api_supervision  # noqa: E402
 

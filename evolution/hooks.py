@@ -61,6 +61,9 @@ def connect() -> None:
     from evolution import supervision
 
     registry.register(supervision.PRODUCER, Card.Kind.GRANT, supervision.on_card)
+    from evolution import ideas
+
+    ideas.connect()  # the idea approval card and /idea in Telegram
     from evolution import settings_writes
 
     registry.register(settings_writes.PRODUCER, Card.Kind.WIDEN, settings_writes.on_widen_card)

@@ -38,6 +38,15 @@ urlpatterns += [
     path("entities/<str:target_kind>/<str:slug>/supervision/dismiss/", views_supervision.entity_dismiss, name="entity-dismiss"),
 ]
 
+# --- An entity's Ideas: post, queue, withdraw (evolution.views_ideas) ---
+from evolution import views_ideas  # noqa: E402
+
+urlpatterns += [
+    path("entities/<str:target_kind>/<str:slug>/ideas/", views_ideas.entity_ideas, name="entity-ideas"),
+    path("entities/<str:target_kind>/<str:slug>/ideas/post/", views_ideas.idea_post, name="entity-idea-post"),
+    path("ideas/<int:pk>/withdraw/", views_ideas.idea_withdraw, name="idea-withdraw"),
+]
+
 # --- Settings → Policy defaults and an entity's Policy view (evolution.views_settings) ---
 from evolution import views_settings  # noqa: E402
 
