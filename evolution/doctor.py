@@ -129,3 +129,20 @@ def loop_prompt_paths_section(ctx: DoctorContext) -> Iterator[Check]:
             )
         elif path.startswith("constitution/Loop/") and path not in KNOWN_PROMPTS:
             yield Check(WARN, f"{path} is at no path the loop reads (a misspelled prompt?)")
+
+
+@section("Loop cadence")
+def loop_cadence_section(ctx: DoctorContext) -> Iterator[Check]:
+    """trigger.every below the hourly sweep's cadence: not refused, but looked at once an hour (seed 003)."""
+    from evolution.cadence import SWEEP_HOURS
+
+    for entity in _in_loop(ctx):
+        every = (entity.loop().get("trigger") or {}).get("every")
+        if every is None or isinstance(every, bool):
+            continue
+        if float(every) < SWEEP_HOURS:
+            yield Check(
+                WARN,
+                f"{_label(entity)}: loop.trigger.every is {float(every):g} h, finer than the loop's hourly sweep: "
+                f"it is looked at once an hour, not every {float(every) * 60:g} minutes",
+            )

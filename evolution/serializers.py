@@ -14,7 +14,12 @@ from singularity.serializers import MoneyString
 STATE_HELP = (
     "off, idle, window (waiting on a window), analysing, waiting_on_you, applying, pr_open, watching, reverting"
 )
-GATE_HELP = "decide, retry (a card), merge (a PR under a human merge gate), revert (a revert PR being followed)"
+GATE_HELP = (
+    "decide, retry (a card), grant (an approval card), merge (a PR under a human merge gate), revert (a revert PR "
+    "being followed), rearm (the breaker paused the entity), window (the trigger window waits on a person's move), "
+    "stall (the trigger window stopped moving), failure (a failed cycle nobody dismissed), config (the definition "
+    "does not load)"
+)
 
 
 class Instant(serializers.DateTimeField):
@@ -70,15 +75,32 @@ class LiveCycleSerializer(serializers.Serializer):
 
 
 class NeedsYouSerializer(serializers.Serializer):
-    cycleId = serializers.IntegerField()
     gate = serializers.CharField(help_text=GATE_HELP)
-    round = serializers.IntegerField()
-    since = Instant()
-    until = Instant()
-    card = LinkSerializer(allow_null=True, help_text="The HITL card that answers it (decide, retry).")
+    targetKind = serializers.CharField(allow_null=True, help_text="The entity waited on (null: a card naming none).")
+    targetId = serializers.CharField(allow_null=True)
+    name = serializers.CharField(required=False)
+    cycleId = serializers.IntegerField(allow_null=True, help_text="The cycle waiting, when one is.")
+    round = serializers.IntegerField(allow_null=True)
+    since = Instant(help_text="Since when it waits.")
+    until = Instant(help_text="Its own bound (null: until a person acts).")
+    cardId = serializers.CharField(
+        allow_null=True, required=False, help_text="The HITL card's id (decide, retry, grant)."
+    )
+    card = LinkSerializer(allow_null=True, help_text="The HITL card that answers it (decide, retry, grant).")
     pr = PrLinkSerializer(allow_null=True)
     next = serializers.CharField(help_text="Who acts, and through what.")
     url = serializers.CharField(help_text="Where the person acts.")
+    clause = serializers.CharField(
+        required=False, help_text='What it is about in a few words ("waiting on you: score PR #16", a reason).'
+    )
+
+
+class WaitsSerializer(serializers.Serializer):
+    progress = JSONRecord(allow_null=True, help_text="{have, need, unit} as the window last answered.")
+    reason = serializers.CharField()
+    awaitingPerson = JSONRecord(allow_null=True, help_text="{what, url?}: the person's move the window waits on.")
+    movedAt = Instant(help_text="When its count last moved (the stall clock).")
+    sampledAt = Instant(help_text="When the window was last sampled.")
 
 
 class EntityStatusSerializer(serializers.Serializer):
@@ -92,11 +114,15 @@ class EntityStatusSerializer(serializers.Serializer):
     inFlight = LiveCycleSerializer(many=True, help_text="Every cycle of the entity not settled yet.")
     next = serializers.CharField(help_text="What comes next, in a sentence.")
     needsYou = NeedsYouSerializer(many=True)
+    waits = WaitsSerializer(allow_null=True, help_text="What the trigger window waits on (null: it does not wait).")
 
 
 class LoopStatusSerializer(serializers.Serializer):
     entities = EntityStatusSerializer(many=True)
-    needsYou = serializers.IntegerField(help_text="How many cycles wait on a person.")
+    needsYou = serializers.IntegerField(
+        help_text='How many waits on a person there are: the dashboard\'s "N need you".'
+    )
+    needsYouItems = NeedsYouSerializer(many=True, help_text="Every wait on a person, oldest first.")
 
 
 class CycleGradeSerializer(serializers.Serializer):

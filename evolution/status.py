@@ -171,64 +171,17 @@ def entity_named(target_kind: str | None, target_id: str | None) -> Entity | Non
 # --- Who is waiting on a person -------------------------------------------------
 
 
-def _card_item(cycle: Cycle, rnd: Round, card: Card) -> dict[str, Any]:
-    verb = "Accept / Skip, or reply to refine" if card.kind == Card.Kind.DECIDE else "Retry / Skip, or reply"
-    return {
-        "cycleId": cycle.pk,
-        "gate": card.kind,
-        "round": rnd.number,
-        "since": card.created_at,
-        "until": card.expires_at,
-        "card": {"id": str(card.pk), "url": absolute(card.get_absolute_url())},
-        "pr": None,
-        "next": f"a person answers the {card.kind} card of cycle {cycle.pk} · r{rnd.number} ({verb})",
-        "url": absolute(card.get_absolute_url()),
-    }
-
-
-def _pr_item(cycle: Cycle, rnd: Round, *, revert: bool) -> dict[str, Any]:
-    if revert:
-        number, url = rnd.revert_pr_number, rnd.revert_pr_url or f"/evolution/pulls/{rnd.revert_pr_number}/"
-        since, until = rnd.revert_opened_at, rnd.revert_deadline
-        words = f"a person merges or closes revert PR #{number} of cycle {cycle.pk}"
-    else:
-        number, url = rnd.pr_number, rnd.pr_url or f"/evolution/pulls/{rnd.pr_number}/"
-        since, until = cycle.applied_at, cycle.merge_deadline
-        words = f"a person merges or closes PR #{number} of cycle {cycle.pk}"
-    return {
-        "cycleId": cycle.pk,
-        "gate": "revert" if revert else "merge",
-        "round": rnd.number,
-        "since": since,
-        "until": until,
-        "card": None,
-        "pr": {"number": number, "url": absolute(url)},
-        "next": words,
-        "url": absolute(url),
-    }
-
-
 def needs_you(cycle: Cycle) -> list[dict[str, Any]]:
     """What ``cycle`` waits on a person for, from its stored rows (rounds prefetched with their cards).
 
     A pending decide or retry card; a PR open under a human merge gate; a
-    revert PR being followed. Each item names the gate, the round, since and
-    until when, the card or the PR, and who acts next.
+    revert PR being followed (``evolution.needs_you.cycle_items``). Each item
+    names the gate, the round, since and until when, the card or the PR, and
+    who acts next.
     """
-    items = []
-    for rnd in _live_rounds(cycle):
-        card = rnd.card
-        if card is not None and card.is_pending and card.kind in CARD_GATES:
-            items.append(_card_item(cycle, rnd, card))
-    if cycle.phase == Cycle.Phase.MERGE_WAIT:
-        rnd = _pr_round(cycle)
-        if rnd is not None and rnd.status == Round.Status.APPLIED and rnd.merge_gate != "auto":
-            items.append(_pr_item(cycle, rnd, revert=False))
-    if cycle.phase == Cycle.Phase.REVERTING:
-        reverts = [r for r in _live_rounds(cycle) if r.revert_pr_number and not r.revert_outcome]
-        if reverts and reverts[-1].revert_merge_gate != "auto":
-            items.append(_pr_item(cycle, reverts[-1], revert=True))
-    return items
+    from evolution.needs_you import cycle_items, public
+
+    return public(cycle_items(cycle, _live_rounds(cycle), timezone.now()))
 
 
 # --- The fleet and loop_status ------------------------------------------------
@@ -402,10 +355,15 @@ def _live_dict(cycle: Cycle) -> dict[str, Any]:
 
 
 def _row(
-    entity: Entity, live: list[Cycle], outcomes: list[bool] | None, now: datetime, paused: str = ""
+    entity: Entity,
+    live: list[Cycle],
+    outcomes: list[bool] | None,
+    now: datetime,
+    paused: str = "",
+    waits: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """One entity's loop_status entry (see ``loop_status``)."""
-    needs = [item for cycle in live for item in needs_you(cycle)]
+    """One entity's loop_status entry (see ``loop_status``); ``waits`` are its needs-you items."""
+    needs = [item for cycle in live for item in needs_you(cycle)] if waits is None else waits
     holder = next((c for c in live if c.claim == entity.pk), None)
     primary = holder or (live[-1] if live else None)
     if not entity.loop_enabled:
@@ -422,6 +380,9 @@ def _row(
             state = "window"
     else:
         state, following = _idle(entity, outcomes, now)
+        window = next((item for item in needs if item["gate"] in WINDOW_GATES), None)
+        if window is not None:
+            state, following = "window", _window_next(entity, window)
     return {
         "entity": entity,
         "targetKind": entity.target_kind,
@@ -434,27 +395,82 @@ def _row(
         "inFlight": [_live_dict(c) for c in live],
         "next": following,
         "needsYou": needs,
+        "waits": _waits(entity),
+    }
+
+
+#: The needs-you gates a waiting window raises (evolution.needs_you).
+WINDOW_GATES = ("window", "stall")
+
+
+def _window_next(entity: Entity, item: dict[str, Any]) -> str:
+    """The "Next cycle" line of an entity whose window waits: "2 of 3 scored series PRs · waiting on you: …"."""
+    from evolution.cadence import window_of
+
+    row = window_of(entity)
+    counted = f"{row.have} of {row.need} {row.unit or 'runs'}" if row is not None and row.need else ""
+    return " · ".join(part for part in (counted, item["clause"]) if part) + "."
+
+
+def _waits(entity: Entity) -> dict[str, Any] | None:
+    """What the entity's trigger window waits on, as last recorded (``next.waits``), or None when it does not wait."""
+    from evolution.cadence import waiting, window_of
+
+    row = window_of(entity)
+    if not waiting(row):
+        return None
+    return {
+        "progress": {"have": row.have, "need": row.need, "unit": row.unit} if row.need else None,
+        "reason": row.reason,
+        "awaitingPerson": row.awaiting_person,
+        "movedAt": row.moved_at,
+        "sampledAt": row.sampled_at,
     }
 
 
 def _rows(entities: QuerySet[Entity], *, now: datetime) -> list[dict[str, Any]]:
     """loop_status rows for ``entities`` in a fixed number of queries."""
-    listed = list(_with_last_settle(entities).order_by("target_kind", "slug"))
-    if not listed:
-        return []
+    return _gather(entities, now=now, whole=False)[0]
+
+
+def _gather(
+    entities: QuerySet[Entity], *, now: datetime, whole: bool
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(loop_status rows for ``entities``, the needs-you items) in a fixed number of queries.
+
+    ``whole`` also keeps the items of no listed entity (the fleet's answer).
+    """
+    from evolution import needs_you as waits_on
+
+    listed = list(_with_last_settle(entities).select_related("waiting_window").order_by("target_kind", "slug"))
+    if not listed and not whole:
+        return [], []
     live_cycles = (
-        Cycle.objects.filter(entity__in=entities)
-        .exclude(phase=Cycle.Phase.SETTLED)
+        Cycle.objects.exclude(phase=Cycle.Phase.SETTLED)
+        .select_related("entity")
         .order_by("started_at", "id")
         .prefetch_related(_rounds_prefetch())
     )
+    if not whole:
+        live_cycles = live_cycles.filter(entity__in=entities)
     live: dict[int, list[Cycle]] = {}
     for cycle in live_cycles:
         live.setdefault(cycle.entity_id, []).append(cycle)
     idle = [e for e in listed if e.loop_enabled and e.pk not in live]
     outcomes = recent_outcomes(idle, now=now)
-    paused = paused_reasons(listed)
-    return [_row(e, live.get(e.pk, []), outcomes.get(e.pk), now, paused.get(e.pk, "")) for e in listed]
+    breaker, held = waits_on.pauses(listed)
+    paused = {**held, **breaker}
+    every = [c for cycles in live.values() for c in cycles]
+    found = waits_on.collect(now, entities=listed, live=every, breaker=breaker, held=held, whole=whole)
+    mine: dict[int, list[dict[str, Any]]] = {}
+    for item in found:
+        if item["_entity"] is not None:
+            mine.setdefault(item["_entity"], []).append(item)
+    rows = [
+        _row(e, live.get(e.pk, []), outcomes.get(e.pk), now, paused.get(e.pk, ""), waits_on.public(mine.get(e.pk, [])))
+        for e in listed
+    ]
+    return rows, waits_on.public(found)
 
 
 def fleet(*, now: datetime | None = None) -> list[dict[str, Any]]:
@@ -464,25 +480,31 @@ def fleet(*, now: datetime | None = None) -> list[dict[str, Any]]:
     links). A fixed number of queries whatever the fleet's size.
     """
     entities = Entity.objects.filter(loop_enabled=True, present=True)
-    return _rows(entities, now=now or timezone.now())
+    return _gather(entities, now=now or timezone.now(), whole=True)[0]
 
 
 def loop_status(entity: Entity | None = None, *, now: datetime | None = None) -> dict[str, Any]:
     """loop_status: the fleet (``entity`` None) or one entity, in one shape.
 
-    Returns {"entities": [...], "needsYou": n} where each entry is
-    {targetKind, targetId, name, enabled, state, stateLabel, live, inFlight,
-    next, needsYou[]} — ``live`` is the cycle holding the entity (else its
-    newest live one): {id, phase, round, prUrl, pr, origin, startedAt, url,
-    watch}; ``needsYou`` the gates a person owes (decide, retry, merge,
-    revert) with who acts next. One entity is answered even with its loop off
-    (state "off"); ``needsYou`` at the top counts the cycles waiting on a
-    person.
+    Returns {"entities": [...], "needsYou": n, "needsYouItems": [...]} where
+    each entry is {targetKind, targetId, name, enabled, state, stateLabel,
+    live, inFlight, next, needsYou[], waits} — ``live`` is the cycle holding
+    the entity (else its newest live one): {id, phase, round, prUrl, pr,
+    origin, startedAt, url, watch}; ``needsYou`` the entity's waits on a
+    person (``evolution.needs_you``: decide, retry, grant, merge, revert,
+    rearm, window, stall, failure, config) each with who acts next and where;
+    ``waits`` what its trigger window waits on (None when it does not). One
+    entity is answered even with its loop off (state "off"). At the top,
+    ``needsYouItems`` lists every wait (the fleet's includes those of no
+    entity in it, e.g. a grant card naming none) and ``needsYou`` counts them:
+    the dashboard's "N need you".
     """
     now = now or timezone.now()
-    rows = fleet(now=now) if entity is None else _rows(Entity.objects.filter(pk=entity.pk), now=now)
-    waiting = {item["cycleId"] for row in rows for item in row["needsYou"]}
-    return {"entities": rows, "needsYou": len(waiting)}
+    if entity is None:
+        rows, found = _gather(Entity.objects.filter(loop_enabled=True, present=True), now=now, whole=True)
+    else:
+        rows, found = _gather(Entity.objects.filter(pk=entity.pk), now=now, whole=False)
+    return {"entities": rows, "needsYou": len(found), "needsYouItems": found}
 
 
 def status_for(target_kind: str | None, target_id: str | None, *, now: datetime | None = None) -> dict[str, Any]:

@@ -43,3 +43,19 @@ def grades_landed(grade_ids: list[str]) -> int:
     from evolution import trigger
 
     return trigger.on_landed(grade_ids)
+
+
+@shared_task(ignore_result=True)
+def hourly_sweep() -> int:
+    """The loop's hourly sweep: queued ideas, stale waiting windows, and every trigger.every that came round."""
+    from evolution import cadence
+
+    return cadence.sweep()
+
+
+@shared_task(ignore_result=True)
+def needs_you_digest() -> bool:
+    """Post the daily notice listing every wait on a person; return whether one was posted (none when nothing waits)."""
+    from evolution import needs_you
+
+    return needs_you.digest() is not None

@@ -57,3 +57,11 @@ urlpatterns += [
     path("settings/join/", views_settings.join, name="settings-join"),
     path("entities/<str:target_kind>/<str:slug>/policy/", views_settings.entity_policy, name="entity-policy"),
 ]
+
+# --- What needs a person: the page and the navigation's count (evolution.views_needs_you) ---
+from evolution import views_needs_you  # noqa: E402
+
+urlpatterns += [
+    path("needs-you/", views_needs_you.needs_you_page, name="needs-you"),
+    path("needs-you/count/", views_needs_you.needs_you_count, name="needs-you-count"),
+]

@@ -58,4 +58,14 @@ BEAT_SCHEDULE = {
         "schedule": 3600.0,
         "options": {"expires": 3000},
     },
+    "loop-hourly-sweep": {
+        "task": "evolution.tasks.hourly_sweep",
+        "schedule": 3600.0,
+        "options": {"expires": 3000},
+    },
+    "loop-needs-you-digest": {
+        "task": "evolution.tasks.needs_you_digest",
+        "schedule": 86400.0,
+        "options": {"expires": 3600},
+    },
 }
