@@ -249,6 +249,15 @@ def open_cycle(
     if existing is not None:
         return Opened(existing, False, f"cycle {existing.pk} was already opened on this")
     holder = next((c for c in seen if c.claim == entity.pk), None)
+    if idea is not None:
+        # Ideas run strictly one after another: an idea waits even on a proposal whose card holds no claim,
+        # and its waiting is the queue's own state, not a refused analysis (no row).
+        from evolution.ideas import unsettled_refusal
+
+        waiting = unsettled_refusal(entity)
+        if waiting:
+            log.info("loop: %s: idea %s waits: %s", entity, idea.pk, waiting)
+            return Opened(None, False, waiting)
     why = refusal(entity, origin=origin, now=now, holder=holder)
     if why:
         log.info("loop: %s: no cycle (%s): %s", entity, origin, why)
@@ -283,6 +292,14 @@ def open_cycle(
         rival = Cycle.objects.filter(key=key).first()
         if rival is not None:
             return Opened(rival, False, f"cycle {rival.pk} was already opened on this")
+        if idea is not None:
+            from evolution.models import Idea
+
+            state = Idea.objects.filter(pk=idea.pk).values_list("status", flat=True).first()
+            if state == Idea.Status.WITHDRAWN:
+                return Opened(None, False, "the idea was withdrawn before its cycle started")
+            if state == Idea.Status.TAKEN:
+                return Opened(None, False, "another cycle took the idea first")
         why = live_refusal(entity) or "another cycle took the entity first"
         return Opened(record_refusal(entity, origin=origin, reason=why, now=now, anchor=anchor), False, why)
     log.info("loop: %s: cycle %s opened (%s)", entity, cycle.pk, origin)

@@ -389,13 +389,13 @@ def merge_gate(rnd: Round, *, now: datetime) -> None:
         _demote(rnd, gate.note)
         return
     method = policy.get("mergeMethod") or "merge"
+    # Recorded before the arm: an arm on a green head merges at once, and the merge wait reads the gate.
+    Round.objects.filter(pk=rnd.pk).update(merge_gate=autonomy.AUTO)
+    rnd.merge_gate = autonomy.AUTO
     try:
         get_forge().arm_auto_merge(rnd.pr_number, method=method, sha=rnd.head_sha, by=cycle.actor)
     except ForgeError as exc:
         _demote(rnd, str(exc) if str(exc).startswith("auto-merge unavailable") else f"auto-merge unavailable: {exc}")
-        return
-    Round.objects.filter(pk=rnd.pk, merge_sha="").update(merge_gate=autonomy.AUTO)
-    rnd.merge_gate = autonomy.AUTO
 
 
 def _demote(rnd: Round, why: str) -> None:

@@ -131,6 +131,60 @@ def ask_should_open(entity: Entity, window: list[dict[str, Any]], trigger: dict[
     return {"open": answer["open"], "reason": str(answer.get("reason") or "")}
 
 
+def ask_window(
+    entity: Entity,
+    terms: dict[str, Any],
+    preset: dict[str, Any],
+    grades: list[Grade],
+    *,
+    anchor: Grade | None,
+    now: datetime,
+) -> tuple[dict[str, Any], list[Grade]]:
+    """Ask the entity's own window(ctx) at the trigger; return its answer and the graded runs it names, newest first.
+
+    The answer is recorded (a waiting window, or the end of one; a ready window carrying awaitingPerson is a load
+    error) and its run ids are re-filtered by the engine's rules: the entity's own graded runs, never the loop's
+    replays; an id that fails is dropped; a window naming one run twice is refused.
+    """
+    from types import SimpleNamespace
+
+    from evolution import cadence
+
+    function = _module_function(entity, "window")
+    shown = {k: v for k, v in preset.items() if not k.startswith("_")}
+    ctx = SimpleNamespace(
+        targetKind=entity.target_kind,
+        targetId=entity.slug,
+        phase="trigger",
+        now=now,
+        anchor={"id": str(anchor.execution_id), "createdAt": anchor.graded_at.isoformat()} if anchor else None,
+        since=None,
+        groupChangedAt=None,
+        terms=terms,
+        preset=SimpleNamespace(window=lambda _ctx=None: dict(shown)),
+    )
+    if inspect.iscoroutinefunction(function):
+        raise RuleError(f"{entity}: window must answer synchronously here; it is declared async")
+    answer = function(ctx)
+    cadence.check_window(entity, answer)
+    cadence.record_window(entity, answer, now)
+    ids = [str(i) for i in answer.get("runIds") or []]
+    if len(ids) != len(set(ids)):
+        raise RuleError(f"{entity}: window() named a run twice: a run is one vote")
+    kept = {
+        str(g.execution_id): g
+        for g in Grade.objects.filter(
+            entity=entity, status=Grade.Status.GRADED, execution__loop_launched=False, execution_id__in=ids
+        ).select_related("execution")
+    }
+    rejected = [i for i in ids if i not in kept]
+    if rejected:
+        log.info("loop: %s: window() named %d runs the engine does not count (rejected)", entity, len(rejected))
+    survivors = [kept[i] for i in ids if i in kept]
+    window = {**answer, "runIds": [str(g.execution_id) for g in survivors]}
+    return window, sorted(survivors, key=lambda g: (g.graded_at, str(g.execution_id)), reverse=True)
+
+
 def outcomes(grades: Iterable[Grade], terms: dict[str, Any]) -> list[dict[str, Any]]:
     """Each grade as the trigger rule reads it: run id, score, passed, bad, metrics (newest first as given)."""
     return [
@@ -162,11 +216,18 @@ def decide(
         window.pop("_grades")
         return window, "an idea is queued"
     own_rule = entity.loop_module_path and _module_function(entity, "should_open") is not None
-    if not own_rule and not _project_rule() and not is_bad(grade, terms):
+    own_window = entity.loop_module_path and _module_function(entity, "window") is not None
+    if not own_rule and not own_window and not _project_rule() and not is_bad(grade, terms):
         return None, "the run that landed is not bad"
     window = repair_window(entity, terms, anchor=grade, now=now)
     grades = window.pop("_grades")
-    if not grades or grades[0].execution_id != grade.execution_id:
+    if own_window:
+        window, grades = ask_window(entity, terms, window, grades, anchor=grade, now=now)
+        if not window.get("ready", True):
+            return None, window.get("reason") or "the window is not ready"
+    if not grades:
+        return None, "the window names no graded run"
+    if not own_window and grades[0].execution_id != grade.execution_id:
         return None, "the landed run is not the newest graded run of its window"
     answer = ask_should_open(entity, outcomes(grades, terms), trigger_terms(loop))
     window["reason"] = answer["reason"] or window["reason"]

@@ -197,9 +197,7 @@ class LocalForge:
         except ForgeError as exc:
             log.warning("local forge: armed PR #%s could not merge: %s", row.number, exc)
             return None
-        from evolution.merge import on_pull_event
-
-        transaction.on_commit(lambda: on_pull_event(row.number))
+        transaction.on_commit(lambda: _went_live(row.number))
         return merged
 
     def land_armed(self, sha: str | None = None) -> int:
@@ -369,3 +367,16 @@ class LocalForge:
             closed_at=row.closed_at,
             auto_merge=dict(row.auto_merge) or None,
         )
+
+
+def _went_live(number: int) -> None:
+    """After an auto-merge landed: sync the brain (the base is the brain) and ring the cycle that waits on it."""
+    from evolution.merge import on_pull_event
+    from grading.sync import sync_brain
+    from singularity.errors import SingularityError
+
+    try:
+        sync_brain()
+    except SingularityError as exc:
+        log.warning("local forge: the brain could not be synced after PR #%s's auto-merge: %s", number, exc)
+    on_pull_event(number)

@@ -149,3 +149,53 @@ def test_a_loop_module_should_open_replaces_the_count(tmp_path, settings):
     assert land(graded(entity, bad=True)) == 0  # 2 of 5 would open; three in a row is the rule here
     history(entity, "b")
     assert land(graded(entity, bad=True)) == 1
+
+
+def _module(tmp_path, settings, source: str):
+    from tests.grading.grading_helpers import brain_repo
+
+    checkout, commit = brain_repo(tmp_path / "brain", {"features/triage/triage.loop.py": source})
+    settings.BRAIN_CHECKOUT = str(checkout.path)
+    return looped(loop_module_path="features/triage/triage.loop.py", commit=commit)
+
+
+WAITING = (
+    "def window(ctx):\n"
+    "    return {'from': None, 'to': ctx.now.isoformat(), 'runIds': [], 'metrics': [], 'ready': False,\n"
+    "            'reason': 'PR #16 is open and unscored', 'progress': {'have': 2, 'need': 3, 'unit': 'scored PRs'},\n"
+    "            'awaitingPerson': {'what': 'score PR #16', 'url': 'https://example.org/pr/16'}}\n"
+)
+
+
+def test_a_window_that_waits_on_a_person_opens_nothing_and_is_recorded(tmp_path, settings):
+    from evolution.models import WaitingWindow
+
+    entity = _module(tmp_path, settings, WAITING)
+    history(entity, "bbb")
+    assert land(graded(entity, bad=True)) == 0
+    record = WaitingWindow.objects.get(entity=entity)
+    assert (record.have, record.need, record.unit) == (2, 3, "scored PRs")
+    assert record.awaiting_person["what"] == "score PR #16" and record.ended_at is None
+
+
+def test_a_ready_window_carrying_awaiting_person_is_a_load_error(tmp_path, settings):
+    source = WAITING.replace("'ready': False", "'ready': True")
+    entity = _module(tmp_path, settings, source)
+    history(entity, "bbb")
+    assert land(graded(entity, bad=True)) == 0  # withheld: the grade stands, the next one asks again
+    from evolution import cadence
+
+    with pytest.raises(trigger.RuleError, match="awaitingPerson"):
+        cadence.check_window(entity, {"ready": True, "awaitingPerson": {"what": "x"}, "runIds": []})
+
+
+def test_a_window_naming_a_run_twice_is_refused_and_replays_are_dropped(tmp_path, settings):
+    source = (
+        "def window(ctx):\n"
+        "    w = ctx.preset.window(ctx)\n"
+        "    return {**w, 'runIds': w['runIds'] + w['runIds'][-1:]}\n"
+    )
+    entity = _module(tmp_path, settings, source)
+    history(entity, "bbb")
+    assert land(graded(entity, bad=True)) == 0
+    assert cycles_of(entity) == []
