@@ -31,11 +31,25 @@ urlpatterns += [
 from evolution import views_supervision  # noqa: E402
 
 urlpatterns += [
-    path("entities/<str:target_kind>/<str:slug>/supervision/", views_supervision.entity_supervision, name="entity-supervision"),
+    path(
+        "entities/<str:target_kind>/<str:slug>/supervision/",
+        views_supervision.entity_supervision,
+        name="entity-supervision",
+    ),
     path("entities/<str:target_kind>/<str:slug>/supervision/hold/", views_supervision.entity_hold, name="entity-hold"),
-    path("entities/<str:target_kind>/<str:slug>/supervision/release/", views_supervision.entity_release, name="entity-release"),
-    path("entities/<str:target_kind>/<str:slug>/supervision/rearm/", views_supervision.entity_rearm, name="entity-rearm"),
-    path("entities/<str:target_kind>/<str:slug>/supervision/dismiss/", views_supervision.entity_dismiss, name="entity-dismiss"),
+    path(
+        "entities/<str:target_kind>/<str:slug>/supervision/release/",
+        views_supervision.entity_release,
+        name="entity-release",
+    ),
+    path(
+        "entities/<str:target_kind>/<str:slug>/supervision/rearm/", views_supervision.entity_rearm, name="entity-rearm"
+    ),
+    path(
+        "entities/<str:target_kind>/<str:slug>/supervision/dismiss/",
+        views_supervision.entity_dismiss,
+        name="entity-dismiss",
+    ),
 ]
 
 # --- An entity's Ideas: post, queue, withdraw (evolution.views_ideas) ---

@@ -549,4 +549,3 @@ def _uuid(value: Any) -> uuid.UUID | None:
         return uuid.UUID(str(value))
     except ValueError:
         return None
-

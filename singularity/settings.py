@@ -208,9 +208,7 @@ LOCAL_FORGE_REQUIRED_STATUSES = [
     s.strip() for s in env_str("LOCAL_FORGE_REQUIRED_STATUSES", "singularity/diff-gate").split(",") if s.strip()
 ]
 #: The merge methods the local forge allows an auto-merge arm (it makes merge commits, so reverts stay mechanical).
-LOCAL_FORGE_MERGE_METHODS = [
-    s.strip() for s in env_str("LOCAL_FORGE_MERGE_METHODS", "merge").split(",") if s.strip()
-]
+LOCAL_FORGE_MERGE_METHODS = [s.strip() for s in env_str("LOCAL_FORGE_MERGE_METHODS", "merge").split(",") if s.strip()]
 #: Where the loop makes its throwaway clones.
 LOOP_WORK_DIR = Path(env_str("LOOP_WORK_DIR", str(VAR_DIR / "loop")))
 

@@ -191,9 +191,7 @@ def test_a_ready_window_carrying_awaiting_person_is_a_load_error(tmp_path, setti
 
 def test_a_window_naming_a_run_twice_is_refused_and_replays_are_dropped(tmp_path, settings):
     source = (
-        "def window(ctx):\n"
-        "    w = ctx.preset.window(ctx)\n"
-        "    return {**w, 'runIds': w['runIds'] + w['runIds'][-1:]}\n"
+        "def window(ctx):\n    w = ctx.preset.window(ctx)\n    return {**w, 'runIds': w['runIds'] + w['runIds'][-1:]}\n"
     )
     entity = _module(tmp_path, settings, source)
     history(entity, "bbb")
