@@ -8,4 +8,24 @@ class EvolutionConfig(AppConfig):
     def ready(self) -> None:
         from evolution import hooks
 
+        _check_project_functions()
         hooks.connect()
+
+
+def _check_project_functions() -> None:
+    """Fail at boot when LOOP_SHOULD_OPEN or LOOP_COMPARE names nothing importable (a config error, named)."""
+    from django.conf import settings
+    from django.utils.module_loading import import_string
+
+    from singularity.errors import ConfigError
+
+    for name in ("LOOP_SHOULD_OPEN", "LOOP_COMPARE"):
+        path = getattr(settings, name, "")
+        if not path:
+            continue
+        try:
+            function = import_string(path)
+        except ImportError as exc:
+            raise ConfigError(f"{name}: {path!r} cannot be imported: {exc}") from None
+        if not callable(function):
+            raise ConfigError(f"{name}: {path!r} is not callable")

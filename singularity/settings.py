@@ -209,6 +209,9 @@ LOCAL_FORGE_REQUIRED_STATUSES = [
 ]
 #: The merge methods the local forge allows an auto-merge arm (it makes merge commits, so reverts stay mechanical).
 LOCAL_FORGE_MERGE_METHODS = [s.strip() for s in env_str("LOCAL_FORGE_MERGE_METHODS", "merge").split(",") if s.strip()]
+#: The project tier of the loop's functions: dotted paths of callables replacing the preset's rule and comparator.
+LOOP_SHOULD_OPEN = env_str("LOOP_SHOULD_OPEN", "")
+LOOP_COMPARE = env_str("LOOP_COMPARE", "")
 #: Where the loop makes its throwaway clones.
 LOOP_WORK_DIR = Path(env_str("LOOP_WORK_DIR", str(VAR_DIR / "loop")))
 
