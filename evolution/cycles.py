@@ -25,7 +25,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q, Value
+from django.db.models import F, Q, Subquery, Value
 from django.utils import timezone
 
 from evolution.models import Cycle, Round
@@ -162,20 +162,18 @@ def _kind_of(reason: str) -> str:
 
 def record_refusal(
     entity: Entity, *, origin: str, reason: str, now: datetime, anchor: Execution | None = None
-) -> Cycle:
-    """Record a refused analysis as a skipped cycle; a run of refusals of one kind is folded into one row."""
-    newest = Cycle.objects.filter(entity=entity).order_by("-started_at", "-id").first()
-    if (
-        newest is not None
-        and not newest.analysed
-        and newest.status == Cycle.Status.SKIPPED
-        and _kind_of(newest.reason) == _kind_of(reason)
-    ):
-        window = dict(newest.window or {})
-        window["refused"] = int(window.get("refused", 1)) + 1
-        Cycle.objects.filter(pk=newest.pk).update(reason=reason, window=window, completed_at=now, moved_at=now)
-        newest.reason, newest.window = reason, window
-        return newest
+) -> Cycle | None:
+    """Record a refused analysis as a skipped cycle; a run of refusals of one kind is folded into one row.
+
+    Folding is one conditional UPDATE of the entity's newest cycle (when it is a refusal of the same kind):
+    it returns None then; a new refusal row is returned.
+    """
+    newest = Cycle.objects.filter(entity=entity).order_by("-started_at", "-id").values("pk")[:1]
+    folded = Cycle.objects.filter(
+        pk=Subquery(newest), analysed=False, status=Cycle.Status.SKIPPED, reason__startswith=_kind_of(reason)
+    ).update(reason=reason, refusals=F("refusals") + 1, completed_at=now, moved_at=now)
+    if folded:
+        return None
     return Cycle.objects.create(
         entity=entity,
         key=f"{cycle_key(entity, origin, anchor, now)}:refused",
@@ -184,8 +182,9 @@ def record_refusal(
         status=Cycle.Status.SKIPPED,
         reason=reason,
         analysed=False,
+        refusals=1,
         anchor=anchor,
-        window={"refused": 1},
+        window={},
         started_at=now,
         completed_at=now,
         moved_at=now,
@@ -227,15 +226,22 @@ def open_cycle(
     requested_by: Any | None = None,
     idea: Any | None = None,
     now: datetime | None = None,
+    known: dict[str, Any] | None = None,
 ) -> Opened:
     """Open a cycle for ``entity`` and start its first analysis, or record why not.
 
     Returns Opened(cycle, True, "opened") for a new cycle; the cycle already
     opened under the same key (a grade delivered twice) with opened False;
-    or the refusal row and its reason.
+    or the refusal and its reason (with the refusal row when a new one was
+    written, None when it was folded into the previous one).
+
+    ``known`` carries what a batch caller already read for the entity:
+    ``holder`` (the cycle holding its claim, or None) and ``idea_checked``
+    (no queued idea), so one landing costs no second read of them.
     """
     now = now or timezone.now()
-    if idea is None and origin != Cycle.Origin.IDEA:
+    known = known or {}
+    if idea is None and origin != Cycle.Origin.IDEA and not known.get("idea_checked"):
         # Whoever opens the next cycle opens it on the oldest queued idea.
         from evolution.ideas import next_idea
 
@@ -243,12 +249,18 @@ def open_cycle(
     if idea is not None:
         origin = Cycle.Origin.IDEA
     key = cycle_key(entity, origin, anchor, now, idea=idea)
-    # The cycle already opened on this key and the one holding the entity's claim: one read for both.
-    seen = list(Cycle.objects.filter(Q(key=key) | Q(claim=entity.pk)))
-    existing = next((c for c in seen if c.key == key), None)
-    if existing is not None:
-        return Opened(existing, False, f"cycle {existing.pk} was already opened on this")
-    holder = next((c for c in seen if c.claim == entity.pk), None)
+    if "holder" in known:
+        # A batch read the claim's holder; a grade delivered twice meets its own cycle there (or the unique key).
+        holder = known["holder"]
+        if holder is not None and holder.key == key:
+            return Opened(holder, False, f"cycle {holder.pk} was already opened on this")
+    else:
+        # The cycle already opened on this key and the one holding the entity's claim: one read for both.
+        seen = list(Cycle.objects.filter(Q(key=key) | Q(claim=entity.pk)))
+        existing = next((c for c in seen if c.key == key), None)
+        if existing is not None:
+            return Opened(existing, False, f"cycle {existing.pk} was already opened on this")
+        holder = next((c for c in seen if c.claim == entity.pk), None)
     if idea is not None:
         # Ideas run strictly one after another: an idea waits even on a proposal whose card holds no claim,
         # and its waiting is the queue's own state, not a refused analysis (no row).

@@ -61,6 +61,8 @@ class Cycle(models.Model):
     reason = models.TextField(blank=True, default="")
     #: Whether an analysis (a proposer) ran: a refusal costs nothing and starts no rest.
     analysed = models.BooleanField(default=False)
+    #: On a refusal row: how many refused asks of the same kind it folds (consecutive ones share one row).
+    refusals = models.PositiveIntegerField(default=0)
     #: The run whose grade opened the cycle (null for a request, a cadence look, an idea).
     anchor = models.ForeignKey(
         "grading.Execution", null=True, blank=True, on_delete=models.SET_NULL, related_name="anchored_cycles"

@@ -74,10 +74,66 @@ def graded_window(entity: Entity, *, through: Grade | None, size: int, now: date
     return runs
 
 
-def repair_window(entity: Entity, terms: dict[str, Any], *, anchor: Grade | None, now: datetime) -> dict[str, Any]:
-    """The repair preset's window: the last windowRuns graded runs, ready (the count is the whole question)."""
+def windows_for(landings: list[Grade], entities: dict[int, Entity], *, now: datetime) -> dict[Any, list[Grade]]:
+    """The repair window of each landing (newest first), read for the whole batch at once.
+
+    Per entity, its last windowRuns + (its landings in the batch) graded runs through its newest landing are
+    read (one UNION ALL statement on Postgres, one indexed read per entity on SQLite); each landing's window
+    is then the first windowRuns of them at or before it. A landing whose slice comes up short while the read
+    was full is left out (its caller reads it alone).
+    """
+    from django.db import connection
+
+    if not landings:
+        return {}
+    by_entity: dict[int, list[Grade]] = {}
+    for grade in landings:
+        by_entity.setdefault(grade.entity_id, []).append(grade)
+    sizes = {pk: int(trigger_terms((entities[pk].terms or {}).get("loop") or {})["windowRuns"]) for pk in by_entity}
+    wanted = {pk: sizes[pk] + len(grades) for pk, grades in by_entity.items()}
+    base = observed(Grade.objects.filter(status=Grade.Status.GRADED, execution__loop_launched=False), now=now)
+    parts = [
+        base.filter(entity_id=pk, graded_at__lte=max(g.graded_at for g in grades))
+        .select_related("execution")
+        .only(*WINDOW_FIELDS)
+        .order_by("-graded_at", "-execution_id")[: wanted[pk]]
+        for pk, grades in by_entity.items()
+    ]
+    if connection.features.supports_slicing_ordering_in_compound and len(parts) > 1:
+        # One statement: each entity's newest rows through the index, glued with UNION ALL (Postgres).
+        read = list(parts[0].union(*parts[1:], all=True))
+    else:
+        read = [grade for part in parts for grade in part]  # SQLite: one cheap indexed read per entity
+    rows: dict[int, list[Grade]] = {}
+    for grade in read:
+        grade.entity = entities[grade.entity_id]
+        rows.setdefault(grade.entity_id, []).append(grade)
+    answers: dict[Any, list[Grade]] = {}
+    for pk, grades in by_entity.items():
+        read = sorted(rows.get(pk, []), key=lambda g: (g.graded_at, str(g.execution_id)), reverse=True)
+        for landing in grades:
+            mark = (landing.graded_at, str(landing.execution_id))
+            window = [g for g in read if (g.graded_at, str(g.execution_id)) <= mark][: sizes[pk]]
+            if len(window) == sizes[pk] or len(read) < wanted[pk]:
+                answers[landing.pk] = window
+    return answers
+
+
+def repair_window(
+    entity: Entity,
+    terms: dict[str, Any],
+    *,
+    anchor: Grade | None,
+    now: datetime,
+    runs: list[Grade] | None = None,
+) -> dict[str, Any]:
+    """The repair preset's window: the last windowRuns graded runs, ready (the count is the whole question).
+
+    ``runs`` is the window when a batch already read it (``windows_for``).
+    """
     size = int(trigger_terms(terms.get("loop") or {})["windowRuns"])
-    runs = graded_window(entity, through=anchor, size=size, now=now)
+    if runs is None:
+        runs = graded_window(entity, through=anchor, size=size, now=now)
     window = {
         "from": None,
         "to": now.isoformat(),
@@ -201,7 +257,7 @@ def outcomes(grades: Iterable[Grade], terms: dict[str, Any]) -> list[dict[str, A
 
 
 def decide(
-    entity: Entity, grade: Grade, *, now: datetime, idea_queued: bool = False
+    entity: Entity, grade: Grade, *, now: datetime, idea_queued: bool = False, runs: list[Grade] | None = None
 ) -> tuple[dict[str, Any] | None, str]:
     """Ask whether ``grade`` opens a cycle; return (the window to open on, or None, and the reason)."""
     terms = cycles.terms_of(entity)
@@ -219,7 +275,7 @@ def decide(
     own_window = entity.loop_module_path and _module_function(entity, "window") is not None
     if not own_rule and not own_window and not _project_rule() and not is_bad(grade, terms):
         return None, "the run that landed is not bad"
-    window = repair_window(entity, terms, anchor=grade, now=now)
+    window = repair_window(entity, terms, anchor=grade, now=now, runs=runs)
     grades = window.pop("_grades")
     if own_window:
         window, grades = ask_window(entity, terms, window, grades, anchor=grade, now=now)
@@ -264,23 +320,50 @@ def on_landed(grade_ids: list[Any], *, now: datetime | None = None) -> int:
             "entity_id", flat=True
         )
     )
+    considered = [
+        g for g in grades if g.entity_id in looped and g.entity_id not in watched and not g.execution.loop_launched
+    ]
+    for grade in considered:
+        grade.entity = entities[grade.entity_id]
+    # The windows of the bad landings the preset's count decides, and the claims' holders: one read each.
+    counted = [
+        g for g in considered if g.entity_id not in queued and _preset_counts(g.entity) and is_bad(g, g.entity.terms)
+    ]
+    runs = windows_for(counted, entities, now=now)
+    holders = (
+        {c.claim: c for c in Cycle.objects.filter(claim__in=sorted({g.entity_id for g in counted}))} if counted else {}
+    )
     opened = 0
-    for grade in grades:
-        if grade.entity_id not in looped or grade.entity_id in watched or grade.execution.loop_launched:
-            continue
+    for grade in considered:
         entity = entities[grade.entity_id]
-        grade.entity = entity
         try:
-            window, reason = decide(entity, grade, now=now, idea_queued=entity.pk in queued)
+            window, reason = decide(entity, grade, now=now, idea_queued=entity.pk in queued, runs=runs.get(grade.pk))
         except Exception as exc:  # noqa: BLE001 - the brain's rule failed: the grade stands, the next one asks again
             log.warning("loop: %s: the trigger withheld run %s: %s", entity, grade.execution_id, exc)
             continue
         if window is None:
             log.debug("loop: %s: run %s opens nothing: %s", entity, grade.execution_id, reason)
             continue
-        result = cycles.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=grade.execution, window=window, now=now)
+        known: dict[str, Any] = {}
+        if grade.pk in runs and entity.pk not in queued:
+            known = {"holder": holders.get(entity.pk), "idea_checked": True}
+        result = cycles.open_cycle(
+            entity, origin=Cycle.Origin.GRADE, anchor=grade.execution, window=window, now=now, known=known
+        )
+        if result.opened:
+            holders[entity.pk] = result.cycle
         opened += int(result.opened)
     return opened
+
+
+def _preset_counts(entity: Entity) -> bool:
+    """Whether the repair preset's own count decides this entity's landings (no rule or window of its own)."""
+    loop = (entity.terms or {}).get("loop") or {}
+    if (loop.get("preset") or "repair") != "repair" or _project_rule():
+        return False
+    if not entity.loop_module_path:
+        return True
+    return _module_function(entity, "should_open") is None and _module_function(entity, "window") is None
 
 
 def request_window(entity: Entity, *, now: datetime) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from evolution import trigger
+from evolution import cycles, trigger
 from evolution.models import Cycle
 from grading.models import Grade
 from tests.evolution.loop_helpers import cycles_of, graded, history, looped
@@ -102,7 +102,7 @@ def test_a_second_bad_grade_while_a_cycle_is_live_is_recorded_and_skipped():
     assert live.claim == entity.pk
     assert refused.status == Cycle.Status.SKIPPED and not refused.analysed
     assert refused.reason.startswith(f"cycle {live.pk} is live")
-    assert refused.window["refused"] == 2  # a run of refusals of one kind is one row
+    assert refused.refusals == 2  # a run of refusals of one kind is one row
 
 
 def test_the_decision_costs_the_same_queries_whatever_the_history():
@@ -197,3 +197,37 @@ def test_a_window_naming_a_run_twice_is_refused_and_replays_are_dropped(tmp_path
     history(entity, "bbb")
     assert land(graded(entity, bad=True)) == 0
     assert cycles_of(entity) == []
+
+
+def test_a_batch_decides_each_landing_on_its_own_window():
+    entity = looped()
+    history(entity, "gggg")
+    first, second, third = (graded(entity, bad=bad) for bad in (True, True, True))
+    assert trigger.on_landed([first.pk, second.pk, third.pk]) == 1
+    [cycle] = [c for c in cycles_of(entity) if c.analysed]
+    assert cycle.anchor_id == second.execution_id  # the first bad run alone was 1 of 5; the second made it 2
+    assert cycle.window["runIds"][-1] == str(second.execution_id) and len(cycle.window["runIds"]) == 5
+    [refused] = [c for c in cycles_of(entity) if not c.analysed]
+    assert refused.refusals == 1 and refused.reason.startswith(f"cycle {cycle.pk} is live")
+
+
+def test_a_batch_reads_its_bad_landings_windows_together():
+    entities = [looped(f"e{i}") for i in range(6)]
+    for entity in entities:
+        history(entity, "gggb")
+    for entity in entities:
+        cycles.open_cycle(entity, origin=Cycle.Origin.REQUEST)  # every entity is held: bad landings are refused
+    trigger.on_landed([graded(entity, bad=True).pk for entity in entities])  # the first refusals write their rows
+    landed = [graded(entity, bad=True) for entity in entities]
+    with CaptureQueriesContext(connection) as six:
+        trigger.on_landed([g.pk for g in landed])
+    landed = [graded(entity, bad=True) for entity in entities[:1]]
+    with CaptureQueriesContext(connection) as one:
+        trigger.on_landed([g.pk for g in landed])
+    windows = [q for q in six.captured_queries if "grading_grade" in q["sql"] and "LIMIT" in q["sql"]]
+    extra = len(six.captured_queries) - len(one.captured_queries)
+    if connection.features.supports_slicing_ordering_in_compound:
+        assert len(windows) == 1 and "UNION ALL" in windows[0]["sql"]  # Postgres: one statement for six windows
+        assert extra == 5  # one folding UPDATE per extra landing
+    else:
+        assert extra == 5 * 2  # SQLite: one indexed window read and one folding UPDATE per extra landing
