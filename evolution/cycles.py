@@ -25,7 +25,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q, Subquery, Value
+from django.db.models import F, Q, Value
 from django.utils import timezone
 
 from evolution.models import Cycle, Round
@@ -160,6 +160,25 @@ def _kind_of(reason: str) -> str:
     return reason.split(":", 1)[0].split(" (", 1)[0][:40]
 
 
+#: Fold a refusal into the entity's newest cycle when that is a refusal of the same kind (one statement).
+FOLD_REFUSAL = """
+UPDATE evolution_cycle SET reason = %s, refusals = refusals + 1, completed_at = %s, moved_at = %s
+WHERE id = (SELECT id FROM evolution_cycle WHERE entity_id = %s ORDER BY started_at DESC, id DESC LIMIT 1)
+  AND analysed = %s AND status = %s AND reason LIKE %s ESCAPE '!'
+"""
+
+
+def _fold_refusal(entity: Entity, reason: str, now: datetime) -> bool:
+    """Fold ``reason`` into the entity's newest refusal row of the same kind; return whether one was there."""
+    from django.db import connection
+
+    kind = _kind_of(reason).replace("!", "!!").replace("%", "!%").replace("_", "!_")
+    moment = connection.ops.adapt_datetimefield_value(now)
+    with connection.cursor() as cursor:
+        cursor.execute(FOLD_REFUSAL, [reason, moment, moment, entity.pk, False, Cycle.Status.SKIPPED.value, f"{kind}%"])
+        return cursor.rowcount > 0
+
+
 def record_refusal(
     entity: Entity, *, origin: str, reason: str, now: datetime, anchor: Execution | None = None
 ) -> Cycle | None:
@@ -168,11 +187,7 @@ def record_refusal(
     Folding is one conditional UPDATE of the entity's newest cycle (when it is a refusal of the same kind):
     it returns None then; a new refusal row is returned.
     """
-    newest = Cycle.objects.filter(entity=entity).order_by("-started_at", "-id").values("pk")[:1]
-    folded = Cycle.objects.filter(
-        pk=Subquery(newest), analysed=False, status=Cycle.Status.SKIPPED, reason__startswith=_kind_of(reason)
-    ).update(reason=reason, refusals=F("refusals") + 1, completed_at=now, moved_at=now)
-    if folded:
+    if _fold_refusal(entity, reason, now):
         return None
     return Cycle.objects.create(
         entity=entity,

@@ -91,19 +91,18 @@ def windows_for(landings: list[Grade], entities: dict[int, Entity], *, now: date
         by_entity.setdefault(grade.entity_id, []).append(grade)
     sizes = {pk: int(trigger_terms((entities[pk].terms or {}).get("loop") or {})["windowRuns"]) for pk in by_entity}
     wanted = {pk: sizes[pk] + len(grades) for pk, grades in by_entity.items()}
-    base = observed(Grade.objects.filter(status=Grade.Status.GRADED, execution__loop_launched=False), now=now)
-    parts = [
-        base.filter(entity_id=pk, graded_at__lte=max(g.graded_at for g in grades))
-        .select_related("execution")
-        .only(*WINDOW_FIELDS)
-        .order_by("-graded_at", "-execution_id")[: wanted[pk]]
-        for pk, grades in by_entity.items()
-    ]
-    if connection.features.supports_slicing_ordering_in_compound and len(parts) > 1:
-        # One statement: each entity's newest rows through the index, glued with UNION ALL (Postgres).
-        read = list(parts[0].union(*parts[1:], all=True))
+    if connection.vendor == "postgresql":
+        read = _lateral_windows(by_entity, wanted, now=now)
     else:
-        read = [grade for part in parts for grade in part]  # SQLite: one cheap indexed read per entity
+        base = observed(Grade.objects.filter(status=Grade.Status.GRADED, execution__loop_launched=False), now=now)
+        read = [
+            grade
+            for pk, grades in by_entity.items()
+            for grade in base.filter(entity_id=pk, graded_at__lte=max(g.graded_at for g in grades))
+            .select_related("execution")
+            .only(*WINDOW_FIELDS)
+            .order_by("-graded_at", "-execution_id")[: wanted[pk]]
+        ]  # SQLite: one cheap indexed read per entity
     rows: dict[int, list[Grade]] = {}
     for grade in read:
         grade.entity = entities[grade.entity_id]
@@ -117,6 +116,36 @@ def windows_for(landings: list[Grade], entities: dict[int, Entity], *, now: date
             if len(window) == sizes[pk] or len(read) < wanted[pk]:
                 answers[landing.pk] = window
     return answers
+
+
+#: Each entity's newest graded runs through a mark, one index scan per entity (the same rules as graded_window).
+LATERAL_WINDOWS = """
+SELECT g.execution_id, g.entity_id, g.status, g.graded_at, g.score, g.passed, g.failure_category, g.metrics, g.judge
+FROM unnest(%s::bigint[], %s::timestamptz[], %s::int[]) AS t(entity_id, through, size)
+CROSS JOIN LATERAL (
+    SELECT gg.execution_id, gg.entity_id, gg.status, gg.graded_at, gg.score, gg.passed, gg.failure_category,
+           gg.metrics, gg.judge
+    FROM grading_grade gg JOIN grading_execution e ON e.id = gg.execution_id
+    WHERE gg.entity_id = t.entity_id AND gg.status = %s AND gg.graded_at <= t.through AND NOT e.loop_launched
+      AND (e.awaiting_rating_until IS NULL OR e.awaiting_rating_until <= %s
+           OR EXISTS (SELECT 1 FROM grading_rating r WHERE r.execution_id = gg.execution_id))
+    ORDER BY gg.graded_at DESC, gg.execution_id DESC
+    LIMIT t.size
+) g
+"""
+
+
+def _lateral_windows(by_entity: dict[int, list[Grade]], wanted: dict[int, int], *, now: datetime) -> list[Grade]:
+    """Postgres: every entity's newest graded runs in one statement (a LATERAL join, one index scan each)."""
+    ids = list(by_entity)
+    params = [
+        ids,
+        [max(g.graded_at for g in by_entity[pk]) for pk in ids],
+        [wanted[pk] for pk in ids],
+        Grade.Status.GRADED,
+        now,
+    ]
+    return list(Grade.objects.raw(LATERAL_WINDOWS, params))
 
 
 def repair_window(
