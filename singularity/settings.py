@@ -189,7 +189,8 @@ SINGULARITY_SHUTDOWN_GRACE_SECS = env_float("SINGULARITY_SHUTDOWN_GRACE_SECS", 5
 SINGULARITY_TOOL_TIMEOUT_SECS = env_float("SINGULARITY_TOOL_TIMEOUT_SECS", 60.0)
 SINGULARITY_MCP_CONFIG = env_str("SINGULARITY_MCP_CONFIG", "")
 SINGULARITY_WORKSPACE = Path(env_str("SINGULARITY_WORKSPACE", str(VAR_DIR / "workspace")))
-SINGULARITY_PUBLIC_URL = env_str("SINGULARITY_PUBLIC_URL", "http://localhost:8000")
+#: Where links in cards and PR bodies point; by default the dashboard `make run` serves on PORT.
+SINGULARITY_PUBLIC_URL = env_str("SINGULARITY_PUBLIC_URL", f"http://localhost:{env_str('PORT', '8000')}")
 # How long a worker may hold a being between saves before another may take it.
 SINGULARITY_LEASE_SECS = env_int("SINGULARITY_LEASE_SECS", 600, minimum=10)
 
