@@ -162,23 +162,35 @@ def _notice(cycle: Cycle, kind: str, text: str) -> None:
 def ask_decide(rnd: Round, *, now: datetime) -> Round:
     """Put a proposed round before a person: a decide card expiring at the review deadline."""
     from evolution import cardtext
+
+    shown = cardtext.decide_card(rnd)
+    if rnd.gate_note:
+        shown["text"] = f"{rnd.gate_note} — this round is yours to answer.\n\n{shown['text']}"
+    options = [{"value": ACCEPT, "label": "Accept"}, {"value": SKIP, "label": "Skip"}]
+    return _wait_on_person(rnd, Card.Kind.DECIDE, shown, options, now=now)
+
+
+def _wait_on_person(
+    rnd: Round, kind: str, shown: dict[str, str], options: list[dict[str, str]], *, now: datetime
+) -> Round:
+    """Open the round's card (``kind``, keyed by the round) expiring at the review deadline; the cycle waits on it.
+
+    While it waits the round holds no claim on the entity (an unanswered card cannot freeze it).
+    """
     from hitl.actions import open_card
 
     cycle = rnd.cycle
     deadline = _review_deadline(cycle, now)
-    shown = cardtext.decide_card(rnd)
-    if rnd.gate_note:
-        shown["text"] = f"{rnd.gate_note} — this round is yours to answer.\n\n{shown['text']}"
     card = open_card(
         producer=PRODUCER,
-        kind=Card.Kind.DECIDE,
-        key=f"loop:decide:{rnd.pk}",
+        kind=kind,
+        key=f"loop:{kind}:{rnd.pk}",
         title=shown["title"],
         subject=shown["subject"],
         subject_url=shown.get("subject_url", ""),
         text=shown["text"],
         expires_at=deadline,
-        options=[{"value": ACCEPT, "label": "Accept"}, {"value": SKIP, "label": "Skip"}],
+        options=options,
         payload={"round": rnd.pk, "cycle": cycle.pk},
     )
     Round.objects.filter(pk=rnd.pk).update(card=card, review_deadline=deadline)
@@ -196,7 +208,6 @@ def fail(
     A round nobody stands on (decide: auto) closes its cycle failed at once instead: no card, no lesson.
     """
     from evolution import cardtext
-    from hitl.actions import open_card
 
     now = now or timezone.now()
     cycle = rnd.cycle
@@ -208,24 +219,8 @@ def fail(
     if unattended:
         cycles.settle(cycle, Cycle.Status.FAILED, reason=f"{error} (unattended: closed at once)", now=now, lesson=False)
         return rnd
-    deadline = _review_deadline(cycle, now)
-    shown = cardtext.retry_card(rnd)
-    card = open_card(
-        producer=PRODUCER,
-        kind=Card.Kind.RETRY,
-        key=f"loop:retry:{rnd.pk}",
-        title=shown["title"],
-        subject=shown["subject"],
-        subject_url=shown.get("subject_url", ""),
-        text=shown["text"],
-        expires_at=deadline,
-        options=[{"value": RETRY, "label": "Retry"}, {"value": SKIP, "label": "Skip"}],
-        payload={"round": rnd.pk, "cycle": cycle.pk},
-    )
-    Round.objects.filter(pk=rnd.pk).update(card=card, review_deadline=deadline)
-    rnd.card, rnd.review_deadline = card, deadline
-    cycles.release_claim(cycle)
-    cycles.advance(cycle, Cycle.Phase.DECIDING, now=now)
+    options = [{"value": RETRY, "label": "Retry"}, {"value": SKIP, "label": "Skip"}]
+    _wait_on_person(rnd, Card.Kind.RETRY, cardtext.retry_card(rnd), options, now=now)
     log.warning("loop: %s: cycle %s round %s failed: %s", cycle.entity, cycle.pk, rnd.number, error)
     return rnd
 

@@ -20,7 +20,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from evolution.forges.base import ForgeError
-from evolution.forges.local import LocalForge
+from evolution.forges.local import LocalForge, go_live
 from evolution.models import CommitStatus, PullRequest
 from singularity.errors import SingularityError
 
@@ -90,7 +90,7 @@ def pull_merge(request: HttpRequest, number: int) -> HttpResponse:
         messages.error(request, f"Not merged: {exc}")
         return redirect("evolution:pull", number=number)
     messages.success(request, f"Merged PR #{number} as {info.merge_sha[:12]}.")
-    _go_live(request)
+    _go_live(request, number)
     _ring(request, number)
     return redirect("evolution:pull", number=number)
 
@@ -112,15 +112,11 @@ def pull_close(request: HttpRequest, number: int) -> HttpResponse:
     return redirect("evolution:pull", number=number)
 
 
-def _go_live(request: HttpRequest) -> None:
-    """Sync the brain at once, so the entity's next runs execute what was just merged (not at the next sync tick)."""
-    from grading.sync import sync_brain
-
-    try:
-        sync_brain()
-    except SingularityError as exc:
-        log.warning("the brain could not be synced after a merge: %s", exc)
-        messages.warning(request, f"The brain was not synced at once ({exc}); the next sync picks the merge up.")
+def _go_live(request: HttpRequest, number: int) -> None:
+    """Sync the brain at once (``LocalForge.go_live``); a failure is shown, the next sync picks the merge up."""
+    failed = go_live(number)
+    if failed:
+        messages.warning(request, f"The brain was not synced at once ({failed}); the next sync picks the merge up.")
 
 
 def _ring(request: HttpRequest, number: int) -> None:

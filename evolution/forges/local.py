@@ -369,14 +369,25 @@ class LocalForge:
         )
 
 
-def _went_live(number: int) -> None:
-    """After an auto-merge landed: sync the brain (the base is the brain) and ring the cycle that waits on it."""
-    from evolution.merge import on_pull_event
+def go_live(number: int) -> str:
+    """After PR ``number`` merged into the brain: sync it at once, so the entity's next runs execute the merge.
+
+    Returns "" or, when the sync failed (the next sync tick picks the merge up), what went wrong.
+    """
     from grading.sync import sync_brain
     from singularity.errors import SingularityError
 
     try:
         sync_brain()
     except SingularityError as exc:
-        log.warning("local forge: the brain could not be synced after PR #%s's auto-merge: %s", number, exc)
+        log.warning("local forge: the brain could not be synced after PR #%s merged: %s", number, exc)
+        return str(exc)
+    return ""
+
+
+def _went_live(number: int) -> None:
+    """After an auto-merge landed: sync the brain and ring the cycle that waits on it."""
+    from evolution.merge import on_pull_event
+
+    go_live(number)
     on_pull_event(number)
