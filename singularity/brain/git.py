@@ -84,6 +84,30 @@ class Checkout:
         out = git("ls-tree", "-r", "--name-only", "-z", commit, cwd=self.path)
         return [p for p in out.decode().split("\0") if p]
 
+    def tree_at(self, commit: str) -> dict[str, TreeEntry]:
+        """Every file path in the tree of ``commit`` with its mode and size, read without reading the files."""
+        out = git("ls-tree", "-r", "-l", "-z", commit, cwd=self.path)
+        entries: dict[str, TreeEntry] = {}
+        for record in out.decode().split("\0"):
+            if not record:
+                continue
+            meta, _, path = record.partition("\t")
+            mode, _kind, _sha, size = meta.split()
+            entries[path] = TreeEntry(mode=mode, size=int(size) if size.isdigit() else 0)
+        return entries
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    """One file of a commit's tree: git's mode (``120000`` is a symlink) and its size in bytes."""
+
+    mode: str
+    size: int
+
+    @property
+    def is_symlink(self) -> bool:
+        return self.mode == "120000"
+
 
 @functools.lru_cache(maxsize=512)
 def _read_cached(repo: str, commit: str, path: str) -> bytes:

@@ -4,19 +4,22 @@ Everything is read from the tree of ``commit`` through the checkout (never
 from the working directory), so a snapshot is exactly what that commit says.
 A broken entity carries its own ``error`` and never takes the others down; a
 MANIFEST.yaml that does not load is a brain-wide error (and then no entity's
-terms resolve, since every one of them reads it).
+terms resolve, since every one of them reads it). A file that is a symlink, or
+larger than ``frontmatter.MAX_FILE_BYTES``, is never read: it is the error of
+the entity (or method, or manifest) it belongs to.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from singularity.brain import frontmatter
-from singularity.brain.git import Checkout
+from singularity.brain.git import Checkout, TreeEntry
 from singularity.brain.terms import MANIFEST_LABEL, TermsError, check_manifest, resolve_terms
 from singularity.errors import ConfigError
 
@@ -92,11 +95,11 @@ def sha256(data: bytes) -> str:
 
 def load_brain(checkout: Checkout, commit: str) -> BrainSnapshot:
     """Return the snapshot of the brain at ``commit``: manifest, entities (each with terms or an error), methods."""
-    files = checkout.files_at(commit)
-    present = set(files)
+    present = checkout.tree_at(commit)
+    files = list(present)
     snapshot = BrainSnapshot(commit=commit)
     manifest_ok = _load_manifest(checkout, commit, present, snapshot)
-    snapshot.methods = _load_methods(checkout, commit, files)
+    snapshot.methods = _load_methods(checkout, commit, present)
     seen: dict[tuple[str, str], str] = {}
     for path in sorted(files):
         found = _entity_suffix(path)
@@ -120,6 +123,20 @@ def load_brain(checkout: Checkout, commit: str) -> BrainSnapshot:
     return snapshot
 
 
+def unreadable(path: str, entry: TreeEntry | None) -> str:
+    """Why the brain file ``path`` is not read (a symlink, or over the size bound); "" when it may be read."""
+    if entry is None:
+        return ""
+    if entry.is_symlink:
+        return f"{path}: a symlink; a brain file must be a regular file, it is not read"
+    if entry.size > frontmatter.MAX_FILE_BYTES:
+        return (
+            f"{path}: {entry.size} bytes is over the {frontmatter.MAX_FILE_BYTES}-byte bound on a brain file; "
+            "it is not read"
+        )
+    return ""
+
+
 def _entity_suffix(path: str) -> tuple[str, tuple[str, str]] | None:
     if not path.startswith(FEATURES_DIR):
         return None
@@ -129,10 +146,13 @@ def _entity_suffix(path: str) -> tuple[str, tuple[str, str]] | None:
     return None
 
 
-def _load_manifest(checkout: Checkout, commit: str, present: set[str], snapshot: BrainSnapshot) -> bool:
+def _load_manifest(checkout: Checkout, commit: str, present: Mapping[str, TreeEntry], snapshot: BrainSnapshot) -> bool:
     """Fill ``snapshot.manifest``; return whether it loaded (its refusals go to ``snapshot.errors``)."""
     if MANIFEST_PATH not in present:
         return True
+    if refused := unreadable(MANIFEST_PATH, present[MANIFEST_PATH]):
+        snapshot.errors.append(refused)
+        return False
     try:
         text = checkout.read_at(commit, MANIFEST_PATH).decode("utf-8")
         data = frontmatter.parse_yaml(text, path=MANIFEST_PATH)
@@ -153,16 +173,19 @@ def _load_manifest(checkout: Checkout, commit: str, present: set[str], snapshot:
     return not refusals
 
 
-def _load_methods(checkout: Checkout, commit: str, files: list[str]) -> dict[str, MethodFile]:
+def _load_methods(checkout: Checkout, commit: str, files: Mapping[str, TreeEntry]) -> dict[str, MethodFile]:
     methods: dict[str, MethodFile] = {}
     prefix = METHODS_DIR + "/"
     for path in sorted(files):
         if not path.startswith(prefix) or "/" in path[len(prefix) :] or not path.endswith(".md"):
             continue
         name = PurePosixPath(path).stem
+        source = "engine-customised" if name == "default" else "brain"
+        if refused := unreadable(path, files[path]):
+            methods[name] = MethodFile(name=name, path=path, text="", sha256="", source=source, error=refused)
+            continue
         raw = checkout.read_at(commit, path)
-        method = MethodFile(name=name, path=path, text="", sha256=sha256(raw))
-        method.source = "engine-customised" if name == "default" else "brain"
+        method = MethodFile(name=name, path=path, text="", sha256=sha256(raw), source=source)
         method.error = _method_error(method, raw)
         methods[name] = method
     if "default" not in methods:
@@ -194,7 +217,7 @@ def _method_error(method: MethodFile, raw: bytes) -> str:
 def _load_entity(
     checkout: Checkout,
     commit: str,
-    present: set[str],
+    present: Mapping[str, TreeEntry],
     path: str,
     slug: str,
     target_kind: str,
@@ -204,27 +227,25 @@ def _load_entity(
 ) -> EntityDefinition | None:
     """One entity file as a definition (with ``error`` when it does not load); None for a role outside the loop."""
     folder = str(PurePosixPath(path).parent)
-    raw = checkout.read_at(commit, path)
     pipeline_path = f"{folder}/{slug}.pipeline.py" if target_kind == "scenario" else ""
     if pipeline_path and pipeline_path in present:
         kind = "pipeline"
     else:
         pipeline_path = ""
+    loop_path = f"{folder}/{slug}.loop.py"
+    entity = EntityDefinition(slug=slug, kind=kind, target_kind=target_kind, path=path, name=slug)
+    entity.pipeline_path = pipeline_path
+    entity.loop_module_path = loop_path if loop_path in present else ""
+    for part in (path, pipeline_path, entity.loop_module_path):
+        if part and (refused := unreadable(part, present[part])):
+            entity.error = refused
+            return entity
+    raw = checkout.read_at(commit, path)
     digest = hashlib.sha256(raw)
     if pipeline_path:
         digest.update(checkout.read_at(commit, pipeline_path))
-    entity = EntityDefinition(
-        slug=slug,
-        kind=kind,
-        target_kind=target_kind,
-        path=path,
-        name=slug,
-        definition_hash=digest.hexdigest(),
-        pipeline_path=pipeline_path,
-    )
-    loop_path = f"{folder}/{slug}.loop.py"
-    if loop_path in present:
-        entity.loop_module_path = loop_path
+    entity.definition_hash = digest.hexdigest()
+    if entity.loop_module_path:
         entity.loop_module_hash = sha256(checkout.read_at(commit, loop_path))
     try:
         text = raw.decode("utf-8")
