@@ -322,7 +322,7 @@ def measure(lander: Lander, landings: int, batch: int, timers: dict[str, StageTi
 
     Only ``on_landed`` is timed; the inserts of the landing runs are not.
     """
-    from evolution.trigger import on_landed
+    from evolution.loop.trigger import on_landed
 
     for timer in timers.values():
         timer.reset()
@@ -369,7 +369,7 @@ def count_queries(lander: Lander, batch: int, singles: int, refusals: StageTimer
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from evolution.trigger import on_landed
+    from evolution.loop.trigger import on_landed
 
     per_batch: dict[str, float] = {}
     for label, bad in (("healthy", False), ("bad", True)):
@@ -408,7 +408,7 @@ def reset(lander: Lander, seed: int, newest: datetime) -> None:
 
 def warm_up(lander: Lander, landings: int) -> None:
     """Land ``landings`` grades once, in batches and alone (imports, the broker's connection, the caches)."""
-    from evolution.trigger import on_landed
+    from evolution.loop.trigger import on_landed
 
     for _ in range(landings // 100):
         on_landed([g for g, _ in lander.land(100)])
@@ -418,12 +418,12 @@ def warm_up(lander: Lander, landings: int) -> None:
 
 def attach_timers() -> dict[str, StageTimer]:
     """Time the trigger's decision and the opening (or refusing) of cycles; count the refusals."""
-    from evolution import cycles, trigger
+    from evolution.loop import machine, opening, trigger
 
     return {
         "decide": StageTimer(trigger, "decide"),
-        "open": StageTimer(cycles, "open_cycle"),
-        "refuse": StageTimer(cycles, "record_refusal"),
+        "open": StageTimer(machine, "open_cycle"),
+        "refuse": StageTimer(opening, "record_refusal"),
     }
 
 

@@ -27,7 +27,6 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from evolution import supervision
 from evolution.models import (
     ActionLog,
     AutoAcceptGrant,
@@ -41,6 +40,7 @@ from evolution.models import (
     Supervision,
     WaitingWindow,
 )
+from evolution.steering import supervision
 from grading.models import Entity
 from singularity.admin import ReadOnlyAdmin
 

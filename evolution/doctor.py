@@ -78,7 +78,7 @@ def loop_ceilings_section(ctx: DoctorContext) -> Iterator[Check]:
 
 @section("Loop proposers")
 def loop_proposers_section(ctx: DoctorContext) -> Iterator[Check]:
-    from evolution.proposer import refusal
+    from evolution.loop.pipelines import refusal
 
     for entity in _in_loop(ctx):
         proposer = entity.loop().get("proposer") or {}
@@ -134,7 +134,7 @@ def loop_prompt_paths_section(ctx: DoctorContext) -> Iterator[Check]:
 @section("Loop cadence")
 def loop_cadence_section(ctx: DoctorContext) -> Iterator[Check]:
     """trigger.every below the hourly sweep's cadence: not refused, but looked at once an hour (seed 003)."""
-    from evolution.cadence import SWEEP_HOURS
+    from evolution.steering.cadence import SWEEP_HOURS
 
     for entity in _in_loop(ctx):
         every = (entity.loop().get("trigger") or {}).get("every")

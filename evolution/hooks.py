@@ -4,7 +4,10 @@
   the watch read them on a worker (``evolution.tasks.grades_landed``).
 - grading asks the watch whether a run is graded whatever the sample, and
   under which pinned judge.
-- hitl calls the loop back when a decide or retry card closes.
+- hitl calls the loop back when a decide, retry, grant or widen card closes;
+  the Telegram channel hands it ``/idea``.
+- a forge tells the machine when a pull request moved.
+- the machine starts its steps through the Celery tasks.
 """
 
 from __future__ import annotations
@@ -23,34 +26,46 @@ def _landed(grade_ids: list[Any]) -> None:
         grades_landed.delay(ids)
     except Exception as exc:  # noqa: BLE001 - a broker hiccup must not fail the grading that already committed
         log.warning("loop: could not hand %d landed grades to a worker (%s); reading them here", len(ids), exc)
-        from evolution.trigger import on_landed
+        from evolution.loop.trigger import on_landed
 
         on_landed(ids)
 
 
 def _exempt(execution: Any) -> str | None:
-    from evolution import watch
+    from evolution.loop import watch
 
     return watch.exempt(execution)
 
 
 def _frozen(grade: Any) -> Any:
-    from evolution import watch
+    from evolution.loop import watch
 
     return watch.frozen_judge(grade)
 
 
 def _card(card: Any) -> None:
-    from evolution import rounds
+    from evolution.loop import machine
 
-    rounds.on_card(card)
+    machine.on_card(card)
+
+
+def _pull_moved(number: int) -> None:
+    from evolution.loop import machine
+
+    machine.on_pull_event(number)
 
 
 def connect() -> None:
-    """Register the loop's listeners with grading and its card handlers with hitl."""
-    from evolution import doctor  # noqa: F401 - registers the loop's doctor sections
+    """Register the loop's listeners with grading, its card handlers with hitl, and its steps with Celery."""
+    from evolution import doctor, tasks  # noqa: F401 - registers the doctor's sections and the machine's steps
+    from evolution.forges.base import listen_to_pulls
+    from evolution.loop import intake
+    from evolution.steering import ideas, supervision
+    from evolution.steering import settings as settings_writes
+    from evolution.views import telegram as ideas_telegram
     from grading import booking, grade
     from hitl import registry
+    from hitl.channels.telegram import register_message_handler
     from hitl.models import Card
 
     grade.register_landed(_landed)
@@ -58,12 +73,8 @@ def connect() -> None:
     grade.register_frozen_judge(_frozen)
     registry.register("loop", Card.Kind.DECIDE, _card)
     registry.register("loop", Card.Kind.RETRY, _card)
-    from evolution import supervision
-
     registry.register(supervision.PRODUCER, Card.Kind.GRANT, supervision.on_card)
-    from evolution import ideas
-
-    ideas.connect()  # the idea approval card and /idea in Telegram
-    from evolution import settings_writes
-
+    registry.register(ideas.PRODUCER, Card.Kind.GRANT, intake.on_card)  # an agent's idea waits on its approval
+    register_message_handler(ideas_telegram.on_message)  # /idea in Telegram
     registry.register(settings_writes.PRODUCER, Card.Kind.WIDEN, settings_writes.on_widen_card)
+    listen_to_pulls(_pull_moved)

@@ -7,7 +7,7 @@ app_name = "evolution"
 urlpatterns: list = []
 
 # --- The local forge's pull requests (evolution.views_pulls) ---
-from evolution import views_pulls  # noqa: E402
+from evolution.views import pulls as views_pulls  # noqa: E402
 
 urlpatterns += [
     path("pulls/", views_pulls.pull_list, name="pulls"),
@@ -17,7 +17,7 @@ urlpatterns += [
 ]
 
 # --- The fleet, an entity's cycles and lessons, a cycle's story (evolution.views) ---
-from evolution import views  # noqa: E402
+from evolution.views import pages as views  # noqa: E402
 
 urlpatterns += [
     path("", views.fleet, name="fleet"),
@@ -28,7 +28,7 @@ urlpatterns += [
 ]
 
 # --- An entity's Supervision section: hold, release, re-arm, dismiss (evolution.views_supervision) ---
-from evolution import views_supervision  # noqa: E402
+from evolution.views import supervision as views_supervision  # noqa: E402
 
 urlpatterns += [
     path(
@@ -53,7 +53,7 @@ urlpatterns += [
 ]
 
 # --- An entity's Ideas: post, queue, withdraw (evolution.views_ideas) ---
-from evolution import views_ideas  # noqa: E402
+from evolution.views import ideas as views_ideas  # noqa: E402
 
 urlpatterns += [
     path("entities/<str:target_kind>/<str:slug>/ideas/", views_ideas.entity_ideas, name="entity-ideas"),
@@ -62,7 +62,7 @@ urlpatterns += [
 ]
 
 # --- Settings → Policy defaults and an entity's Policy view (evolution.views_settings) ---
-from evolution import views_settings  # noqa: E402
+from evolution.views import settings as views_settings  # noqa: E402
 
 urlpatterns += [
     path("settings/", views_settings.settings_page, name="settings"),
@@ -73,7 +73,7 @@ urlpatterns += [
 ]
 
 # --- What needs a person: the page and the navigation's count (evolution.views_needs_you) ---
-from evolution import views_needs_you  # noqa: E402
+from evolution.views import needs_you as views_needs_you  # noqa: E402
 
 urlpatterns += [
     path("needs-you/", views_needs_you.needs_you_page, name="needs-you"),

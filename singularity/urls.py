@@ -15,7 +15,7 @@ urlpatterns = [
     path("", include("hitl.urls")),
     path("api/", include("singularity.api_urls")),
     path("api/", include("grading.api_urls")),
-    path("api/", include("evolution.api_urls")),
+    path("api/", include("evolution.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),

@@ -8,9 +8,10 @@ issue 6 — arms the forge's own auto-merge.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from singularity.errors import UpstreamError
 
@@ -61,3 +62,21 @@ class Forge(Protocol):
 
     def pull_url(self, number: int) -> str:
         """Where a person reads (and, on the local forge, merges) the request."""
+
+
+# --- Who hears a pull request move --------------------------------------------------------
+
+#: Called with a PR's number when the forge sees it move (merged, closed, disarmed); the loop registers its wait.
+PULL_LISTENERS: list[Callable[[int], Any]] = []
+
+
+def listen_to_pulls(listener: Callable[[int], Any]) -> None:
+    """Call ``listener(number)`` whenever a forge sees a pull request move (registered once, at app start)."""
+    if listener not in PULL_LISTENERS:
+        PULL_LISTENERS.append(listener)
+
+
+def pull_event(number: int) -> None:
+    """Tell every listener that PR ``number`` moved (an event only wakes the wait: the read decides)."""
+    for listener in PULL_LISTENERS:
+        listener(number)

@@ -20,8 +20,8 @@ from django.db.models import Max
 from django.urls import reverse
 from django.utils import timezone
 
-from evolution.apply import is_ancestor, throwaway_clone
 from evolution.forges.base import ForgeError, PullInfo
+from evolution.forges.git import is_ancestor, throwaway_clone
 from evolution.models import CommitStatus, PullRequest
 from singularity.brain.git import GitError, git
 from singularity.errors import ConfigError
@@ -387,7 +387,7 @@ def go_live(number: int) -> str:
 
 def _went_live(number: int) -> None:
     """After an auto-merge landed: sync the brain and ring the cycle that waits on it."""
-    from evolution.merge import on_pull_event
+    from evolution.forges.base import pull_event
 
     go_live(number)
-    on_pull_event(number)
+    pull_event(number)

@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from evolution import autonomy, supervision
+from evolution.loop import machine
 from evolution.models import (
     ActionLog,
     AutoAcceptGrant,
@@ -21,6 +21,7 @@ from evolution.models import (
     Supervision,
     WaitingWindow,
 )
+from evolution.steering import autonomy, supervision
 from tests.evolution.loop_helpers import looped, settled_cycle
 from tests.evolution.page_helpers import make_cycle, make_lesson, make_round
 from tests.evolution.watch_helpers import T0
@@ -82,9 +83,8 @@ def test_a_hold_made_in_the_admin_is_stamped_with_the_person_and_refuses_cycles(
     assert (row.kind, row.entity, row.actor, row.reason) == ("hold", triage, "alice", "billing migration")
     assert "was added successfully" in page
     assert ActionLog.objects.get().summary == "hold scenario:triage: billing migration"
-    from evolution import cycles
 
-    assert cycles.open_cycle(triage, origin=Cycle.Origin.REQUEST).reason == "held by alice: billing migration"
+    assert machine.open_cycle(triage, origin=Cycle.Origin.REQUEST).reason == "held by alice: billing migration"
 
 
 def test_the_admin_form_refuses_what_the_write_would(admin_client, triage):

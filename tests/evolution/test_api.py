@@ -11,8 +11,8 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from evolution import status
 from evolution.models import Cycle, Round
+from evolution.reads import history
 from singularity.models import ApiToken
 from tests.evolution.page_helpers import (
     every_phase,
@@ -122,10 +122,10 @@ def test_history_breaks_ties_of_the_same_opening_by_id() -> None:
     entity = in_loop()
     at = timezone.now() - timedelta(days=1)
     twins = [make_cycle(entity, phase=Cycle.Phase.SETTLED, status=Cycle.Status.SKIPPED, at=at) for _ in range(3)]
-    page = status.history(limit=1)
+    page = history.history(limit=1)
     seen = [page["cycles"][0]["id"]]
     while page["nextCursor"]:
-        page = status.history(limit=1, cursor=page["nextCursor"])
+        page = history.history(limit=1, cursor=page["nextCursor"])
         seen += [row["id"] for row in page["cycles"]]
     assert seen == sorted((c.pk for c in twins), reverse=True)
 
@@ -155,7 +155,7 @@ def test_a_live_or_skipped_cycle_has_no_strength_and_no_grade() -> None:
     entity = in_loop()
     cycles_over(entity, 1)
     make_cycle(entity, phase=Cycle.Phase.ANALYSING)
-    rows = status.history()["cycles"]
+    rows = history.history()["cycles"]
     assert [(r["strength"], r["grade"]) for r in rows] == [(None, None), (None, None)]
 
 
@@ -181,9 +181,9 @@ def test_history_refuses_a_limit_outside_one_to_a_hundred(agent, limit) -> None:
 def test_history_limit_bounds_are_allowed() -> None:
     entity = in_loop()
     cycles_over(entity, 3)
-    assert status.history(limit=1)["count"] == 1 and status.history(limit=100)["count"] == 3
+    assert history.history(limit=1)["count"] == 1 and history.history(limit=100)["count"] == 3
     with pytest.raises(ValueError, match="limit: 101 is outside 1-100"):
-        status.history(limit=101)
+        history.history(limit=101)
 
 
 def test_history_refuses_a_bad_cursor_a_bad_instant_and_half_a_target(agent) -> None:
@@ -196,25 +196,25 @@ def test_history_refuses_a_bad_cursor_a_bad_instant_and_half_a_target(agent) -> 
 
 def test_history_reads_in_a_fixed_number_of_queries(django_assert_max_num_queries, monkeypatch) -> None:
     """status's own reads: strength and grade are evolution.verdicts' (see the next test)."""
-    monkeypatch.setattr(status, "strength_of", lambda cycle: None)
-    monkeypatch.setattr(status, "grade_of", lambda cycle: None)
+    monkeypatch.setattr(history, "strength_of", lambda cycle: None)
+    monkeypatch.setattr(history, "grade_of", lambda cycle: None)
     entity = in_loop()
     cycles_over(entity, 1)
     with django_assert_max_num_queries(3) as one:
-        status.history()
+        history.history()
     cycles_over(entity, 19, start=timezone.now() - timedelta(days=20))
     with django_assert_max_num_queries(len(one.captured_queries)):
-        assert status.history()["count"] == 20
+        assert history.history()["count"] == 20
 
 
 def test_history_with_strength_and_grade_reads_in_a_fixed_number_of_queries(django_assert_max_num_queries) -> None:
     entity = in_loop()
     cycles_over(entity, 1)
     with django_assert_max_num_queries(10) as one:
-        status.history()
+        history.history()
     cycles_over(entity, 19, start=timezone.now() - timedelta(days=20))
     with django_assert_max_num_queries(len(one.captured_queries)):
-        status.history()
+        history.history()
 
 
 # --- loop_get_cycle -------------------------------------------------------------------------

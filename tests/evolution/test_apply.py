@@ -6,12 +6,12 @@ import re
 
 import pytest
 
-from evolution import apply as apply_module
-from evolution import diffgate
-from evolution.apply import ApplyFailed, apply_round
 from evolution.forges.base import DIFF_GATE
+from evolution.loop import apply as apply_module
+from evolution.loop import diffgate
+from evolution.loop.apply import ApplyFailed, apply_round
 from evolution.models import PullRequest
-from singularity.brain.git import git
+from singularity.brain.git import GitError, git
 from tests.evolution.forge_helpers import DIGEST_PATH, ForgeBrain, edited_digest, forge_brain, make_round
 
 pytestmark = pytest.mark.django_db
@@ -159,10 +159,10 @@ def test_each_apply_draws_its_own_branch_and_the_pr_merges(fb):
 def test_the_clone_is_removed_when_git_fails(fb, settings, monkeypatch):
     def broken_push(*args, **kwargs):
         if args[:1] == ("push",):
-            raise apply_module.GitError("git push: the remote hung up")
+            raise GitError("git push: the remote hung up")
         return git(*args, **kwargs)
 
     monkeypatch.setattr(apply_module, "git", broken_push)
-    with pytest.raises(apply_module.GitError, match="remote hung up"):
+    with pytest.raises(GitError, match="remote hung up"):
         apply_round(make_round(fb.digest, [{"path": "features/digest/style.md", "content": "Terse.\n"}]))
     assert _leftovers(settings) == [] and PullRequest.objects.count() == 0

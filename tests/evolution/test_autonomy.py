@@ -7,8 +7,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from evolution import autonomy, cycles, rounds
+from evolution.loop import machine
 from evolution.models import AutoAcceptGrant, Cycle, Round, Supervision
+from evolution.steering import autonomy
 from hitl.models import Card, Notice
 from tests.evolution.loop_helpers import graded, history, looped
 
@@ -40,7 +41,7 @@ def shipped(entity, status: str, *, minutes_ago: int, merge_gate: str = "human",
 
 def opened(entity) -> Cycle:
     history(entity, "bggg")
-    return cycles.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=graded(entity, bad=True).execution).cycle
+    return machine.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=graded(entity, bad=True).execution).cycle
 
 
 def propose(cycle: Cycle) -> Round:
@@ -48,7 +49,7 @@ def propose(cycle: Cycle) -> Round:
     rnd.summary, rnd.hypothesis, rnd.status = "Add a keyword", "Keywords help.", Round.Status.PROPOSED
     rnd.files = [{"path": "features/triage/triage.scenario.md", "content": "x\n"}]
     rnd.save()
-    return rounds.decide_gate(rnd, now=timezone.now())
+    return machine.decide_gate(rnd, now=timezone.now())
 
 
 def test_the_defaults_are_human_at_both_gates():
@@ -73,7 +74,7 @@ def test_decide_auto_accepts_without_a_card_with_a_notice():
 def test_a_broken_unattended_analysis_closes_the_cycle_failed_at_once_without_a_card_or_lesson():
     entity = looped(loop=AUTO)
     cycle = opened(entity)
-    rounds.fail(cycle.rounds.get(number=1), "the analysis failed: boom", unattended=True)
+    machine.fail(cycle.rounds.get(number=1), "the analysis failed: boom", unattended=True)
     cycle.refresh_from_db()
     assert cycle.status == Cycle.Status.FAILED and cycle.claim is None
     assert not Card.objects.filter(producer="loop").exists() and not cycle.lessons.exists()
@@ -148,7 +149,7 @@ def test_an_auto_accept_grant_accepts_once_then_a_person_is_asked():
     first = propose(opened(entity))
     first.refresh_from_db()
     assert first.acceptance == "grant" and first.card is None and first.decided_by == first.cycle.actor
-    cycles.settle(first.cycle, Cycle.Status.SKIPPED, reason="test")
+    machine.settle(first.cycle, Cycle.Status.SKIPPED, reason="test")
     Cycle.objects.filter(pk=first.cycle.pk).update(completed_at=timezone.now() - timedelta(hours=7))
     second = propose(opened(entity))
     assert second.card is not None

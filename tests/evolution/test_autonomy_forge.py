@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from django.conf import settings as django_settings
 
-from evolution import merge
 from evolution.forges.base import VALIDATION
 from evolution.forges.local import LocalForge
+from evolution.loop import machine
 from evolution.models import Cycle, PullRequest, Round
 from grading.demo import TRIAGE_PATH
 from hitl.models import Card, Notice
@@ -95,7 +95,7 @@ def test_an_arm_lands_only_once_every_required_status_is_green_and_drops_when_th
     assert info.auto_merge is None
     forge.set_status(info.head_sha, VALIDATION, "success", "checked")
     assert forge.get_pull(pull.number).state == "open"  # nothing armed: green alone merges nothing
-    merge.on_pull_event(pull.number)
+    machine.on_pull_event(pull.number)
     rnd.refresh_from_db()
     assert rnd.merge_gate == "human" and "no longer stands" in rnd.gate_note
 

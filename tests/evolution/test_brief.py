@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from evolution.brief import BRAIN_HEADING, ENTITY_HEADING, build_brief, estimate_tokens
+from evolution.loop.brief import BRAIN_HEADING, ENTITY_HEADING, build_brief, estimate_tokens
 from evolution.models import Cycle, Idea, Lesson, Recall, Round
 from grading.models import Entity, Grade
 from tests.evolution.loop_helpers import JUDGE, looped

@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from evolution.cardtext import decide_card, retry_card
+from evolution.loop.cardtext import decide_card, retry_card
 from evolution.models import Cycle, Round
 from tests.evolution.page_helpers import graded_run, in_loop, make_cycle, make_round, window_of
 

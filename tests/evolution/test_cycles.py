@@ -10,7 +10,7 @@ import time_machine
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from evolution import cycles, trigger
+from evolution.loop import machine, trigger
 from evolution.models import Cycle
 from tests.evolution.loop_helpers import cycles_of, graded, history, looped, settled_cycle
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 
 def open_on_bad(entity, **kwargs):
     landed = graded(entity, bad=True)
-    return cycles.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=landed.execution, **kwargs)
+    return machine.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=landed.execution, **kwargs)
 
 
 def test_the_database_holds_one_live_claim_per_entity():
@@ -68,7 +68,7 @@ def test_max_analyses_per_day_is_a_rolling_day_of_analyses_that_ran():
     for hour in (0, 1):
         result = open_on_bad(entity, now=start + timedelta(hours=hour))
         assert result.opened
-        cycles.settle(result.cycle, Cycle.Status.SKIPPED, reason="test", now=start + timedelta(hours=hour))
+        machine.settle(result.cycle, Cycle.Status.SKIPPED, reason="test", now=start + timedelta(hours=hour))
     third = open_on_bad(entity, now=start + timedelta(hours=2))
     assert not third.opened
     assert third.reason == "maxAnalysesPerDay: 2 analyses in the last 24 hours (ceiling 2)"
@@ -101,9 +101,9 @@ def test_refusals_are_shown_as_skipped_cycles_with_their_reason():
 def test_settle_releases_the_claim_and_a_second_settle_changes_nothing():
     entity = looped()
     opened = open_on_bad(entity)
-    cycle = cycles.settle(opened.cycle, Cycle.Status.FAILED, reason="broken")
+    cycle = machine.settle(opened.cycle, Cycle.Status.FAILED, reason="broken")
     assert cycle.claim is None and cycle.phase == Cycle.Phase.SETTLED and cycle.completed_at
-    again = cycles.settle(cycle, Cycle.Status.VALIDATED, reason="late")
+    again = machine.settle(cycle, Cycle.Status.VALIDATED, reason="late")
     assert again.status == Cycle.Status.FAILED and again.reason == "broken"
 
 
@@ -128,7 +128,7 @@ def test_two_workers_racing_to_open_make_one_cycle():
         try:
             barrier.wait()
             results.append(
-                cycles.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=grade.execution, window={"runIds": []})
+                machine.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=grade.execution, window={"runIds": []})
             )
         finally:
             connection.close()

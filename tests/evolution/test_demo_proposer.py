@@ -14,9 +14,10 @@ from django.conf import settings as django_settings
 from django.utils import timezone
 from pytest_django.fixtures import Settings
 
-from evolution.brief import build_brief
+from evolution.loop.brief import build_brief
+from evolution.loop.pipelines import refusal
+from evolution.loop.proposer import propose
 from evolution.models import Cycle, Round
-from evolution.proposer import propose, refusal
 from grading.booking import on_terminal
 from grading.demo import DEMO_EVERY_SECS, TRIAGE_PATH, drive_demo
 from grading.grade import grade_now

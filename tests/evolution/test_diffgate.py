@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from evolution import diffgate
-from evolution.diffgate import GateRefused
+from evolution.loop import diffgate
+from evolution.loop.diffgate import GateRefused
 from grading.models import Entity
 from singularity.brain.git import clone, git
 from tests.evolution.forge_helpers import DIGEST, DIGEST_PATH, ForgeBrain, edited_digest, forge_brain

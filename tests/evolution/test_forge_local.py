@@ -217,9 +217,9 @@ def test_an_unknown_request_is_named(fb):
 @pytest.fixture
 def rung(monkeypatch) -> list[int]:
     calls: list[int] = []
-    from evolution import merge
+    from evolution.loop import machine
 
-    monkeypatch.setattr(merge, "on_pull_event", calls.append)
+    monkeypatch.setattr(machine, "on_pull_event", calls.append)
     return calls
 
 

@@ -11,8 +11,10 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from evolution import cycles, ideas, trigger
+from evolution.core import cycles
+from evolution.loop import intake, machine, opening, trigger
 from evolution.models import Cycle, Idea, Lesson, Round, Supervision
+from evolution.steering import ideas
 from hitl.actions import answer_card, expire_due_cards
 from hitl.models import Card, Notice
 from tests.evolution.loop_helpers import graded, looped, settled_cycle
@@ -23,7 +25,7 @@ pytestmark = pytest.mark.django_db
 def busy(entity) -> Cycle:
     """A cycle opened on a bad grade: it holds the entity's live claim (its analysis never runs in these tests)."""
     landed = graded(entity, bad=True)
-    opened = cycles.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=landed.execution, window={"runIds": []})
+    opened = machine.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=landed.execution, window={"runIds": []})
     assert opened.opened
     return opened.cycle
 
@@ -51,19 +53,19 @@ def test_a_refused_post_writes_nothing(make, text, reason):
     entity = make()
     before = counts()
     with pytest.raises(ideas.IdeaRefused) as refused:
-        ideas.post(entity, text, author="alice")
+        intake.post(entity, text, author="alice")
     assert refused.value.code == "precondition" and refused.value.reason.startswith(reason)
     assert counts() == before
 
 
 def test_no_entity_is_not_found():
     with pytest.raises(ideas.IdeaRefused) as refused:
-        ideas.post(None, "idea", author="alice")
+        intake.post(None, "idea", author="alice")
     assert refused.value.code == "not_found" and not Idea.objects.exists()
 
 
 def test_four_thousand_characters_are_accepted_after_trimming():
-    posted = ideas.post(looped(), "  " + "x" * 4000 + "\n", author="alice")
+    posted = intake.post(looped(), "  " + "x" * 4000 + "\n", author="alice")
     assert posted.idea.text == "x" * 4000
 
 
@@ -72,7 +74,7 @@ def test_four_thousand_characters_are_accepted_after_trimming():
 
 def test_a_post_opens_its_cycle_at_once_when_the_entity_is_free():
     entity = looped()
-    posted = ideas.post(entity, "  Lead with the numbers.  ", author="alice")
+    posted = intake.post(entity, "  Lead with the numbers.  ", author="alice")
     idea, cycle = posted.idea, posted.cycle
     assert posted.opened and posted.reason == f"cycle {cycle.pk} opened on it"
     assert idea.text == "Lead with the numbers." and idea.status == Idea.Status.TAKEN and idea.cycle_id == cycle.pk
@@ -84,8 +86,8 @@ def test_a_post_opens_its_cycle_at_once_when_the_entity_is_free():
 def test_a_post_behind_a_live_cycle_queues_with_the_reason_and_leaves_no_refusal_rows():
     entity = looped()
     live = busy(entity)
-    first = ideas.post(entity, "Stop opening with a question.", author="alice")
-    second = ideas.post(entity, "Shorter subject lines.", author="bob")
+    first = intake.post(entity, "Stop opening with a question.", author="alice")
+    second = intake.post(entity, "Shorter subject lines.", author="bob")
     assert not first.opened and first.reason == f"cycle {live.pk} is live (Analysing)"
     assert (
         not second.opened
@@ -93,25 +95,25 @@ def test_a_post_behind_a_live_cycle_queues_with_the_reason_and_leaves_no_refusal
     )
     assert (ideas.place(first.idea), ideas.place(second.idea)) == ("next", "#2 in queue")
     assert list(Cycle.objects.filter(entity=entity)) == [live], "waiting is not a refusal"
-    assert ideas.waits_on(entity) == f"Idea {first.idea.pk} waits on cycle {live.pk}, analysing."
+    assert intake.waits_on(entity) == f"Idea {first.idea.pk} waits on cycle {live.pk}, analysing."
 
 
 def test_queued_ideas_run_one_per_cycle_first_in_first_out_delivered_by_the_sweep():
     entity = looped()
     live = busy(entity)
-    first = ideas.post(entity, "A", author="alice").idea
-    second = ideas.post(entity, "B", author="alice").idea
-    assert ideas.deliver_queued() == 0, "the live cycle holds the entity"
-    cycles.settle(live, Cycle.Status.SKIPPED, reason="done")
-    assert ideas.waits_on(entity) == f"Idea {first.pk} is next: picked up within the hour."
-    assert ideas.deliver_queued() == 1
+    first = intake.post(entity, "A", author="alice").idea
+    second = intake.post(entity, "B", author="alice").idea
+    assert intake.deliver_queued() == 0, "the live cycle holds the entity"
+    machine.settle(live, Cycle.Status.SKIPPED, reason="done")
+    assert intake.waits_on(entity) == f"Idea {first.pk} is next: picked up within the hour."
+    assert intake.deliver_queued() == 1
     first.refresh_from_db()
     second.refresh_from_db()
     assert first.status == Idea.Status.TAKEN and second.status == Idea.Status.QUEUED
     assert ideas.place(second) == "next"
-    assert ideas.deliver_queued() == 0, "one idea per cycle: the second waits for the first's cycle"
-    cycles.settle(first.cycle, Cycle.Status.SKIPPED, reason="the proposer declined")
-    assert ideas.deliver_queued() == 1
+    assert intake.deliver_queued() == 0, "one idea per cycle: the second waits for the first's cycle"
+    machine.settle(first.cycle, Cycle.Status.SKIPPED, reason="the proposer declined")
+    assert intake.deliver_queued() == 1
     second.refresh_from_db()
     assert second.status == Idea.Status.TAKEN and second.cycle_id != first.cycle_id
 
@@ -120,7 +122,7 @@ def test_an_unanswered_proposal_holds_the_idea_line():
     entity = looped()
     deciding = busy(entity)
     cycles.advance(deciding, Cycle.Phase.DECIDING, claim=None)
-    posted = ideas.post(entity, "A", author="alice")
+    posted = intake.post(entity, "A", author="alice")
     assert not posted.opened and posted.reason == f"cycle {deciding.pk} is live (Deciding)"
 
 
@@ -128,18 +130,18 @@ def test_an_idea_steps_past_the_cooldown_and_the_daily_ceiling():
     entity = looped(loop={"maxAnalysesPerDay": 1})
     settled_cycle(entity, Cycle.Status.REGRESSED, at=timezone.now() - timedelta(minutes=5))
     assert trigger.analyze_now(entity).opened is True  # a request is exempt too; settle it
-    cycles.settle(Cycle.objects.get(claim=entity.pk), Cycle.Status.SKIPPED, reason="done")
+    machine.settle(Cycle.objects.get(claim=entity.pk), Cycle.Status.SKIPPED, reason="done")
     assert cycles.ceiling_refusal(entity, now=timezone.now()).startswith("cooldown")
-    assert ideas.post(entity, "A", author="alice").opened
+    assert intake.post(entity, "A", author="alice").opened
 
 
 def test_an_idea_never_steps_past_a_hold():
     entity = looped()
     Supervision.objects.create(kind=Supervision.Kind.HOLD, entity=entity, actor="bob", reason="quarter close")
-    posted = ideas.post(entity, "A", author="alice")
+    posted = intake.post(entity, "A", author="alice")
     assert not posted.opened and posted.reason == "held by bob: quarter close"
-    assert ideas.deliver_queued() == 0 and not Cycle.objects.exists()
-    assert ideas.waits_on(entity) == f"Idea {posted.idea.pk} waits: held by bob: quarter close."
+    assert intake.deliver_queued() == 0 and not Cycle.objects.exists()
+    assert intake.waits_on(entity) == f"Idea {posted.idea.pk} waits: held by bob: quarter close."
 
 
 def test_an_idea_waits_on_a_followed_revert():
@@ -147,15 +149,15 @@ def test_an_idea_waits_on_a_followed_revert():
     live = busy(entity)
     cycles.advance(live, Cycle.Phase.REVERTING)
     Round.objects.filter(cycle=live).update(revert_pr_number=7)
-    posted = ideas.post(entity, "A", author="alice")
+    posted = intake.post(entity, "A", author="alice")
     assert not posted.opened and posted.reason == f"waiting on the revert of cycle {live.pk} (PR #7)"
 
 
 def test_a_landing_grade_opens_the_queued_ideas_cycle_even_a_good_one():
     entity = looped()
     live = busy(entity)
-    idea = ideas.post(entity, "A", author="alice").idea
-    cycles.settle(live, Cycle.Status.SKIPPED, reason="done")
+    idea = intake.post(entity, "A", author="alice").idea
+    machine.settle(live, Cycle.Status.SKIPPED, reason="done")
     good = graded(entity, bad=False)
     assert trigger.on_landed([good.pk]) == 1
     idea.refresh_from_db()
@@ -166,7 +168,7 @@ def test_a_landing_grade_opens_the_queued_ideas_cycle_even_a_good_one():
 def test_analyze_now_opens_on_the_queued_idea():
     entity = looped()
     Supervision.objects.create(kind=Supervision.Kind.HOLD, entity=entity, actor="bob", reason="wait")
-    idea = ideas.post(entity, "A", author="alice").idea
+    idea = intake.post(entity, "A", author="alice").idea
     Supervision.objects.create(kind=Supervision.Kind.RELEASE, entity=entity, actor="bob", reason="go")
     opened = trigger.analyze_now(entity)
     assert opened.opened and opened.cycle.idea_id == idea.pk
@@ -178,7 +180,7 @@ def test_analyze_now_opens_on_the_queued_idea():
 def test_withdraw_is_idempotent_and_a_taken_idea_stays():
     entity = looped()
     live = busy(entity)
-    queued = ideas.post(entity, "A", author="alice").idea
+    queued = intake.post(entity, "A", author="alice").idea
     once = ideas.withdraw(queued, "alice")
     twice = ideas.withdraw(queued, "alice")
     assert (
@@ -187,9 +189,9 @@ def test_withdraw_is_idempotent_and_a_taken_idea_stays():
         and once.reason == twice.reason == f"idea {queued.pk} is withdrawn: no cycle will take it"
     )
     assert queued.withdrawn_at is not None and ideas.state_of(queued) == "withdrawn"
-    cycles.settle(live, Cycle.Status.SKIPPED, reason="done")
-    assert ideas.deliver_queued() == 0, "a withdrawn idea opens nothing"
-    taken = ideas.post(entity, "B", author="alice")
+    machine.settle(live, Cycle.Status.SKIPPED, reason="done")
+    assert intake.deliver_queued() == 0, "a withdrawn idea opens nothing"
+    taken = intake.post(entity, "B", author="alice")
     assert taken.opened
     refused = ideas.withdraw(taken.idea, "alice")
     assert not refused.withdrawn and refused.reason.startswith(
@@ -203,7 +205,7 @@ def test_a_withdrawn_idea_is_never_taken():
     entity = looped()
     idea = Idea.objects.create(entity=entity, text="A", author="alice")
     ideas.withdraw(idea, "alice")
-    assert not cycles._take_idea(idea, busy(entity))
+    assert not opening._take_idea(idea, busy(entity))
     idea.refresh_from_db()
     assert idea.status == Idea.Status.WITHDRAWN and idea.cycle_id is None
 
@@ -218,7 +220,7 @@ def approval(idea) -> Card:
 
 def test_an_agents_post_waits_on_a_persons_approval_then_opens(alice, django_capture_on_commit_callbacks):
     entity = looped()
-    posted = ideas.post(entity, "Try a table.", author="alice (agent token bot)", is_agent=True)
+    posted = intake.post(entity, "Try a table.", author="alice (agent token bot)", is_agent=True)
     assert not posted.opened and posted.reason == "waiting on a person's approval" and posted.cycle is None
     card = approval(posted.idea)
     assert (card.kind, card.producer, card.key) == ("grant", "loop-idea", f"loop:idea:{posted.idea.pk}")
@@ -226,7 +228,7 @@ def test_an_agents_post_waits_on_a_persons_approval_then_opens(alice, django_cap
     assert "“Try a table.”" in card.text
     assert abs((card.expires_at - timezone.now()) - timedelta(hours=72)) < timedelta(minutes=1)
     assert ideas.next_idea(entity) is None and ideas.place(posted.idea) == "waiting on a person's approval"
-    assert ideas.deliver_queued() == 0 and not Cycle.objects.exists()
+    assert intake.deliver_queued() == 0 and not Cycle.objects.exists()
     with django_capture_on_commit_callbacks(execute=True):
         answer_card(card.pk, user=alice, is_agent=False, choice="approve", via="dashboard")
     posted.idea.refresh_from_db()
@@ -236,8 +238,8 @@ def test_an_agents_post_waits_on_a_persons_approval_then_opens(alice, django_cap
 
 def test_a_declined_or_expired_approval_withdraws_the_idea(alice, django_capture_on_commit_callbacks):
     entity = looped(loop={"reviewDeadlineHours": 1})
-    declined = ideas.post(entity, "A", author="agent", is_agent=True).idea
-    expired = ideas.post(entity, "B", author="agent", is_agent=True).idea
+    declined = intake.post(entity, "A", author="agent", is_agent=True).idea
+    expired = intake.post(entity, "B", author="agent", is_agent=True).idea
     with django_capture_on_commit_callbacks(execute=True):
         answer_card(approval(declined).pk, user=alice, is_agent=False, choice="decline", via="dashboard")
         assert expire_due_cards(now=timezone.now() + timedelta(hours=2)) == 1
@@ -248,7 +250,7 @@ def test_a_declined_or_expired_approval_withdraws_the_idea(alice, django_capture
 
 
 def test_a_person_withdrawing_an_agents_idea_cancels_its_card(alice):
-    idea = ideas.post(looped(), "A", author="agent", is_agent=True).idea
+    idea = intake.post(looped(), "A", author="agent", is_agent=True).idea
     ideas.withdraw(idea, "alice", user=alice)
     assert approval(idea).status == Card.Status.CANCELLED
 
@@ -267,10 +269,10 @@ def shipped(cycle: Cycle) -> None:
 
 def test_the_author_hears_back_with_the_measured_deltas():
     entity = looped()
-    posted = ideas.post(entity, "Lead with the numbers.", author="alice")
+    posted = intake.post(entity, "Lead with the numbers.", author="alice")
     shipped(posted.cycle)
     record = {"verdict": "validated", "perMetric": [{"metric": "accuracy", "baseline": 0.6, "observed": 0.9}]}
-    cycles.settle(posted.cycle, Cycle.Status.VALIDATED, reason="better", watch_verdict=record)
+    machine.settle(posted.cycle, Cycle.Status.VALIDATED, reason="better", watch_verdict=record)
     assert Lesson.objects.filter(cycle=posted.cycle).exists()
     notice = Notice.objects.get(producer="loop-idea")
     assert notice.title == "Your idea for Triage: validated: the change is kept"
@@ -281,41 +283,41 @@ def test_the_author_hears_back_with_the_measured_deltas():
 
 def test_a_declined_idea_is_answered_with_the_proposals_summary():
     entity = looped()
-    posted = ideas.post(entity, "Change the grading.", author="alice")
+    posted = intake.post(entity, "Change the grading.", author="alice")
     Round.objects.filter(cycle=posted.cycle).update(
         status=Round.Status.SKIPPED, summary="Declined: the idea changes what the entity is measured by"
     )
-    cycles.settle(posted.cycle, Cycle.Status.SKIPPED, reason="the proposer had nothing to propose")
+    machine.settle(posted.cycle, Cycle.Status.SKIPPED, reason="the proposer had nothing to propose")
     notice = Notice.objects.get(producer="loop-idea")
     assert "skipped" in notice.title
     assert "The proposal: Declined: the idea changes what the entity is measured by" in notice.text
 
 
 def test_a_failed_idea_cycle_is_answered_with_the_error():
-    posted = ideas.post(looped(), "A", author="alice")
+    posted = intake.post(looped(), "A", author="alice")
     Round.objects.filter(cycle=posted.cycle).update(status=Round.Status.FAILED, error="the analysis failed: timeout")
-    cycles.settle(posted.cycle, Cycle.Status.FAILED, reason="the analysis failed: timeout; alice skipped the retry")
+    machine.settle(posted.cycle, Cycle.Status.FAILED, reason="the analysis failed: timeout; alice skipped the retry")
     assert "The error: the analysis failed: timeout" in Notice.objects.get(producer="loop-idea").text
 
 
 def test_the_kill_switch_settle_tells_nobody_and_an_ordinary_cycle_tells_nobody():
     entity = looped()
-    posted = ideas.post(entity, "A", author="alice")
-    cycles.settle(
+    posted = intake.post(entity, "A", author="alice")
+    machine.settle(
         posted.cycle, Cycle.Status.SKIPPED, reason="the loop was switched off during the analysis", lesson=False
     )
-    cycles.settle(busy(looped("other")), Cycle.Status.SKIPPED, reason="done")
+    machine.settle(busy(looped("other")), Cycle.Status.SKIPPED, reason="done")
     assert not Notice.objects.filter(producer="loop-idea").exists()
 
 
 def test_a_broken_announcement_never_fails_the_settle(monkeypatch):
-    posted = ideas.post(looped(), "A", author="alice")
+    posted = intake.post(looped(), "A", author="alice")
 
     def broken(cycle):
         raise RuntimeError("the lesson store is down")
 
     monkeypatch.setattr(ideas, "hear_back_text", broken)
-    settled = cycles.settle(posted.cycle, Cycle.Status.SKIPPED, reason="done")
+    settled = machine.settle(posted.cycle, Cycle.Status.SKIPPED, reason="done")
     assert settled.status == Cycle.Status.SKIPPED and settled.phase == Cycle.Phase.SETTLED
 
 
@@ -325,10 +327,10 @@ def test_a_broken_announcement_never_fails_the_settle(monkeypatch):
 def test_post_sweep_and_landing_grade_in_turn_make_one_cycle():
     entity = looped()
     live = busy(entity)
-    first = ideas.post(entity, "A", author="alice").idea
-    cycles.settle(live, Cycle.Status.SKIPPED, reason="done")
-    second = ideas.post(entity, "B", author="alice")
-    assert ideas.deliver_queued() == 0
+    first = intake.post(entity, "A", author="alice").idea
+    machine.settle(live, Cycle.Status.SKIPPED, reason="done")
+    second = intake.post(entity, "B", author="alice")
+    assert intake.deliver_queued() == 0
     assert trigger.on_landed([graded(entity, bad=True).pk]) == 0
     first.refresh_from_db()
     assert not second.opened and first.status == Idea.Status.TAKEN
@@ -342,8 +344,8 @@ def test_post_sweep_and_landing_grade_racing_make_one_cycle():
         pytest.skip("real parallel workers need Postgres")
     entity = looped()
     live = busy(entity)
-    first = ideas.post(entity, "A", author="alice").idea
-    cycles.settle(live, Cycle.Status.SKIPPED, reason="done")
+    first = intake.post(entity, "A", author="alice").idea
+    machine.settle(live, Cycle.Status.SKIPPED, reason="done")
     grade = graded(entity, bad=True)
     barrier = threading.Barrier(3)
     errors = []
@@ -358,8 +360,8 @@ def test_post_sweep_and_landing_grade_racing_make_one_cycle():
             connection.close()
 
     steps = [
-        lambda: ideas.post(entity, "B", author="bob"),
-        lambda: ideas.deliver_queued(),
+        lambda: intake.post(entity, "B", author="bob"),
+        lambda: intake.deliver_queued(),
         lambda: trigger.on_landed([grade.pk]),
     ]
     threads = [threading.Thread(target=work, args=(s,)) for s in steps]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
-from evolution import cycles, ideas
+from evolution.loop import intake, machine
 from evolution.models import Cycle, Idea
 from hitl.models import Card
 from singularity.models import ApiToken
@@ -33,7 +33,7 @@ def agent(alice) -> APIClient:
 
 def busy(entity) -> Cycle:
     landed = graded(entity, bad=True)
-    return cycles.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=landed.execution, window={"runIds": []}).cycle
+    return machine.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=landed.execution, window={"runIds": []}).cycle
 
 
 def create(api: APIClient, text: str = "Lead with the numbers.", slug: str = "triage", kind: str = "scenario"):
@@ -195,8 +195,8 @@ def test_posting_from_the_page_queues_behind_the_live_cycle_and_lists_the_queue(
 def test_the_page_withdraws_and_lists_taken_and_withdrawn_ideas(client, alice) -> None:
     entity = looped()
     client.force_login(alice)
-    taken = ideas.post(entity, "Taken one", author="alice")
-    queued = ideas.post(entity, "Queued one", author="alice").idea
+    taken = intake.post(entity, "Taken one", author="alice")
+    queued = intake.post(entity, "Queued one", author="alice").idea
     answer = client.post(f"/evolution/ideas/{queued.pk}/withdraw/", HTTP_HX_REQUEST="true").content.decode()
     assert f"Idea {queued.pk} is withdrawn: no cycle will take it." in answer
     assert f'href="/evolution/cycles/{taken.cycle.pk}/"' in answer and "Analysing" in answer

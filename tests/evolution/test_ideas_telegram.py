@@ -8,8 +8,10 @@ import time
 
 import pytest
 
-from evolution import cycles, ideas, tasks
+from evolution import tasks
+from evolution.loop import machine
 from evolution.models import Cycle, Idea
+from evolution.steering import ideas
 from hitl.channels.telegram import handle_update
 from hitl.models import Notice, TelegramUser
 from hitl.sender import send_pending
@@ -99,7 +101,7 @@ def test_an_id_two_kinds_share_asks_for_the_prefix(chat, django_capture_on_commi
 def test_a_queued_post_says_why_and_how_to_withdraw(chat, django_capture_on_commit_callbacks):
     entity = looped()
     landed = graded(entity, bad=True)
-    live = cycles.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=landed.execution, window={"runIds": []}).cycle
+    live = machine.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=landed.execution, window={"runIds": []}).cycle
     outcome, answer = said(chat, message("/idea triage Shorter"), django_capture_on_commit_callbacks)
     idea = Idea.objects.get()
     assert outcome == f"idea: {idea.pk} queued"
@@ -146,7 +148,7 @@ def test_the_author_hears_back_in_the_chat_it_came_from(chat, settings, django_c
     said(chat, message("/idea triage Shorter"), django_capture_on_commit_callbacks)
     idea = Idea.objects.get()
     with django_capture_on_commit_callbacks(execute=True):
-        cycles.settle(idea.cycle, Cycle.Status.SKIPPED, reason="the proposer had nothing to propose")
+        machine.settle(idea.cycle, Cycle.Status.SKIPPED, reason="the proposer had nothing to propose")
     notice = Notice.objects.get(producer="loop-idea")
     send_pending()
     texts = [c["text"] for c in chat.calls_of("sendMessage") if c["chat_id"] == CHAT_ID]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from evolution.lessons import credit, recall, sweep, write_for
+from evolution.loop.lessons import credit, recall, sweep, write_for
 from evolution.models import Cycle, Lesson, Round
 from grading.models import Entity
 from tests.evolution.loop_helpers import looped

@@ -18,8 +18,8 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from evolution import merge
 from evolution.forges.local import LocalForge
+from evolution.loop import machine
 from evolution.models import Cycle, Lesson, PullRequest, Round
 from grading.demo import TRIAGE_PATH
 from grading.sync import sync_brain
@@ -68,7 +68,7 @@ def test_bad_grades_to_a_merged_change_validated_then_a_regression_reverted_then
 
     # --- 2. A person merges; the watch counts the next graded runs; validated; lesson kept. -------
     merged = forge.merge_pull(pull.number, by="alice")
-    merge.on_pull_event(pull.number)
+    machine.on_pull_event(pull.number)
     sync_brain()
     cycle.refresh_from_db()
     assert cycle.phase == Cycle.Phase.WATCHING
@@ -110,7 +110,7 @@ def test_bad_grades_to_a_merged_change_validated_then_a_regression_reverted_then
         sabotage = second.rounds.get(number=1)
         assert sabotage.author == "pipeline:saboteur" and sabotage.pr_number
         forge.merge_pull(sabotage.pr_number, by="alice")
-        merge.on_pull_event(sabotage.pr_number)
+        machine.on_pull_event(sabotage.pr_number)
         sync_brain()
         for ticket in billing[:2]:
             assert wrong(run(ticket))  # billing tickets now fall to "general"
@@ -125,7 +125,7 @@ def test_bad_grades_to_a_merged_change_validated_then_a_regression_reverted_then
         assert refused.pk  # a grade while the revert is awaited opens nothing
         assert not Cycle.objects.filter(entity=triage(), analysed=True).exclude(pk__in=[cycle.pk, second.pk]).exists()
         forge.merge_pull(revert.number, by="alice")
-        merge.on_pull_event(revert.number)
+        machine.on_pull_event(revert.number)
     second.refresh_from_db()
     sabotage.refresh_from_db()
     assert sabotage.revert_outcome == "merged" and sabotage.revert_merged_at is not None

@@ -16,7 +16,9 @@ import pytest
 import time_machine
 from django.db import connection
 
-from evolution import cycles, merge, verdicts
+from evolution.core import cycles, polling
+from evolution.core import outcomes as verdicts
+from evolution.loop import machine
 from evolution.models import Cycle, PullRequest, Round
 from hitl.models import Notice
 from tests.evolution.forge_helpers import forge_brain
@@ -44,7 +46,7 @@ def waiting(entity, pull, *, at=T0) -> tuple[Cycle, Round]:
         head_sha=pull.head_sha,
         branch=pull.head,
     )
-    merge.arm_wait(cycle, round, at)
+    machine.arm_wait(cycle, round, at)
     return refreshed(cycle), round
 
 
@@ -60,12 +62,12 @@ def test_arming_opens_the_wait_with_its_deadline_and_a_first_poll_two_minutes_ou
 
 def test_the_poll_doubles_from_two_minutes_up_to_six_hours(forge):
     cycle, _ = waiting(pulse(), open_pull(forge))
-    assert merge.poll_due(T0 + MINUTE) == 0  # not due yet
+    assert machine.poll_due(T0 + MINUTE) == 0  # not due yet
     intervals = []
     for _ in range(10):
         due = refreshed(cycle).next_poll_at
         with time_machine.travel(due, tick=False):
-            assert merge.poll_due() == 1
+            assert machine.poll_due() == 1
         cycle = refreshed(cycle)
         intervals.append(cycle.poll_interval_s)
         assert cycle.next_poll_at == due + timedelta(seconds=cycle.poll_interval_s)
@@ -78,7 +80,7 @@ def test_the_next_poll_never_lands_past_the_deadline(forge):
     polled = []
     for _ in range(4):
         polled.append(refreshed(cycle).next_poll_at)
-        merge.poll_due(polled[-1])
+        machine.poll_due(polled[-1])
     assert [due - T0 for due in polled] == [timedelta(minutes=m) for m in (2, 6, 14, 30)]
     assert refreshed(cycle).next_poll_at == T0 + HOUR  # 62 minutes out would pass the deadline: it polls at it
 
@@ -86,9 +88,9 @@ def test_the_next_poll_never_lands_past_the_deadline(forge):
 def test_a_cycle_taken_by_one_worker_is_not_polled_by_another(forge):
     cycle, _ = waiting(pulse(), open_pull(forge))
     stale = refreshed(cycle)
-    assert merge._take(stale, T0 + 2 * MINUTE) is True
-    assert merge._take(stale, T0 + 2 * MINUTE) is False  # the other worker read the same row: it backs off
-    assert merge.poll_due(T0 + 3 * MINUTE) == 0  # leased for ten minutes
+    assert polling._take(stale, T0 + 2 * MINUTE) is True
+    assert polling._take(stale, T0 + 2 * MINUTE) is False  # the other worker read the same row: it backs off
+    assert machine.poll_due(T0 + 3 * MINUTE) == 0  # leased for ten minutes
 
 
 # --- Merged, closed, expired ------------------------------------------------------------
@@ -101,7 +103,7 @@ def test_a_merge_opens_the_watch_counted_from_the_merge(forge):
     with time_machine.travel(T0 + 30 * MINUTE, tick=False):
         merged = forge.forge.merge_pull(pull.number, by="alice")
     with time_machine.travel(T0 + HOUR, tick=False):
-        assert merge.poll_due() == 1
+        assert machine.poll_due() == 1
     cycle, round = refreshed(cycle), Round.objects.get(pk=round.pk)
     assert round.status == Round.Status.MERGED and round.merge_sha == merged.merge_sha
     assert cycle.phase == Cycle.Phase.WATCHING and cycle.merged_at == T0 + 30 * MINUTE
@@ -113,22 +115,22 @@ def test_a_pull_event_reads_the_pr_at_once(forge):
     pull = open_pull(forge)
     cycle, _ = waiting(pulse(), pull)
     forge.forge.merge_pull(pull.number, by="alice")
-    assert merge.on_pull_event(pull.number).phase == Cycle.Phase.WATCHING  # no waiting for the next poll
-    assert merge.on_pull_event(9999) is None
+    assert machine.on_pull_event(pull.number).phase == Cycle.Phase.WATCHING  # no waiting for the next poll
+    assert machine.on_pull_event(9999) is None
 
 
 def test_a_pull_event_for_an_open_pr_only_reads_it(forge):
     pull = open_pull(forge)
     cycle, _ = waiting(pulse(), pull)
     with time_machine.travel(T0 + MINUTE, tick=False):
-        assert merge.on_pull_event(pull.number).phase == Cycle.Phase.MERGE_WAIT
+        assert machine.on_pull_event(pull.number).phase == Cycle.Phase.MERGE_WAIT
 
 
 def test_a_pr_closed_unmerged_settles_unvalidated_and_frees_the_entity(forge):
     pull = open_pull(forge)
     cycle, round = waiting(pulse(), pull)
     forge.forge.close_pull(pull.number, by="bob")
-    assert merge.poll_due(T0 + 2 * MINUTE) == 1
+    assert machine.poll_due(T0 + 2 * MINUTE) == 1
     cycle = refreshed(cycle)
     assert cycle.status == Cycle.Status.UNVALIDATED and cycle.phase == Cycle.Phase.SETTLED
     assert cycle.reason == f"PR #{pull.number} was closed unmerged"
@@ -142,10 +144,10 @@ def test_a_pr_left_open_past_the_deadline_is_closed_and_settles_unvalidated(forg
     entity = pulse(watch_block={"deadlineHours": 2})
     pull = open_pull(forge)
     cycle, _ = waiting(entity, pull)
-    assert merge.poll_due(T0 + HOUR) == 1
+    assert machine.poll_due(T0 + HOUR) == 1
     assert refreshed(cycle).phase == Cycle.Phase.MERGE_WAIT
     with time_machine.travel(T0 + 2 * HOUR, tick=False):
-        assert merge.poll_due() == 1
+        assert machine.poll_due() == 1
     cycle = refreshed(cycle)
     assert cycle.status == Cycle.Status.UNVALIDATED and cycle.claim is None
     assert cycle.reason.startswith(f"PR #{pull.number} was not merged by ")
@@ -163,7 +165,7 @@ def regressed(forge, entity, **watch_block):
     cycle, _ = waiting(entity, pull)
     with time_machine.travel(T0 + MINUTE, tick=False):
         forge.forge.merge_pull(pull.number, by="alice")
-        merge.on_pull_event(pull.number)
+        machine.on_pull_event(pull.number)
     ticks(entity, "bb", start=T0 + 10 * MINUTE)
     cycle = refreshed(cycle)
     assert cycle.status == Cycle.Status.REGRESSED and cycle.phase == Cycle.Phase.REVERTING
@@ -174,11 +176,11 @@ def test_a_merged_revert_ends_the_hold(forge):
     entity = pulse()
     cycle, shipped = regressed(forge, entity)
     assert cycles.live_refusal(entity).startswith(f"waiting on the revert of cycle {cycle.pk}")
-    assert merge.poll_due(T0 + HOUR) == 1
+    assert machine.poll_due(T0 + HOUR) == 1
     assert refreshed(cycle).phase == Cycle.Phase.REVERTING  # still open: backed off
     with time_machine.travel(T0 + 2 * HOUR, tick=False):
         merged = forge.forge.merge_pull(shipped.revert_pr_number, by="alice")
-        assert merge.on_pull_event(shipped.revert_pr_number).phase == Cycle.Phase.SETTLED
+        assert machine.on_pull_event(shipped.revert_pr_number).phase == Cycle.Phase.SETTLED
     cycle, shipped = refreshed(cycle), Round.objects.get(pk=shipped.pk)
     assert shipped.revert_outcome == "merged" and shipped.revert_merged_at == merged.merged_at
     assert cycle.claim is None and cycle.status == Cycle.Status.REGRESSED
@@ -190,7 +192,7 @@ def test_a_revert_closed_unmerged_ends_the_hold_and_the_change_stays(forge):
     entity = pulse()
     cycle, shipped = regressed(forge, entity)
     forge.forge.close_pull(shipped.revert_pr_number, by="bob")
-    assert merge.poll_due(T0 + HOUR) == 1
+    assert machine.poll_due(T0 + HOUR) == 1
     cycle, shipped = refreshed(cycle), Round.objects.get(pk=shipped.pk)
     assert shipped.revert_outcome == "closed" and shipped.revert_merged_at is None
     assert cycle.phase == Cycle.Phase.SETTLED and cycle.claim is None
@@ -202,10 +204,10 @@ def test_a_revert_left_open_past_its_deadline_expires_and_ends_the_hold(forge):
     cycle, shipped = regressed(forge, entity)
     opened = shipped.revert_opened_at
     assert shipped.revert_deadline == opened + 3 * HOUR
-    merge.poll_due(opened + 2 * HOUR)
+    machine.poll_due(opened + 2 * HOUR)
     assert refreshed(cycle).phase == Cycle.Phase.REVERTING
     with time_machine.travel(opened + 3 * HOUR, tick=False):
-        assert merge.poll_due() == 1
+        assert machine.poll_due() == 1
     cycle, shipped = refreshed(cycle), Round.objects.get(pk=shipped.pk)
     assert shipped.revert_outcome == "expired" and cycle.claim is None
     assert PullRequest.objects.get(number=shipped.revert_pr_number).state == PullRequest.State.OPEN
@@ -229,7 +231,7 @@ def test_two_workers_polling_at_once_act_on_a_cycle_once(tmp_path, settings):
     def work():
         try:
             barrier.wait()
-            polled.append(merge.poll_due(T0 + 2 * MINUTE))
+            polled.append(machine.poll_due(T0 + 2 * MINUTE))
         finally:
             connection.close()
 

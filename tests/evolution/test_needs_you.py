@@ -15,8 +15,9 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from evolution import cadence, needs_you, status
 from evolution.models import Cycle, Idea, Round, Supervision
+from evolution.reads import fleet
+from evolution.steering import cadence, needs_you
 from hitl.models import Card, Notice
 from singularity.models import ApiToken
 from tests.evolution.page_helpers import in_loop, make_card, make_cycle, make_round
@@ -216,12 +217,12 @@ def test_loop_status_carries_the_same_items_as_the_list() -> None:
     cycle, _, card = deciding()
     merge_waiting()
     regressed_twice()
-    answer = status.loop_status()
+    answer = fleet.loop_status()
     assert answer["needsYou"] == len(needs_you.items()) == 3
     assert gates_of(answer["needsYouItems"]) == ["decide", "merge", "rearm"]
     rows = {row["targetId"]: row for row in answer["entities"]}
     assert [i["gate"] for i in rows["broken"]["needsYou"]] == ["rearm"] and rows["broken"]["state"] == "paused"
-    one = status.loop_status(cycle.entity)
+    one = fleet.loop_status(cycle.entity)
     assert one["needsYou"] == 1 and [i["cardId"] for i in one["entities"][0]["needsYou"]] == [str(card.pk)]
 
 

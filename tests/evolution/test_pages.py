@@ -14,8 +14,8 @@ import time_machine
 from django.test import Client
 from django.utils import timezone
 
-from evolution import status
 from evolution.models import Cycle, Round
+from evolution.reads import fleet
 from hitl.models import Card
 from tests.evolution.page_helpers import (
     every_phase,
@@ -45,19 +45,19 @@ def row_of(rows: list[dict], slug: str) -> dict:
     return next(row for row in rows if row["targetId"] == slug)
 
 
-# --- status.fleet and loop_status -------------------------------------------------
+# --- fleet.fleet and loop_status -------------------------------------------------
 
 
 def test_the_fleet_lists_the_entities_in_the_loop_only() -> None:
     in_loop("digest")
     in_loop("gone", present=False)
     make_entity("quiet")  # loop off
-    assert [row["targetId"] for row in status.fleet()] == ["digest"]
+    assert [row["targetId"] for row in fleet.fleet()] == ["digest"]
 
 
 def test_each_phase_puts_its_entity_in_a_state_with_a_next_sentence() -> None:
     made = every_phase()
-    rows = {row["targetId"]: row for row in status.fleet()}
+    rows = {row["targetId"]: row for row in fleet.fleet()}
     states = {phase: rows[cycle.entity.slug]["state"] for phase, cycle in made.items()}
     assert states == {
         "analysing": "analysing",
@@ -83,7 +83,7 @@ def test_each_phase_puts_its_entity_in_a_state_with_a_next_sentence() -> None:
 
 def test_needs_you_names_the_card_the_merge_and_the_revert() -> None:
     made = every_phase()
-    answer = status.loop_status()
+    answer = fleet.loop_status()
     gates = {item["gate"]: item for row in answer["entities"] for item in row["needsYou"]}
     assert set(gates) == {"decide", "merge", "revert"}
     assert answer["needsYou"] == 3
@@ -99,7 +99,7 @@ def test_an_answered_card_no_longer_needs_you() -> None:
     entity = in_loop()
     cycle = make_cycle(entity, phase=Cycle.Phase.DECIDING)
     make_card(make_round(cycle), status=Card.Status.ANSWERED)
-    (row,) = status.fleet()
+    (row,) = fleet.fleet()
     assert row["needsYou"] == [] and row["state"] == "waiting_on_you"  # the phase still says deciding
     assert row["next"] == f"Cycle {cycle.pk} · r1 waits on a person's answer."
 
@@ -110,7 +110,7 @@ def test_a_pending_card_wins_over_a_live_claim_holder() -> None:
     make_card(make_round(deciding))
     watching = make_cycle(entity, phase=Cycle.Phase.WATCHING)
     make_round(watching, status=Round.Status.MERGED, merge_sha="m" * 40)
-    (row,) = status.fleet()
+    (row,) = fleet.fleet()
     assert row["state"] == "waiting_on_you"
     assert row["live"]["id"] == watching.pk  # the claim holder
     assert [c["id"] for c in row["inFlight"]] == [deciding.pk, watching.pk]
@@ -121,12 +121,12 @@ def test_an_idle_entity_counts_its_trigger_window() -> None:
     start = timezone.now() - timedelta(hours=1)
     for minutes, passed in enumerate([True, False, True, False]):
         graded_run(entity, passed=passed, at=start + timedelta(minutes=minutes))
-    (row,) = status.fleet()
+    (row,) = fleet.fleet()
     assert row["state"] == "window"
     assert row["next"].startswith("2 of the last 4 graded runs bad; a cycle opens when the newest graded run is bad")
     quiet = in_loop("quiet", loop={"threshold": 0.5})
     graded_run(quiet, passed=True)
-    assert row_of(status.fleet(), "quiet")["state"] == "idle"
+    assert row_of(fleet.fleet(), "quiet")["state"] == "idle"
 
 
 def test_a_settled_cycle_rests_the_entity_until_its_cooldown_ends() -> None:
@@ -134,27 +134,27 @@ def test_a_settled_cycle_rests_the_entity_until_its_cooldown_ends() -> None:
     settled_at = timezone.now() - timedelta(hours=2)
     make_cycle(entity, phase=Cycle.Phase.SETTLED, status=Cycle.Status.REGRESSED, at=settled_at - timedelta(hours=1),
                completed_at=settled_at)  # fmt: skip
-    (row,) = status.fleet()
+    (row,) = fleet.fleet()
     assert row["state"] == "idle" and row["next"].startswith("Resting until ")
     with time_machine.travel(settled_at + timedelta(hours=25)):
-        (row,) = status.fleet()
+        (row,) = fleet.fleet()
         assert not row["next"].startswith("Resting")
 
 
 def test_one_entity_is_answered_even_with_its_loop_off() -> None:
     quiet = make_entity("quiet")
-    (row,) = status.loop_status(quiet)["entities"]
+    (row,) = fleet.loop_status(quiet)["entities"]
     assert row["state"] == "off" and row["enabled"] is False
 
 
 def test_the_fleet_reads_in_a_fixed_number_of_queries(django_assert_max_num_queries) -> None:
     every_phase("a")
     with django_assert_max_num_queries(10) as few:
-        status.fleet()
+        fleet.fleet()
     for index in range(3):
         every_phase(f"more{index}")
     with django_assert_max_num_queries(len(few.captured_queries)):
-        rows = status.fleet()
+        rows = fleet.fleet()
     assert len(rows) == 28
 
 

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from evolution.brief import Brief
+from evolution.loop.brief import Brief
+from evolution.loop.pipelines import refusal
+from evolution.loop.proposer import ProposalFailed, propose
 from evolution.models import Cycle, Round
-from evolution.proposer import ProposalFailed, propose, refusal
 from grading.models import Entity, Execution
 from tests.evolution.loop_helpers import looped
 from tests.fakes.gateway import Reply

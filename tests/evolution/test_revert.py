@@ -6,10 +6,10 @@ import re
 
 import pytest
 
-from evolution.apply import apply_round
 from evolution.forges.base import DIFF_GATE, VALIDATION, ForgeError
+from evolution.loop.apply import apply_round
+from evolution.loop.revert import open_revert
 from evolution.models import Cycle, PullRequest, Round
-from evolution.revert import open_revert
 from singularity.brain.git import git
 from tests.evolution.forge_helpers import ForgeBrain, forge_brain, make_round
 

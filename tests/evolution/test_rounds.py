@@ -9,7 +9,7 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from evolution import cycles, rounds
+from evolution.loop import machine
 from evolution.models import Cycle, Round
 from hitl.actions import answer_card, expire_due_cards, run_handler
 from hitl.models import Card
@@ -23,7 +23,7 @@ def opened():
     entity = looped()
     history(entity, "bggg")
     landed = graded(entity, bad=True)
-    return cycles.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=landed.execution).cycle
+    return machine.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=landed.execution).cycle
 
 
 def propose(cycle: Cycle, **fields) -> Round:
@@ -38,7 +38,7 @@ def propose(cycle: Cycle, **fields) -> Round:
     }.items():
         setattr(rnd, name, value)
     rnd.save()
-    return rounds.ask_decide(rnd, now=timezone.now())
+    return machine.ask_decide(rnd, now=timezone.now())
 
 
 def answer(card: Card, user, choice: str, **kwargs) -> None:
@@ -81,7 +81,7 @@ def test_a_reply_refines_into_a_child_round_and_the_old_card_reaches_nothing(ope
     assert child.status == Round.Status.ANALYSING
     opened.refresh_from_db()
     assert opened.phase == Cycle.Phase.ANALYSING
-    rounds.on_card(rnd.card)  # heard again: nothing moves
+    machine.on_card(rnd.card)  # heard again: nothing moves
     child.refresh_from_db()
     assert child.status == Round.Status.ANALYSING
 
@@ -115,7 +115,7 @@ def test_accepting_a_proposal_with_nothing_to_apply_skips(opened, alice):
 
 def test_accepting_while_another_cycle_holds_the_entity_skips(opened, alice):
     rnd = propose(opened)
-    rival = cycles.open_cycle(opened.entity, origin=Cycle.Origin.REQUEST).cycle
+    rival = machine.open_cycle(opened.entity, origin=Cycle.Origin.REQUEST).cycle
     assert rival.claim == opened.entity_id
     answer(rnd.card, alice, "accept")
     opened.refresh_from_db()
@@ -125,7 +125,7 @@ def test_accepting_while_another_cycle_holds_the_entity_skips(opened, alice):
 
 def test_a_failed_round_asks_retry_or_skip(opened, alice):
     rnd = opened.rounds.get(number=1)
-    rounds.fail(rnd, "the apply failed: features/x.loop.py is closed to the loop", paths=["features/x.loop.py"])
+    machine.fail(rnd, "the apply failed: features/x.loop.py is closed to the loop", paths=["features/x.loop.py"])
     rnd.refresh_from_db()
     assert rnd.status == Round.Status.FAILED and rnd.card.kind == Card.Kind.RETRY
     assert [o["value"] for o in rnd.card.buttons] == ["retry", "skip"]
@@ -139,10 +139,10 @@ def test_a_retry_inside_the_cooldown_is_refused_and_settles_skipped(alice):
     entity = looped()
     now = timezone.now()
     history(entity, "bggg")
-    first = cycles.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=graded(entity, bad=True).execution).cycle
-    cycles.settle(first, Cycle.Status.VALIDATED, reason="kept", now=now - timedelta(hours=7))
-    second = cycles.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=graded(entity, bad=True).execution).cycle
-    rnd = rounds.fail(second.rounds.get(number=1), "the analysis failed: boom")
+    first = machine.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=graded(entity, bad=True).execution).cycle
+    machine.settle(first, Cycle.Status.VALIDATED, reason="kept", now=now - timedelta(hours=7))
+    second = machine.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=graded(entity, bad=True).execution).cycle
+    rnd = machine.fail(second.rounds.get(number=1), "the analysis failed: boom")
     # Another cycle settled an hour ago: the entity rests; a Retry is spent from the same budget.
     other = Cycle.objects.create(
         entity=entity,
@@ -161,7 +161,7 @@ def test_a_retry_inside_the_cooldown_is_refused_and_settles_skipped(alice):
 
 
 def test_a_retry_opens_a_new_analysis_round(opened, alice):
-    rnd = rounds.fail(opened.rounds.get(number=1), "the analysis failed: boom")
+    rnd = machine.fail(opened.rounds.get(number=1), "the analysis failed: boom")
     answer(rnd.card, alice, "retry")
     assert opened.rounds.get(number=2).status == Round.Status.ANALYSING
 
@@ -170,7 +170,7 @@ def test_a_spent_budget_fails_the_round_before_any_agent(opened):
     Cycle.objects.filter(pk=opened.pk).update(spent_usd=Decimal("1.00"))
     opened.entity.terms["loop"]["budget"] = {"maxUsdPerRun": 1}
     opened.entity.save()
-    rnd = rounds.analyse(opened.rounds.get(number=1).pk)
+    rnd = machine.analyse(opened.rounds.get(number=1).pk)
     assert rnd.status == Round.Status.FAILED
     assert rnd.error == "budget: spent $1.00 of $1.00 (budget.maxUsdPerRun)"
 
@@ -178,7 +178,7 @@ def test_a_spent_budget_fails_the_round_before_any_agent(opened):
 def test_the_kill_switch_during_an_analysis_ends_the_cycle_without_a_card_or_lesson(opened):
     opened.entity.loop_enabled = False
     opened.entity.save()
-    rnd = rounds.analyse(opened.rounds.get(number=1).pk)
+    rnd = machine.analyse(opened.rounds.get(number=1).pk)
     opened.refresh_from_db()
     assert rnd.status == Round.Status.SKIPPED and rnd.card is None
     assert opened.status == Cycle.Status.SKIPPED and not opened.lessons.exists()
@@ -220,8 +220,8 @@ def test_an_llm_proposer_behind_a_loopback_gateway_produces_a_priced_round(fake_
     )
     entity = looped()
     history(entity, "bggg")
-    cycle = cycles.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=graded(entity, bad=True).execution).cycle
-    rnd = rounds.analyse(cycle.rounds.get(number=1).pk)
+    cycle = machine.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=graded(entity, bad=True).execution).cycle
+    rnd = machine.analyse(cycle.rounds.get(number=1).pk)
     cycle.refresh_from_db()
     assert rnd.status == Round.Status.PROPOSED and rnd.author == "agent:engine-model"
     assert rnd.cost_usd == D("0.004") and cycle.spent_usd == D("0.004")

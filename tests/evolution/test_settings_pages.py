@@ -10,8 +10,8 @@ import pytest
 import yaml
 from django.test import Client
 
-from evolution import settings_writes as sw
 from evolution.models import ActionLog
+from evolution.steering import settings as sw
 from hitl.models import Card
 from tests.evolution.settings_helpers import DIGEST, DIGEST_TEXT, MANIFEST, MANIFEST_TEXT, settings_brain
 

@@ -10,8 +10,9 @@ import pytest
 import yaml
 from django.db import connection
 
-from evolution import settings_writes as sw
 from evolution.models import ActionLog
+from evolution.steering import settings as sw
+from evolution.steering.settings import write as sw_write
 from hitl.actions import answer_card, run_handler
 from hitl.models import Card, Notice
 from tests.evolution.settings_helpers import (
@@ -397,7 +398,7 @@ def test_a_file_that_changes_while_the_write_is_made_answers_conflict(sb, monkey
         sb.commit({MANIFEST: MANIFEST_TEXT.replace("grade every run", "grade them all")})
         real_push(clone, branch)
 
-    monkeypatch.setattr(sw, "_push", racing_push)
+    monkeypatch.setattr(sw_write, "_push", racing_push)
     with pytest.raises(sw.SettingsRefusal) as refused:
         sw.loop_set(None, "loop.threshold", value=0.7, actor="alice")
     assert refused.value.code == "conflict"
@@ -414,7 +415,7 @@ def test_a_branch_that_moved_elsewhere_gets_the_write_made_again_on_its_tip(sb, 
             raced.append(sb.commit({"features/support/digest/notes.md": "Other notes.\n"}))
         real_push(clone, branch)
 
-    monkeypatch.setattr(sw, "_push", racing_push)
+    monkeypatch.setattr(sw_write, "_push", racing_push)
     answer = sw.loop_set(None, "loop.threshold", value=0.7, actor="alice")
     assert "threshold: 0.7" in sb.show(MANIFEST) and sb.show("features/support/digest/notes.md") == "Other notes.\n"
     assert answer.commit == sb.head()

@@ -12,8 +12,10 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from evolution import autonomy, ideas, settings_writes, supervision
+from evolution.loop import intake
 from evolution.models import ActionLog, Cycle
+from evolution.steering import autonomy, supervision
+from evolution.steering import settings as settings_writes
 from grading.demo import TRIAGE_PATH
 from hitl.models import Card, Notice
 from tests.evolution.demo_helpers import SABOTEUR, SABOTEUR_SCENARIO, person_commits, run, tickets, triage, wrong
@@ -97,11 +99,11 @@ def test_full_autonomy_then_the_breaker_then_a_rearm_then_an_idea(embedded, alic
         assert autonomy.paused(triage()) is None and autonomy.gates(triage()).decide == "auto"
 
         # --- An idea is what the next cycle opens on (after the carded proposal settles).
-        posted = ideas.post(triage(), "Lead with the billing words", author="alice", reply_to="telegram:42")
+        posted = intake.post(triage(), "Lead with the billing words", author="alice", reply_to="telegram:42")
         assert not posted.opened and posted.idea.status == "queued"
         from hitl.actions import answer_card
 
         assert answer_card(card.pk, user=alice, is_agent=False, choice="skip", note="no", via="dashboard").ok
-        assert ideas.deliver_queued() == 1
+        assert intake.deliver_queued() == 1
     opened_on_idea = cycles_now()[-1]
     assert opened_on_idea.origin == Cycle.Origin.IDEA and opened_on_idea.idea_id == posted.idea.pk

@@ -17,8 +17,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from evolution import autonomy, cycles, merge, supervision
+from evolution.loop import machine
 from evolution.models import ActionLog, Cycle, Supervision
+from evolution.steering import autonomy, supervision
 from grading.models import Entity
 from hitl.actions import answer_card, run_handler
 from hitl.models import Card, Notice
@@ -51,14 +52,14 @@ def refused(call, code: str) -> str:
 def test_a_hold_refuses_a_new_cycle_with_its_reason_and_a_release_lets_it_open():
     entity = looped("triage")
     supervision.hold(entity, actor="alice", reason="the billing team is migrating")
-    answer = cycles.open_cycle(entity, origin=Cycle.Origin.REQUEST)
+    answer = machine.open_cycle(entity, origin=Cycle.Origin.REQUEST)
     assert answer.opened is False
     assert answer.reason == "held by alice: the billing team is migrating"
     assert answer.cycle.status == Cycle.Status.SKIPPED and answer.cycle.reason == answer.reason
     assert supervision.hold_refusal(entity) == answer.reason
     supervision.release(entity, actor="bob", reason="migration done")
     assert supervision.hold_refusal(entity) is None
-    opened = cycles.open_cycle(entity, origin=Cycle.Origin.REQUEST)
+    opened = machine.open_cycle(entity, origin=Cycle.Origin.REQUEST)
     assert opened.opened is True and opened.cycle.claim == entity.pk
 
 
@@ -66,7 +67,7 @@ def test_every_producer_is_refused_while_held_the_trigger_too():
     entity = looped("triage")
     supervision.hold(entity, actor="alice", reason="looking into it")
     for origin in (Cycle.Origin.GRADE, Cycle.Origin.CADENCE, Cycle.Origin.REQUEST):
-        assert cycles.open_cycle(entity, origin=origin).reason == "held by alice: looking into it"
+        assert machine.open_cycle(entity, origin=origin).reason == "held by alice: looking into it"
     assert not Cycle.objects.filter(entity=entity, analysed=True).exists()
 
 
@@ -124,13 +125,13 @@ def test_a_hold_lets_a_watch_settle_and_its_revert_land(forge):
     assert shipped.revert_pr_number is not None
     with time_machine.travel(T0 + 2 * HOUR, tick=False):
         forge.forge.merge_pull(shipped.revert_pr_number, by="bob")
-        assert merge.on_pull_event(shipped.revert_pr_number).phase == Cycle.Phase.SETTLED
+        assert machine.on_pull_event(shipped.revert_pr_number).phase == Cycle.Phase.SETTLED
     cycle = refreshed(cycle)
     assert cycle.status == Cycle.Status.REGRESSED and cycle.claim is None
     assert cycle.rounds.get(number=1).revert_outcome == "merged"
     # With the revert landed the entity is free of its live cycle, and the hold is what refuses now.
     with time_machine.travel(T0 + 3 * HOUR, tick=False):
-        assert cycles.open_cycle(entity, origin=Cycle.Origin.REQUEST).reason == "held by alice: stop while we look"
+        assert machine.open_cycle(entity, origin=Cycle.Origin.REQUEST).reason == "held by alice: stop while we look"
 
 
 def test_a_hold_taken_while_a_change_waits_to_merge_does_not_stop_the_wait(forge):
@@ -143,7 +144,7 @@ def test_a_hold_taken_while_a_change_waits_to_merge_does_not_stop_the_wait(forge
     supervision.hold(entity, actor="alice", reason="hold everything")
     with time_machine.travel(T0 + 30 * timedelta(minutes=1), tick=False):
         forge.forge.merge_pull(pull.number, by="bob")
-        assert merge.on_pull_event(pull.number).phase == Cycle.Phase.WATCHING
+        assert machine.on_pull_event(pull.number).phase == Cycle.Phase.WATCHING
 
 
 # --- Lock groups --------------------------------------------------------------------------
@@ -154,9 +155,9 @@ def test_a_group_hold_stands_on_every_member_and_only_on_members():
     outsider = member("billing", ["ops"])
     supervision.hold({"group": "audience"}, actor="kpi", reason="meetings 1.2/100 sends")
     for entity in (layout, publish):
-        answer = cycles.open_cycle(entity, origin=Cycle.Origin.REQUEST)
+        answer = machine.open_cycle(entity, origin=Cycle.Origin.REQUEST)
         assert answer.reason == "held by kpi (lock group audience): meetings 1.2/100 sends"
-    assert cycles.open_cycle(outsider, origin=Cycle.Origin.REQUEST).opened is True
+    assert machine.open_cycle(outsider, origin=Cycle.Origin.REQUEST).opened is True
     supervision.release({"group": "audience"}, actor="kpi", reason="meetings recovered")
     assert supervision.holds_many([layout, publish, outsider]) == {}
 

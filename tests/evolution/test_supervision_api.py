@@ -8,8 +8,8 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
-from evolution import supervision
 from evolution.models import ActionLog, Cycle, Supervision
+from evolution.steering import supervision
 from hitl.actions import answer_card, run_handler
 from hitl.models import Card
 from singularity.models import ApiToken

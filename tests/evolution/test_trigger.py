@@ -6,8 +6,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from evolution import cycles, trigger
+from evolution.loop import machine, trigger
 from evolution.models import Cycle
+from evolution.presets import base, resolve
 from grading.models import Grade
 from tests.evolution.loop_helpers import cycles_of, graded, history, looped
 
@@ -129,8 +130,8 @@ def test_a_loop_module_should_open_answering_a_bare_boolean_withholds_the_grade(
     entity = looped(loop_module_path="features/triage/triage.loop.py", commit=commit)
     history(entity, "bbbb")
     assert land(graded(entity, bad=True)) == 0
-    with pytest.raises(trigger.RuleError, match="should_open must answer"):
-        trigger.ask_should_open(entity, [{"bad": True}], {"minFailures": 2})
+    with pytest.raises(base.RuleError, match="should_open must answer"):
+        resolve.ask_should_open(entity, [{"bad": True}], {"minFailures": 2})
 
 
 def test_a_loop_module_should_open_replaces_the_count(tmp_path, settings):
@@ -183,9 +184,9 @@ def test_a_ready_window_carrying_awaiting_person_is_a_load_error(tmp_path, setti
     entity = _module(tmp_path, settings, source)
     history(entity, "bbb")
     assert land(graded(entity, bad=True)) == 0  # withheld: the grade stands, the next one asks again
-    from evolution import cadence
+    from evolution.steering import cadence
 
-    with pytest.raises(trigger.RuleError, match="awaitingPerson"):
+    with pytest.raises(base.RuleError, match="awaitingPerson"):
         cadence.check_window(entity, {"ready": True, "awaitingPerson": {"what": "x"}, "runIds": []})
 
 
@@ -216,7 +217,7 @@ def test_a_batch_reads_its_bad_landings_windows_together():
     for entity in entities:
         history(entity, "gggb")
     for entity in entities:
-        cycles.open_cycle(entity, origin=Cycle.Origin.REQUEST)  # every entity is held: bad landings are refused
+        machine.open_cycle(entity, origin=Cycle.Origin.REQUEST)  # every entity is held: bad landings are refused
     trigger.on_landed([graded(entity, bad=True).pk for entity in entities])  # the first refusals write their rows
     landed = [graded(entity, bad=True) for entity in entities]
     with CaptureQueriesContext(connection) as six:

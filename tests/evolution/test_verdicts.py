@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from evolution import verdicts
+from evolution.core import outcomes as verdicts
 from evolution.models import Cycle, Round
 from tests.evolution.watch_helpers import T0, cycle_in, pulse
 

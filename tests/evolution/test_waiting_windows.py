@@ -11,8 +11,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import time_machine
 
-from evolution import cadence, needs_you, status, trigger
+from evolution.loop import trigger
 from evolution.models import Cycle, Supervision, WaitingWindow
+from evolution.presets import base
+from evolution.reads import fleet
+from evolution.steering import cadence, needs_you
 from tests.evolution.loop_helpers import looped
 
 pytestmark = pytest.mark.django_db
@@ -97,7 +100,7 @@ def test_an_older_sample_never_undoes_a_newer_one() -> None:
 
 def test_a_ready_window_carrying_awaiting_person_is_a_load_error() -> None:
     entity = looped()
-    with pytest.raises(trigger.RuleError) as refused:
+    with pytest.raises(base.RuleError) as refused:
         cadence.record_window(entity, {**ready(), "awaitingPerson": PERSON}, START)
     assert "window() answered ready with awaitingPerson" in str(refused.value) and str(entity) in str(refused.value)
     assert not WaitingWindow.objects.exists()
@@ -113,13 +116,13 @@ def test_a_ready_window_carrying_awaiting_person_is_a_load_error() -> None:
     ],
 )
 def test_an_awaiting_person_of_the_wrong_shape_is_refused(awaiting, words) -> None:
-    with pytest.raises(trigger.RuleError, match="window\\(\\)") as refused:
+    with pytest.raises(base.RuleError, match="window\\(\\)") as refused:
         cadence.record_window(looped(), not_ready(awaitingPerson=awaiting), START)
     assert words in str(refused.value)
 
 
 def test_progress_must_count_in_whole_numbers() -> None:
-    with pytest.raises(trigger.RuleError, match="progress.have"):
+    with pytest.raises(base.RuleError, match="progress.have"):
         cadence.record_window(looped(), {**not_ready(), "progress": {"have": "two", "need": 3}}, START)
 
 
@@ -200,7 +203,7 @@ def test_the_sweep_drops_the_records_of_entities_out_of_the_loop_or_gone() -> No
         cadence.record_window(entity, not_ready(), START)
     type(off).objects.filter(pk=off.pk).update(loop_enabled=False)
     type(gone).objects.filter(pk=gone.pk).update(present=False)
-    cadence.sweep(START + timedelta(hours=1))
+    trigger.sweep(START + timedelta(hours=1))
     assert list(WaitingWindow.objects.values_list("entity__slug", flat=True)) == ["kept"]
 
 
@@ -209,7 +212,7 @@ def test_the_sweep_ends_the_wait_of_a_held_entity_so_a_pause_never_counts_toward
     cadence.record_window(entity, not_ready(2), START)
     Supervision.objects.create(kind=Supervision.Kind.HOLD, entity=entity, actor="alice", reason="quiet week",
                                created_at=START + timedelta(days=1))  # fmt: skip
-    cadence.sweep(START + timedelta(days=1, hours=1))
+    trigger.sweep(START + timedelta(days=1, hours=1))
     assert WaitingWindow.objects.get(entity=entity).ended_at == START + timedelta(days=1, hours=1)
     Supervision.objects.create(kind=Supervision.Kind.RELEASE, entity=entity, actor="alice", reason="back",
                                created_at=START + timedelta(days=20))  # fmt: skip
@@ -223,11 +226,11 @@ def test_a_scheduled_look_records_the_window_an_entitys_own_window_answers(monke
     answers = iter([not_ready(2, awaitingPerson=PERSON), not_ready(3)])
     monkeypatch.setattr(trigger, "request_window", lambda entity, *, now: next(answers))
     with time_machine.travel(START, tick=False):
-        assert cadence.sweep() == 0  # not ready: the look opens nothing
+        assert trigger.sweep() == 0  # not ready: the look opens nothing
     row = WaitingWindow.objects.get(entity=entity)
     assert row.awaiting_person == PERSON and row.have == 2 and Cycle.objects.count() == 0
     with time_machine.travel(START + timedelta(hours=24), tick=False):
-        cadence.sweep()
+        trigger.sweep()
     row.refresh_from_db()
     assert row.awaiting_person is None and row.have == 3 and row.moved_at == START + timedelta(hours=24)
 
@@ -241,7 +244,7 @@ def test_a_window_that_throws_leaves_the_record_as_it_was(monkeypatch) -> None:
 
     monkeypatch.setattr(trigger, "request_window", throws)
     with time_machine.travel(START, tick=False):
-        cadence.sweep()
+        trigger.sweep()
     row = WaitingWindow.objects.get(entity=entity)
     assert row.moved_at == START - timedelta(hours=2) and row.sampled_at == START - timedelta(hours=2)
 
@@ -250,7 +253,7 @@ def test_a_scheduled_look_refuses_a_ready_window_naming_a_person(monkeypatch, ca
     looped(loop={"trigger": {"every": 1}})
     monkeypatch.setattr(trigger, "request_window", lambda entity, *, now: {**ready(), "awaitingPerson": PERSON})
     with time_machine.travel(START, tick=False):
-        assert cadence.sweep() == 0
+        assert trigger.sweep() == 0
     assert "window() answered ready with awaitingPerson" in caplog.text
     assert not WaitingWindow.objects.exists() and Cycle.objects.count() == 0
 
@@ -267,10 +270,10 @@ def test_loop_status_says_what_the_window_waits_on_without_running_window(monkey
 
     monkeypatch.setattr(trigger, "request_window", never)
     monkeypatch.setattr(trigger, "repair_window", never)
-    (row,) = status.loop_status(entity, now=START)["entities"]
+    (row,) = fleet.loop_status(entity, now=START)["entities"]
     assert row["state"] == "window"
     assert row["next"] == "2 of 3 scored series PRs · waiting on you: score PR #16."
     assert row["waits"]["awaitingPerson"] == PERSON and row["waits"]["progress"]["have"] == 2
     assert [i["gate"] for i in row["needsYou"]] == ["window"]
-    (fleet_row,) = status.fleet(now=START)
+    (fleet_row,) = fleet.fleet(now=START)
     assert fleet_row["needsYou"][0]["clause"] == "waiting on you: score PR #16"

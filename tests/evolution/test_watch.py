@@ -17,7 +17,8 @@ import pytest
 import time_machine
 from django.db import connection
 
-from evolution import verdicts, watch
+from evolution.core import outcomes as verdicts
+from evolution.loop import machine, watch
 from evolution.models import Cycle, Round
 from grading.models import Episode, Execution, Grade
 from hitl.models import Notice
@@ -123,7 +124,7 @@ def test_grades_under_another_judge_fill_no_slot_and_are_never_bad():
     ticks(entity, "gggg", start=T0 + MINUTE)
     made_grade(entity, T0 + 30 * MINUTE, judge=OTHER_JUDGE, bad=True)
     made_grade(entity, T0 + 31 * MINUTE, judge=OTHER_JUDGE, bad=True)
-    watch.on_grades([])  # nothing to hear
+    machine.on_grades([])  # nothing to hear
     assert refreshed(cycle).phase == Cycle.Phase.WATCHING
     ticks(entity, "g", start=T0 + HOUR)
     cycle = refreshed(cycle)
@@ -192,7 +193,7 @@ def test_two_ungraded_of_five_judged_settles_unvalidated_judge_unhealthy():
     made_grade(entity, T0 + 10 * MINUTE, status=Grade.Status.FAILED)
     ticks(entity, "g", start=T0 + 20 * MINUTE)
     made_grade(entity, T0 + 30 * MINUTE, status=Grade.Status.FAILED)
-    watch.on_grades([])
+    machine.on_grades([])
     assert refreshed(cycle).phase == Cycle.Phase.WATCHING  # 4 judged: a lone early failure decides nothing
     ticks(entity, "g", start=T0 + 40 * MINUTE)
     cycle = refreshed(cycle)
@@ -230,10 +231,10 @@ def test_a_window_short_at_the_deadline_settles_unvalidated_with_its_tally():
     entity = pulse(watch_block={"deadlineHours": 24})
     cycle = shipped(entity)
     ticks(entity, "gbg", start=T0 + HOUR)
-    assert watch.tick(T0 + 23 * HOUR) == 0
+    assert machine.tick(T0 + 23 * HOUR) == 0
     assert refreshed(cycle).phase == Cycle.Phase.WATCHING
     with time_machine.travel(T0 + 24 * HOUR + MINUTE, tick=False):
-        assert watch.tick() == 1
+        assert machine.tick() == 1
     cycle = refreshed(cycle)
     assert cycle.status == Cycle.Status.UNVALIDATED and cycle.phase == Cycle.Phase.SETTLED
     assert cycle.reason == "the watch closed short: 3 of 5 graded runs, 1 bad"
@@ -255,7 +256,7 @@ def test_a_window_short_at_the_deadline_settles_unvalidated_with_its_tally():
 def test_a_window_that_saw_nothing_at_the_deadline_is_blind():
     entity = pulse(watch_block={"deadlineHours": 24})
     cycle = shipped(entity)
-    assert watch.tick(T0 + 25 * HOUR) == 1
+    assert machine.tick(T0 + 25 * HOUR) == 1
     cycle = refreshed(cycle)
     assert cycle.reason == "the watch closed short: 0 of 5 graded runs, 0 bad"
     assert verdicts.strength(cycle) == "blind"
@@ -266,7 +267,7 @@ def test_a_grade_landing_after_the_deadline_closes_the_window_as_the_tick_would(
     cycle = shipped(entity)
     ticks(entity, "gggg", start=T0 + MINUTE)
     assert tick(entity, T0 + 2 * HOUR) is None  # started past the deadline: not the watch's, not exempt
-    watch.on_grades([made_grade(entity, T0 + 2 * HOUR).pk])
+    machine.on_grades([made_grade(entity, T0 + 2 * HOUR).pk])
     cycle = refreshed(cycle)
     assert (
         cycle.status == Cycle.Status.UNVALIDATED and cycle.reason == "the watch closed short: 4 of 5 graded runs, 0 bad"
@@ -422,8 +423,8 @@ def test_a_compare_that_never_answers_closes_unvalidated_at_the_deadline_with_no
     cycle = shipped(entity, judge=judge_of(entity))
     ticks(entity, "ggggg", start=T0 + MINUTE)
     assert tick(entity, T0 + HOUR) is None  # the window is full: no longer exempt, though compare keeps watching
-    assert watch.tick(T0 + 2 * HOUR) == 0  # asked again on the tick: still not yet
-    assert watch.tick(T0 + 24 * HOUR) == 1
+    assert machine.tick(T0 + 2 * HOUR) == 0  # asked again on the tick: still not yet
+    assert machine.tick(T0 + 24 * HOUR) == 1
     cycle = refreshed(cycle)
     assert cycle.status == Cycle.Status.UNVALIDATED
     assert cycle.reason == "the watch closed short: compare gave no verdict by the deadline (5 of 5 graded runs)"
@@ -520,7 +521,7 @@ def test_two_workers_hearing_the_last_grade_settle_the_watch_once():
     def work():
         try:
             barrier.wait()
-            settled.append(watch.on_grades([last.pk], now=T0 + HOUR))
+            settled.append(machine.on_grades([last.pk], now=T0 + HOUR))
         finally:
             connection.close()
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import time_machine
 
-from evolution import watch
+from evolution.loop import machine
 from evolution.models import Cycle, Round
 from grading.booking import on_terminal
 from grading.grade import grade_now
@@ -92,7 +92,7 @@ def shipped(
     merge_sha: str = "a" * 40,
     **round_fields: Any,
 ) -> Cycle:
-    """A cycle whose round 1 merged at ``merged_at``, its watch opened there (``watch.open_watch``)."""
+    """A cycle whose round 1 merged at ``merged_at``, its watch opened there (``machine.open_watch``)."""
     cycle = cycle_in(entity, Cycle.Phase.MERGE_WAIT, at=merged_at, judge=judge)
     Round.objects.create(
         cycle=cycle,
@@ -104,7 +104,7 @@ def shipped(
     )
     Cycle.objects.filter(pk=cycle.pk).update(merged_at=merged_at)
     with time_machine.travel(merged_at, tick=False):
-        watch.open_watch(cycle, merged_at)
+        machine.open_watch(cycle, merged_at)
     cycle.refresh_from_db()
     return cycle
 
@@ -118,7 +118,7 @@ def tick(entity: Entity, at: datetime, *, bad: bool = False, **run: Any) -> Grad
         if booking is None:
             return None
         grade = grade_now(booking, checkout=checkout)
-        watch.on_grades([grade.pk])
+        machine.on_grades([grade.pk])
     return grade
 
 

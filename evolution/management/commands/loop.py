@@ -35,7 +35,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["action"] == "analyze":
-            from evolution.trigger import analyze_now
+            from evolution.loop.trigger import analyze_now
 
             entity = find_entity(options["entity"])
             result = analyze_now(entity)

@@ -1,0 +1,156 @@
+"""The loop's REST API: loop_status, loop_history, loop_get_cycle and loop_analyze (seed 003).
+
+Reads are open to people and agents (token or session). ``targetKind`` +
+``targetId`` name one entity; both absent mean the whole fleet; naming only
+one half is refused. ``POST /api/loop/analyze/`` is "Analyze now": a person
+may ask; an agent token is refused (the seed puts an agent's loop:analyze
+behind a person's approval card, which comes with issue 6).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import status as http
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from evolution.api.serializers import (
+    AnalyzeAnswerSerializer,
+    AnalyzeRequestSerializer,
+    CycleDetailSerializer,
+    HistorySerializer,
+    LoopStatusSerializer,
+)
+from evolution.reads import fleet, history, status, story
+from singularity.auth import is_agent
+from singularity.serializers import ErrorSerializer
+
+INVALID = OpenApiResponse(ErrorSerializer, description="invalid: `detail` names the parameter.")
+NOT_FOUND = OpenApiResponse(ErrorSerializer, description="not_found: the entity or cycle names nothing.")
+TARGET = [
+    OpenApiParameter("targetKind", OpenApiTypes.STR, description="scenario, heartbeat or role (with targetId)."),
+    OpenApiParameter("targetId", OpenApiTypes.STR, description="The entity's slug (with targetKind)."),
+]
+
+
+def _error(code: str, detail: str, http_status: int) -> Response:
+    return Response({"error": code, "detail": detail}, status=http_status)
+
+
+def _refusal(exc: Exception) -> Response:
+    """A status refusal as HTTP: NotFound → 404 not_found, ValueError → 400 invalid."""
+    if isinstance(exc, status.NotFound):
+        return _error("not_found", str(exc), http.HTTP_404_NOT_FOUND)
+    return _error("invalid", str(exc), http.HTTP_400_BAD_REQUEST)
+
+
+def _target(request: Request) -> tuple[str | None, str | None]:
+    return request.query_params.get("targetKind") or None, request.query_params.get("targetId") or None
+
+
+class LoopStatus(APIView):
+    @extend_schema(
+        operation_id="loop_status",
+        summary="loop_status: the fleet, or one entity — state, live cycle, what comes next, what needs a person",
+        parameters=TARGET,
+        responses={200: LoopStatusSerializer, 400: INVALID, 404: NOT_FOUND},
+    )
+    def get(self, request: Request) -> Response:
+        try:
+            answer = fleet.status_for(*_target(request))
+        except (ValueError, status.NotFound) as exc:
+            return _refusal(exc)
+        return Response(LoopStatusSerializer(answer).data)
+
+
+class LoopHistory(APIView):
+    @extend_schema(
+        operation_id="loop_history",
+        summary="loop_history: one row per cycle, newest opening first, with cursor paging",
+        parameters=[
+            *TARGET,
+            OpenApiParameter(
+                "since", OpenApiTypes.DATETIME, description="Cycles that moved (opened, advanced, settled) at or after."
+            ),
+            OpenApiParameter("limit", OpenApiTypes.INT, description="1-100, default 20."),
+            OpenApiParameter("cursor", OpenApiTypes.STR, description="A previous page's nextCursor."),
+        ],
+        responses={200: HistorySerializer, 400: INVALID, 404: NOT_FOUND},
+    )
+    def get(self, request: Request) -> Response:
+        params = request.query_params
+        try:
+            answer = history.history(
+                *_target(request),
+                since=params.get("since") or None,
+                limit=params.get("limit", 20),
+                cursor=params.get("cursor") or None,
+            )
+        except (ValueError, status.NotFound) as exc:
+            return _refusal(exc)
+        return Response(HistorySerializer(answer).data)
+
+
+class LoopCycle(APIView):
+    @extend_schema(
+        operation_id="loop_get_cycle",
+        summary="loop_get_cycle: a cycle with its rounds, check pairs, window, watch, lessons and grade",
+        responses={200: CycleDetailSerializer, 404: NOT_FOUND},
+    )
+    def get(self, request: Request, pk: int) -> Response:
+        try:
+            cycle = story.get_cycle(pk)
+        except status.NotFound as exc:
+            return _refusal(exc)
+        return Response(CycleDetailSerializer(story.cycle_detail(cycle)).data)
+
+
+class LoopAnalyze(APIView):
+    @extend_schema(
+        operation_id="loop_analyze",
+        summary="loop_analyze: Analyze now — open a cycle on request (people only for now)",
+        description=(
+            "Opens a cycle for the entity on request (exempt from cooldownHours and maxAnalysesPerDay), or "
+            "answers why not (another cycle holds the entity, the loop is off, …) with the row recording it. "
+            "An agent token is refused: an agent's analysis waits on a person's approval card."
+        ),
+        request=AnalyzeRequestSerializer,
+        responses={
+            200: AnalyzeAnswerSerializer,
+            400: INVALID,
+            403: OpenApiResponse(ErrorSerializer, description="refused: an agent token (a person must ask)."),
+            404: NOT_FOUND,
+        },
+    )
+    def post(self, request: Request) -> Response:
+        from evolution.loop.trigger import analyze_now
+
+        if is_agent(request):
+            return _error(
+                "refused",
+                "loop_analyze: an agent token cannot open a cycle; a person asks (Analyze now on the entity's page)",
+                http.HTTP_403_FORBIDDEN,
+            )
+        data = request.data if isinstance(request.data, dict) else {}
+        form = AnalyzeRequestSerializer(data=data)
+        if not form.is_valid():
+            return _error("invalid", _first_error(form.errors), http.HTTP_400_BAD_REQUEST)
+        try:
+            entity = status.entity_named(form.validated_data["targetKind"], form.validated_data["targetId"])
+        except (ValueError, status.NotFound) as exc:
+            return _refusal(exc)
+        answer = analyze_now(entity, user=request.user)
+        body = {"cycleId": answer.cycle.pk if answer.cycle else None, "opened": answer.opened, "reason": answer.reason}
+        return Response(AnalyzeAnswerSerializer(body).data)
+
+
+def _first_error(errors: dict[str, Any]) -> str:
+    """The first field error as "field: message"."""
+    for field, messages in errors.items():
+        message = messages[0] if isinstance(messages, list) and messages else messages
+        return f"{field}: {message}"
+    return "the body is not valid"

@@ -1,0 +1,43 @@
+"""Routes of the loop's REST API, mounted at ``/api/`` (names prefixed ``api-loop-``)."""
+
+urlpatterns: list = []
+
+# --- loop_status, loop_history, loop_get_cycle, loop_analyze (evolution.api) ---
+from django.urls import path  # noqa: E402
+
+from evolution.api import loop as api  # noqa: E402
+
+urlpatterns += [
+    path("loop/status/", api.LoopStatus.as_view(), name="api-loop-status"),
+    path("loop/history/", api.LoopHistory.as_view(), name="api-loop-history"),
+    path("loop/cycles/<int:pk>/", api.LoopCycle.as_view(), name="api-loop-cycle"),
+    path("loop/analyze/", api.LoopAnalyze.as_view(), name="api-loop-analyze"),
+]
+
+# --- loop_create_idea, loop_list_ideas, loop_cancel_idea (evolution.api_ideas) ---
+from evolution.api import ideas as api_ideas  # noqa: E402
+
+urlpatterns += [
+    path("loop/ideas/", api_ideas.LoopIdeas.as_view(), name="api-loop-ideas"),
+    path("loop/ideas/<int:pk>/withdraw/", api_ideas.LoopIdeaWithdraw.as_view(), name="api-loop-idea-withdraw"),
+]
+
+# --- loop_hold, loop_release, loop_rearm, loop_ack_failure, the supervision rows (evolution.api_supervision) ---
+from evolution.api import supervision as api_supervision  # noqa: E402
+
+urlpatterns += [
+    path("loop/hold/", api_supervision.LoopHold.as_view(), name="api-loop-hold"),
+    path("loop/release/", api_supervision.LoopRelease.as_view(), name="api-loop-release"),
+    path("loop/rearm/", api_supervision.LoopRearm.as_view(), name="api-loop-rearm"),
+    path("loop/dismiss/", api_supervision.LoopDismiss.as_view(), name="api-loop-dismiss"),
+    path("loop/supervision/", api_supervision.LoopSupervision.as_view(), name="api-loop-supervision"),
+]
+
+# --- loop_join, loop_set, loop_widen (evolution.api_settings) ---
+from evolution.api import settings as api_settings  # noqa: E402
+
+urlpatterns += [
+    path("loop/join/", api_settings.LoopJoin.as_view(), name="api-loop-join"),
+    path("loop/set/", api_settings.LoopSet.as_view(), name="api-loop-set"),
+    path("loop/widen/", api_settings.LoopWiden.as_view(), name="api-loop-widen"),
+]

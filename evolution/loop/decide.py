@@ -1,0 +1,247 @@
+"""The decide gate: a proposed round is accepted unattended, on a grant's word, or put before a person (seed 003).
+
+Under ``decide: human`` a decide card asks a person (Accept / Skip with a
+note / a reply that refines); a broken analysis or apply puts a Retry card
+before them. Every answer is read from the round's own card, once: an
+answered or expired card can never reach the round that replaced it. Each
+function answers the machine with what happened (``evolution.loop.steps``);
+the machine moves the cycle and starts the next step.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from evolution.core import cycles
+from evolution.loop import cardtext
+from evolution.loop.steps import Move, Settle
+from evolution.models import Cycle, Round
+from evolution.steering import autonomy
+from hitl.models import Card
+
+log = logging.getLogger(__name__)
+
+PRODUCER = "loop"
+ACCEPT, SKIP, RETRY = "accept", "skip", "retry"
+
+
+def _review_deadline(cycle: Cycle, now: datetime) -> datetime:
+    """reviewDeadlineHours, read once as the round opens (an edit reaches the next round, never this one)."""
+    hours = cycles.loop_terms(cycle.entity).get("reviewDeadlineHours") or 72
+    return now + timedelta(hours=float(hours))
+
+
+def new_round(cycle: Cycle, *, refinement: str = "", parent: Round | None = None, now: datetime) -> Round:
+    """Write the next round of ``cycle`` (a refinement or a retry), waiting for its analysis; take the claim back."""
+    number = (cycle.rounds.order_by("-number").values_list("number", flat=True).first() or 0) + 1
+    new = Round.objects.create(
+        cycle=cycle, number=number, parent=parent, refinement=refinement, status=Round.Status.ANALYSING, created_at=now
+    )
+    cycles.take_claim(cycle)
+    return new
+
+
+def notice(cycle: Cycle, kind: str, text: str) -> None:
+    from hitl.actions import post_notice
+
+    post_notice(
+        producer=PRODUCER,
+        kind=kind,
+        title=f"{cycle.entity.name or cycle.entity.slug}: cycle {cycle.pk}",
+        text=text,
+        subject=f"cycle {cycle.pk}",
+    )
+
+
+# --- Staffing the gate ---------------------------------------------------------
+
+
+def gate(rnd: Round, *, now: datetime) -> str:
+    """Who answers a proposed round: "auto" (decide: auto), "grant" (a loop:auto_accept grant's use), or "person"."""
+    cycle = rnd.cycle
+    gates = autonomy.gates(cycle.entity, now=now)
+    if gates.decide == autonomy.AUTO and not rnd.refinement:
+        notice(cycle, "accepted", f"accepted under decide: auto: {rnd.summary}")
+        return autonomy.AUTO
+    if gates.grant is not None and autonomy.burn(gates.grant):
+        notice(
+            cycle,
+            "accepted",
+            f"accepted on a loop:auto_accept grant (use {gates.grant.calls + 1} of "
+            f"{gates.grant.max_calls}): {rnd.summary}",
+        )
+        return "grant"
+    if gates.note:
+        rnd.gate_note = gates.note
+        Round.objects.filter(pk=rnd.pk).update(gate_note=gates.note)
+    return "person"
+
+
+def ask_decide(rnd: Round, *, now: datetime) -> Move:
+    """Put a proposed round before a person: a decide card expiring at the review deadline."""
+    shown = cardtext.decide_card(rnd)
+    if rnd.gate_note:
+        shown["text"] = f"{rnd.gate_note} — this round is yours to answer.\n\n{shown['text']}"
+    options = [{"value": ACCEPT, "label": "Accept"}, {"value": SKIP, "label": "Skip"}]
+    return _wait_on_person(rnd, Card.Kind.DECIDE, shown, options, now=now)
+
+
+def ask_retry(rnd: Round, *, now: datetime) -> Move:
+    """Put a failed round before a person: a Retry card with what failed and the offending paths."""
+    options = [{"value": RETRY, "label": "Retry"}, {"value": SKIP, "label": "Skip"}]
+    log.warning("loop: %s: cycle %s round %s failed: %s", rnd.cycle.entity, rnd.cycle.pk, rnd.number, rnd.error)
+    return _wait_on_person(rnd, Card.Kind.RETRY, cardtext.retry_card(rnd), options, now=now)
+
+
+def _wait_on_person(
+    rnd: Round, kind: str, shown: dict[str, str], options: list[dict[str, str]], *, now: datetime
+) -> Move:
+    """Open the round's card (``kind``, keyed by the round) expiring at the review deadline; the cycle waits on it.
+
+    While it waits the round holds no claim on the entity (an unanswered card cannot freeze it).
+    """
+    from hitl.actions import open_card
+
+    cycle = rnd.cycle
+    deadline = _review_deadline(cycle, now)
+    card = open_card(
+        producer=PRODUCER,
+        kind=kind,
+        key=f"loop:{kind}:{rnd.pk}",
+        title=shown["title"],
+        subject=shown["subject"],
+        subject_url=shown.get("subject_url", ""),
+        text=shown["text"],
+        expires_at=deadline,
+        options=options,
+        payload={"round": rnd.pk, "cycle": cycle.pk},
+    )
+    Round.objects.filter(pk=rnd.pk).update(card=card, review_deadline=deadline)
+    rnd.card, rnd.review_deadline = card, deadline
+    cycles.release_claim(cycle)
+    return Move(Cycle.Phase.DECIDING, at=now)
+
+
+def mark_failed(rnd: Round, error: str, *, paths: list[str] | None = None) -> None:
+    """Write a broken analysis or apply on its round (the reason, and the offending paths for the Retry card)."""
+    rnd.status = Round.Status.FAILED
+    rnd.error = error
+    if paths is not None:
+        rnd.gate = {**(rnd.gate or {}), "refused": paths, "message": error}
+    rnd.save(update_fields=["status", "error", "gate"])
+
+
+# --- Accepting -----------------------------------------------------------------
+
+
+def accept(rnd: Round, *, decided_by: str, now: datetime, acceptance: str = "person") -> Settle | Move:
+    """Accept a proposed round: take the entity's claim and move to the apply (a proposal with nothing to apply skips)."""
+    cycle = rnd.cycle
+    rnd.decided_by, rnd.decided_at, rnd.acceptance = decided_by, now, acceptance
+    Round.objects.filter(pk=rnd.pk).update(acceptance=acceptance)
+    if not rnd.files:
+        rnd.status = Round.Status.SKIPPED
+        rnd.save(update_fields=["decided_by", "decided_at", "status"])
+        return Settle(Cycle.Status.SKIPPED, "the proposal has nothing to apply")
+    if not cycles.take_claim(cycle):
+        rnd.status = Round.Status.SKIPPED
+        rnd.save(update_fields=["decided_by", "decided_at", "status"])
+        why = cycles.live_refusal(cycle.entity) or "another cycle holds the entity"
+        return Settle(Cycle.Status.SKIPPED, f"accepted, but {why}")
+    rnd.status = Round.Status.ACCEPTED
+    rnd.save(update_fields=["decided_by", "decided_at", "status"])
+    return Move(Cycle.Phase.APPLYING, at=now)
+
+
+# --- A person's answer ---------------------------------------------------------
+
+
+class Refine:
+    """A person replied (or asked for a retry): a new round is analysed with ``refinement``, child of ``parent``."""
+
+    def __init__(self, refinement: str, parent: Round) -> None:
+        self.refinement, self.parent = refinement, parent
+
+
+class Accepted:
+    """A person pressed Accept."""
+
+    def __init__(self, decided_by: str) -> None:
+        self.decided_by = decided_by
+
+
+def _actor(card: Card) -> str:
+    user = card.responded_by
+    return user.get_username() if user is not None else ""
+
+
+def round_of(card: Card) -> Round | None:
+    """The round waiting on ``card`` (a decide or retry card), or None when the card's round was answered or replaced."""
+    rnd = Round.objects.select_related("cycle", "cycle__entity").filter(card_id=card.pk).first()
+    if rnd is None or rnd.cycle.status:
+        return None
+    if rnd.status not in (Round.Status.PROPOSED, Round.Status.FAILED):
+        return None
+    return rnd
+
+
+def answer(rnd: Round, card: Card, now: datetime) -> Settle | Refine | Accepted:
+    """Read a closed card's answer onto its round and say what it asks for."""
+    if card.status in (Card.Status.EXPIRED, Card.Status.CANCELLED):
+        return _unanswered(rnd, card, now)
+    if card.kind == Card.Kind.DECIDE:
+        return _decided(rnd, card, now)
+    return _retried(rnd, card, now)
+
+
+def _unanswered(rnd: Round, card: Card, now: datetime) -> Settle:
+    cycle = rnd.cycle
+    failed = rnd.status == Round.Status.FAILED
+    expired = card.status == Card.Status.EXPIRED
+    rnd.decided_by = cycle.actor if expired else (_actor(card) or cycle.actor)
+    rnd.decided_at = now
+    rnd.rejection = Round.Rejection.TIMEOUT if expired else Round.Rejection.HUMAN
+    if not failed:
+        rnd.status = Round.Status.SKIPPED
+    rnd.save(update_fields=["decided_by", "decided_at", "rejection", "status"])
+    words = f"nobody answered by {cycles.when(card.expires_at)}" if expired else f"{rnd.decided_by} cancelled the card"
+    if failed:
+        return Settle(Cycle.Status.FAILED, f"{rnd.error}; {words}")
+    return Settle(Cycle.Status.SKIPPED, f"skipped: {words}")
+
+
+def _decided(rnd: Round, card: Card, now: datetime) -> Settle | Refine | Accepted:
+    answered = card.answer or {}
+    choice = answered.get("choice")
+    who = _actor(card)
+    rnd.decided_by, rnd.decided_at = who, now
+    if choice == Card.REFINE:
+        rnd.status = Round.Status.REFINED
+        rnd.save(update_fields=["decided_by", "decided_at", "status"])
+        return Refine(answered.get("refinement", ""), rnd)
+    if choice == SKIP:
+        rnd.status = Round.Status.SKIPPED
+        rnd.rejection = Round.Rejection.HUMAN
+        rnd.decision_note = answered.get("note", "")
+        rnd.save(update_fields=["decided_by", "decided_at", "status", "rejection", "decision_note"])
+        note = f": {rnd.decision_note}" if rnd.decision_note else ""
+        return Settle(Cycle.Status.SKIPPED, f"{who} skipped the proposal{note}")
+    return Accepted(who)
+
+
+def _retried(rnd: Round, card: Card, now: datetime) -> Settle | Refine:
+    cycle = rnd.cycle
+    answered = card.answer or {}
+    choice = answered.get("choice")
+    who = _actor(card)
+    rnd.decided_by, rnd.decided_at = who, now
+    rnd.decision_note = answered.get("note", "")
+    rnd.save(update_fields=["decided_by", "decided_at", "decision_note"])
+    if choice == SKIP:
+        return Settle(Cycle.Status.FAILED, f"{rnd.error}; {who} skipped the retry")
+    # A Retry is a re-analysis spent from the same recurrence budget: the cooldown holds it (R7.11).
+    refused = cycles.ceiling_refusal(cycle.entity, now=now) if cycle.origin not in cycles.EXEMPT_ORIGINS else None
+    if refused:
+        return Settle(Cycle.Status.SKIPPED, f"{who} asked for a retry, refused: {refused}")
+    return Refine(answered.get("refinement", ""), rnd)

@@ -1,0 +1,457 @@
+"""The loop's phase machine: the one place that knows the order of the stages (seed 003, "The loop in one picture").
+
+    opening → brief → proposer → decide → apply → merge → watch → verdict → settle (→ revert)
+
+A cycle's phase names the stage that owns it (``OWNER``). A stage does its
+work and answers what happened (``evolution.loop.steps``: Settle, Fail, Move,
+or None to keep waiting); the machine moves the cycle on and starts the next
+step on a worker once the transaction that asked for it has committed. No
+stage imports another: every hand-over between two stages is written here.
+
+Every entry point — a Celery task, a card's answer, a PR event, the clock —
+comes through this module, so the order can be read in one place.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from evolution.core import cycles
+from evolution.core.cycles import Opened
+from evolution.core.polling import LEASE
+from evolution.core.polling import take as take_poll
+from evolution.loop import apply as applying
+from evolution.loop import brief as briefs
+from evolution.loop import decide, merge, opening, proposer, revert, verdict, watch
+from evolution.loop import settle as settling
+from evolution.loop.steps import Fail, Move, Settle
+from evolution.models import Cycle, Round
+from evolution.presets.base import ComparatorFault
+from evolution.steering import autonomy, ideas
+from grading.models import Grade
+from hitl.models import Card
+from singularity.errors import SingularityError
+
+log = logging.getLogger(__name__)
+
+#: The stage that owns a cycle in each phase.
+OWNER = {
+    Cycle.Phase.ANALYSING: "proposer",
+    Cycle.Phase.DECIDING: "decide",
+    Cycle.Phase.APPLYING: "apply",
+    Cycle.Phase.MERGE_WAIT: "merge",
+    Cycle.Phase.WATCHING: "watch",
+    Cycle.Phase.REVERTING: "revert",
+    Cycle.Phase.SETTLED: "settle",
+}
+
+#: How many due cycles one poll reads at most (the rest wait for the next tick).
+BATCH = 200
+
+# --- Starting steps on a worker ----------------------------------------------------------
+
+#: A step's name → how to start it on a worker (filled by evolution.tasks: "analyse", "apply").
+STEPS: dict[str, Callable[[int], Any]] = {}
+
+
+def register_step(name: str, start: Callable[[int], Any]) -> None:
+    """Say how step ``name`` is started on a worker (``start(round_id)``, a task's ``delay``)."""
+    STEPS[name] = start
+
+
+def enqueue(step: str, round_id: int) -> None:
+    """Start a round's next step on a worker once the transaction that asked for it has committed."""
+    transaction.on_commit(lambda: STEPS[step](round_id))
+
+
+def _move(cycle: Cycle, step: Move, now: datetime) -> Cycle:
+    return cycles.advance(cycle, step.phase, now=step.at or now, **step.fields)
+
+
+# --- Opening -------------------------------------------------------------------------------
+
+
+def open_cycle(entity: Any, **kwargs: Any) -> Opened:
+    """Open a cycle (``evolution.loop.opening.open_cycle``) and start its first analysis after commit."""
+    result = opening.open_cycle(entity, **kwargs)
+    if result.opened and result.first_round is not None:
+        enqueue("analyse", result.first_round.pk)
+    return result
+
+
+def start_round(
+    cycle: Cycle, *, refinement: str = "", parent: Round | None = None, now: datetime | None = None
+) -> Round:
+    """Open the next round of ``cycle`` (a refinement or a retry) and start its analysis after commit."""
+    now = now or timezone.now()
+    new = decide.new_round(cycle, refinement=refinement, parent=parent, now=now)
+    cycles.advance(cycle, Cycle.Phase.ANALYSING, now=now)
+    enqueue("analyse", new.pk)
+    return new
+
+
+# --- Brief → proposer → decide -------------------------------------------------------------
+
+
+def analyse(round_id: int, *, now: datetime | None = None) -> Round | None:
+    """Brief the proposer for round ``round_id`` and put its answer before the decide gate.
+
+    Returns the round, or None when it was not waiting for an analysis.
+    """
+    now = now or timezone.now()
+    rnd = proposer.claim(round_id, now)
+    if rnd is None:
+        return None
+    cycle = rnd.cycle
+    off = proposer.switched_off(rnd)
+    if off is not None:
+        settle(cycle, off.status, reason=off.reason, lesson=off.lesson)
+        return rnd
+    spent = proposer.budget_refusal(cycle)
+    if spent:
+        return fail(rnd, spent)
+    try:
+        documents = briefs.build_brief(cycle, rnd)
+        proposal = proposer.propose(cycle, rnd, documents)
+    except SingularityError as exc:
+        cycles.add_spend(cycle, getattr(exc, "cost_usd", None))
+        unattended = autonomy.gates(cycle.entity, now=now).decide == autonomy.AUTO
+        return fail(rnd, f"the analysis failed: {exc}", now=now, unattended=unattended)
+    skipped = proposer.record(rnd, proposal, documents.documents, now)
+    if skipped is not None:
+        settle(cycle, skipped.status, reason=skipped.reason, now=now)
+        return rnd
+    return decide_gate(rnd, now=now)
+
+
+def decide_gate(rnd: Round, *, now: datetime) -> Round:
+    """Staff the decide gate: accept unattended (decide: auto), on a grant's word, or ask a person."""
+    who = decide.gate(rnd, now=now)
+    if who == "person":
+        return ask_decide(rnd, now=now)
+    accept(rnd, decided_by=rnd.cycle.actor, now=now, acceptance=who)
+    return rnd
+
+
+def ask_decide(rnd: Round, *, now: datetime) -> Round:
+    """Put a proposed round before a person (a decide card); the cycle waits on it."""
+    _move(rnd.cycle, decide.ask_decide(rnd, now=now), now)
+    return rnd
+
+
+def fail(
+    rnd: Round, error: str, *, paths: list[str] | None = None, now: datetime | None = None, unattended: bool = False
+) -> Round:
+    """Fail a round (a broken analysis or apply): the reason on a Retry card; the cycle waits on a person.
+
+    A round nobody stands on (decide: auto) closes its cycle failed at once instead: no card, no lesson.
+    """
+    now = now or timezone.now()
+    decide.mark_failed(rnd, error, paths=paths)
+    if unattended:
+        settle(rnd.cycle, Cycle.Status.FAILED, reason=f"{error} (unattended: closed at once)", now=now, lesson=False)
+        return rnd
+    _move(rnd.cycle, decide.ask_retry(rnd, now=now), now)
+    return rnd
+
+
+def _failed(rnd: Round, step: Fail, now: datetime) -> Round:
+    return fail(rnd, step.error, paths=step.paths, now=now, unattended=step.unattended)
+
+
+def accept(rnd: Round, *, decided_by: str, now: datetime, acceptance: str = "person") -> None:
+    """Accept a proposed round: take the entity's claim and start its apply (nothing to apply skips)."""
+    step = decide.accept(rnd, decided_by=decided_by, now=now, acceptance=acceptance)
+    if isinstance(step, Settle):
+        settle(rnd.cycle, step.status, reason=step.reason, now=now)
+        return
+    _move(rnd.cycle, step, now)
+    enqueue("apply", rnd.pk)
+
+
+def on_card(card: Card) -> None:
+    """Hear a closed decide or retry card (registered with hitl for producer "loop")."""
+    rnd = decide.round_of(card)
+    if rnd is None:
+        return
+    now = timezone.now()
+    with transaction.atomic():
+        answered = decide.answer(rnd, card, now)
+        if isinstance(answered, Settle):
+            settle(rnd.cycle, answered.status, reason=answered.reason, now=now)
+        elif isinstance(answered, decide.Refine):
+            start_round(rnd.cycle, refinement=answered.refinement, parent=answered.parent, now=now)
+        else:
+            accept(rnd, decided_by=answered.decided_by, now=now)
+
+
+# --- Apply → merge -------------------------------------------------------------------------
+
+
+def apply(round_id: int, *, now: datetime | None = None) -> Round | None:
+    """Apply an accepted round: the diff gate, one commit on a loop branch, the pull request, the merge wait."""
+    rnd = applying.accepted(round_id)
+    if rnd is None:
+        return None
+    failed = applying.apply(rnd, now=now)
+    if failed is not None:
+        return _failed(rnd, failed, now or timezone.now())
+    now = now or timezone.now()
+    arm_wait(rnd.cycle, rnd, now)
+    merge.notice_pr(rnd.cycle, rnd)
+    merge.gate(rnd, now=now)
+    return rnd
+
+
+def arm_wait(cycle: Cycle, rnd: Round, now: datetime | None = None) -> Cycle:
+    """Open the merge wait of ``rnd``'s pull request; return the cycle in phase ``merge_wait``."""
+    now = now or timezone.now()
+    return _move(cycle, merge.arm_wait(cycle, rnd, now), now)
+
+
+POLLED_PHASES = (Cycle.Phase.MERGE_WAIT, Cycle.Phase.REVERTING)
+
+
+def poll(cycle: Cycle, now: datetime | None = None) -> str:
+    """Read ``cycle``'s pull request (apply PR in merge_wait, revert PR in reverting) and act; return the outcome.
+
+    The caller has taken the cycle. Returns "merged", "closed", "expired", "open" or "lost"; "" otherwise.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        if cycle.phase == Cycle.Phase.MERGE_WAIT:
+            step = merge.poll(cycle, now)
+            if step is None:
+                return "open"
+            if isinstance(step, Move):
+                open_watch(cycle, step.at or now, evaluated_at=now)
+                return "merged"
+            settle(cycle, step.status, reason=step.reason, now=now)
+            return "lost" if step.status == Cycle.Status.FAILED else "closed"
+        if cycle.phase == Cycle.Phase.REVERTING:
+            outcome = revert.poll(cycle, now)
+            if outcome in revert.ENDED:
+                cycles.advance(cycle, Cycle.Phase.SETTLED, claim=None, next_poll_at=None, now=now)
+            return outcome
+    return ""
+
+
+def _poll_taken(cycle: Cycle, now: datetime) -> bool:
+    """Poll a cycle this worker took; a failure is logged with the cycle and retried after the lease."""
+    try:
+        poll(cycle, now)
+    except Exception:
+        log.exception("loop: cycle %s: polling its pull request failed; retried after %s", cycle.pk, LEASE)
+        return False
+    return True
+
+
+def poll_due(now: datetime | None = None) -> int:
+    """Poll every cycle in merge_wait or reverting whose next poll is due; return how many were polled.
+
+    A reverting cycle with no poll scheduled yet is due at once.
+    """
+    now = now or timezone.now()
+    due = list(
+        Cycle.objects.filter(phase__in=POLLED_PHASES)
+        .filter(Q(next_poll_at__lte=now) | Q(phase=Cycle.Phase.REVERTING, next_poll_at=None))
+        .select_related("entity")
+        .order_by("next_poll_at", "pk")[:BATCH]
+    )
+    polled = 0
+    for cycle in due:
+        if take_poll(cycle, now):
+            polled += int(_poll_taken(cycle, now))
+    return polled
+
+
+def cycle_of_pull(number: int) -> Cycle | None:
+    """Return the live cycle following PR ``number``: as its apply PR in merge_wait, or as its revert PR."""
+    return (
+        Cycle.objects.filter(
+            Q(phase=Cycle.Phase.MERGE_WAIT, rounds__pr_number=number)
+            | Q(phase=Cycle.Phase.REVERTING, rounds__revert_pr_number=number)
+        )
+        .select_related("entity")
+        .distinct()
+        .first()
+    )
+
+
+def on_pull_event(number: int, *, now: datetime | None = None) -> Cycle | None:
+    """A PR event (merge, close, a disarm): read the PR now; return the cycle that follows it, or None.
+
+    An event only wakes the wait — the read decides.
+    """
+    now = now or timezone.now()
+    cycle = cycle_of_pull(number)
+    if cycle is None:
+        return None
+    if take_poll(cycle, now):
+        _poll_taken(cycle, now)
+    cycle.refresh_from_db()
+    return cycle
+
+
+# --- Watch → verdict -----------------------------------------------------------------------
+
+
+def open_watch(cycle: Cycle, now: datetime, *, evaluated_at: datetime | None = None) -> Cycle:
+    """Open the watch of a merged change at ``now`` (the merge) and read the grades already landed since."""
+    step = watch.open_watch(cycle, now)
+    if isinstance(step, Settle):
+        return settle(cycle, step.status, reason=step.reason, now=evaluated_at or now)
+    cycles.advance(cycle, step.phase, now=evaluated_at or now, **step.fields)
+    evaluate(cycle, evaluated_at or timezone.now())
+    return cycle
+
+
+def _evaluate_locked(cycle: Cycle, now: datetime, closing: bool) -> str | None:
+    seen = watch.observe(cycle, now)
+    sick = watch.judge_unhealthy(cycle, seen, deciding=closing)
+    if sick:
+        return _settle_watch(cycle, Cycle.Status.UNVALIDATED, sick, None, now)
+    try:
+        which, function = verdict.comparator(cycle.entity)
+        answered = verdict.answer(cycle, seen, which, function, watch.window_record(cycle, seen, None, which))
+    except ComparatorFault as fault:
+        return _settle_watch(cycle, Cycle.Status.UNVALIDATED, str(fault), None, now)
+    watch.store(cycle, watch.window_record(cycle, seen, answered, which))
+    if answered.verdict is not None:
+        sick = watch.judge_unhealthy(cycle, seen, deciding=True)
+        if sick:
+            return _settle_watch(cycle, Cycle.Status.UNVALIDATED, sick, None, now)
+        return _settle_watch(cycle, answered.verdict, answered.reason, answered.record, now)
+    if closing:
+        reason, record = verdict.closed_short(cycle, seen, which, answered)
+        return _settle_watch(cycle, Cycle.Status.UNVALIDATED, reason, record, now)
+    return None
+
+
+def _settle_watch(cycle: Cycle, status: str, reason: str, record: dict[str, Any] | None, now: datetime) -> str:
+    log.info("loop: cycle %s: the watch settles %s: %s", cycle.pk, status, reason)
+    settle(cycle, status, reason=reason, watch_verdict=record, now=now)
+    return status
+
+
+def evaluate(cycle: Cycle, now: datetime | None = None) -> str | None:
+    """Read the watch of ``cycle`` once; return the status it settled at, or None while it keeps watching.
+
+    Past the deadline this is the closing read: a window with no verdict
+    settles unvalidated. The cycle row is locked while it is read (Postgres),
+    so two workers hearing two grades of one entity settle it once.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        fresh = Cycle.objects.select_for_update().select_related("entity").filter(pk=cycle.pk).first()
+        if fresh is None or fresh.phase != Cycle.Phase.WATCHING or fresh.status:
+            return None
+        closing = fresh.watch_deadline is not None and now >= fresh.watch_deadline
+        settled = _evaluate_locked(fresh, now, closing)
+    cycle.refresh_from_db()
+    return settled
+
+
+def on_grades(grade_ids: list[Any], *, now: datetime | None = None) -> int:
+    """Hear landed grades: read the watch of every watching cycle of their entities; return how many settled."""
+    now = now or timezone.now()
+    entity_ids = set(Grade.objects.filter(pk__in=list(grade_ids)).values_list("entity_id", flat=True))
+    if not entity_ids:
+        return 0
+    watching = Cycle.objects.filter(phase=Cycle.Phase.WATCHING, entity_id__in=entity_ids).order_by("pk")
+    return sum(evaluate(cycle, now) is not None for cycle in watching)
+
+
+def watch_tick(now: datetime | None = None) -> int:
+    """Read every watching cycle (compare asks again; a deadline closes); return how many settled.
+
+    A cycle whose read fails for a bug is logged and read again on the next tick.
+    """
+    now = now or timezone.now()
+    settled = 0
+    for cycle in Cycle.objects.filter(phase=Cycle.Phase.WATCHING).order_by("watch_deadline", "pk"):
+        try:
+            settled += int(evaluate(cycle, now) is not None)
+        except Exception:
+            log.exception("loop: cycle %s: the watch's tick failed; read again on the next tick", cycle.pk)
+    return settled
+
+
+# --- Settle --------------------------------------------------------------------------------
+
+
+def _announce(cycle: Cycle) -> None:
+    if cycle.status in (Cycle.Status.REGRESSED, Cycle.Status.UNVALIDATED, Cycle.Status.VALIDATED):
+        autonomy.announce_if_crossed(cycle)
+
+
+#: What happens after a settle commits, in this order: people hear, the breaker speaks, the idea's author hears back.
+AFTER_SETTLE: tuple[Callable[[Cycle], Any], ...] = (settling.notify, _announce, ideas.hear_back)
+
+
+def settle(
+    cycle: Cycle,
+    status: str,
+    *,
+    reason: str = "",
+    watch_verdict: dict[str, Any] | None = None,
+    now: datetime | None = None,
+    lesson: bool = True,
+) -> Cycle:
+    """End ``cycle`` at ``status`` (validated, regressed, unvalidated, skipped, failed) and return it.
+
+    In order: the terminal; the revert when one is due (a regressed change,
+    or an unproven one under ``watch.onInconclusive: revert``) — the cycle
+    then keeps the entity's claim while the revert is followed (phase
+    "reverting"), every other settle releases it; the applied rounds closed;
+    the lesson (``lesson=False`` for the kill switch and a broken unattended
+    round); then ``AFTER_SETTLE``. A second settle of a settled cycle does nothing.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        fresh, settled = settling.write_terminal(cycle, status, reason=reason, watch_verdict=watch_verdict, now=now)
+        if not settled:
+            return fresh
+        why = revert.due(fresh)
+        reverting = why is not None and revert.open_for(fresh, now)
+        if reverting:
+            if why == revert.BY_POLICY:
+                settling.mark_reverted_by_policy(fresh)
+            cycles.advance(fresh, Cycle.Phase.REVERTING, now=now, **revert.first_poll(now))
+        settling.close(fresh, reverting=reverting, now=now)
+        if lesson:
+            settling.write_lesson(fresh)
+    for effect in AFTER_SETTLE:
+        effect(fresh)
+    cycle.__dict__.update({k: v for k, v in fresh.__dict__.items() if not k.startswith("_")})
+    return fresh
+
+
+# --- The clock ------------------------------------------------------------------------------
+
+
+def sweep_lost(*, now: datetime | None = None, after: timedelta = timedelta(minutes=30)) -> int:
+    """Fail rounds whose analysis was claimed by a worker that died (claimed longer than ``after`` ago)."""
+    now = now or timezone.now()
+    lost = 0
+    for rnd in Round.objects.select_related("cycle", "cycle__entity").filter(
+        status=Round.Status.ANALYSING, cycle__status="", cycle__moved_at__lt=now - after
+    ):
+        if (rnd.brief or {}).get("_claimed"):
+            fail(rnd, "the analysis was lost: its worker stopped before answering", now=now)
+            lost += 1
+        else:
+            enqueue("analyse", rnd.pk)
+    return lost
+
+
+def tick(now: datetime | None = None) -> dict[str, int]:
+    """The loop's clock: poll pull requests that are due, read every watch, recover lost rounds."""
+    return {"polled": poll_due(now), "watches": watch_tick(now), "lost": sweep_lost(now=now)}

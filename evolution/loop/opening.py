@@ -1,0 +1,237 @@
+"""Opening: the one door every producer uses — the gates, the claim, the ceilings and the judge pin (seed 003).
+
+``open_cycle`` refuses loudly: a refusal is a skipped cycle row carrying the
+reason (consecutive refusals of one kind are folded into one row, see
+docs/decisions.md), and costs no cooldown and no daily slot. An opened cycle
+holds the entity's live claim (``Cycle.claim``, unique in the database) so
+racing producers on any number of workers make one live cycle; its first
+round waits for the analysis, which the machine starts after commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from evolution.core.cycles import (
+    EXEMPT_ORIGINS,
+    UNREAD,
+    Opened,
+    ceiling_refusal,
+    live_refusal,
+    loop_terms,
+    terms_of,
+)
+from evolution.loop.pipelines import refusal as proposer_refusal
+from evolution.models import Cycle, Round
+from evolution.presets.resolve import request_window
+from evolution.steering.ideas import next_idea, unsettled_refusal
+from evolution.steering.supervision import hold_refusal
+from grading.models import Entity, Execution, Grade
+
+log = logging.getLogger(__name__)
+
+
+def refusal(entity: Entity, *, origin: str, now: datetime, holder: Cycle | None = UNREAD) -> str | None:
+    """Why the entity cannot open a cycle from ``origin`` now, or None when it can (``holder``: see live_refusal)."""
+    if not entity.present or entity.load_error:
+        return f"{entity} does not load: {entity.load_error or 'it is gone from the brain'}"
+    if not entity.loop_enabled:
+        return f"the loop is off for {entity}"
+    if not entity.evaluation_enabled:
+        return f"grading is off for {entity}: the loop reads graded runs only"
+    live = live_refusal(entity, holder=holder)
+    if live:
+        return live
+    held = hold_refusal(entity)
+    if held:
+        return held
+    if (loop_terms(entity).get("proposer") or {}).get("pipeline"):
+        proposer = proposer_refusal(entity)
+        if proposer:
+            return proposer
+    if origin not in EXEMPT_ORIGINS:
+        return ceiling_refusal(entity, now=now)
+    return None
+
+
+def _kind_of(reason: str) -> str:
+    return reason.split(":", 1)[0].split(" (", 1)[0][:40]
+
+
+#: Fold a refusal into the entity's newest cycle when that is a refusal of the same kind (one statement).
+FOLD_REFUSAL = """
+UPDATE evolution_cycle SET reason = %s, refusals = refusals + 1, completed_at = %s, moved_at = %s
+WHERE id = (SELECT id FROM evolution_cycle WHERE entity_id = %s ORDER BY started_at DESC, id DESC LIMIT 1)
+  AND analysed = %s AND status = %s AND reason LIKE %s ESCAPE '!'
+"""
+
+
+def _fold_refusal(entity: Entity, reason: str, now: datetime) -> bool:
+    """Fold ``reason`` into the entity's newest refusal row of the same kind; return whether one was there."""
+    from django.db import connection
+
+    kind = _kind_of(reason).replace("!", "!!").replace("%", "!%").replace("_", "!_")
+    moment = connection.ops.adapt_datetimefield_value(now)
+    with connection.cursor() as cursor:
+        cursor.execute(FOLD_REFUSAL, [reason, moment, moment, entity.pk, False, Cycle.Status.SKIPPED.value, f"{kind}%"])
+        return cursor.rowcount > 0
+
+
+def record_refusal(
+    entity: Entity, *, origin: str, reason: str, now: datetime, anchor: Execution | None = None
+) -> Cycle | None:
+    """Record a refused analysis as a skipped cycle; a run of refusals of one kind is folded into one row.
+
+    Folding is one conditional UPDATE of the entity's newest cycle (when it is a refusal of the same kind):
+    it returns None then; a new refusal row is returned.
+    """
+    if _fold_refusal(entity, reason, now):
+        return None
+    return Cycle.objects.create(
+        entity=entity,
+        key=f"{cycle_key(entity, origin, anchor, now)}:refused",
+        origin=origin,
+        phase=Cycle.Phase.SETTLED,
+        status=Cycle.Status.SKIPPED,
+        reason=reason,
+        analysed=False,
+        refusals=1,
+        anchor=anchor,
+        window={},
+        started_at=now,
+        completed_at=now,
+        moved_at=now,
+    )
+
+
+def cycle_key(entity: Entity, origin: str, anchor: Execution | None, now: datetime, *, idea: Any = None) -> str:
+    """``<kind>:<id>:<origin>:<anchor run or instant>`` — one grade delivered twice opens one cycle.
+
+    An idea's cycle is keyed ``<kind>:<id>:idea:<idea id>:<instant>``: an ask that stepped aside does not use
+    the idea up, and only one cycle can take it (the take is conditional on the idea still being queued).
+    """
+    if idea is not None:
+        return f"{entity.target_kind}:{entity.slug}:idea:{idea.pk}:{now.isoformat()}"
+    mark = str(anchor.pk) if anchor is not None else now.isoformat()
+    return f"{entity.target_kind}:{entity.slug}:{origin}:{mark}"
+
+
+def pinned_judge(entity: Entity, anchor: Execution | None) -> dict[str, Any]:
+    """The judge the cycle pins: the anchor's grade's, else the entity's newest graded run's."""
+    grades = Grade.objects.filter(entity=entity, status=Grade.Status.GRADED)
+    if anchor is not None:
+        grade = grades.filter(execution_id=anchor.pk).only("judge").first()
+        if grade is not None:
+            return grade.judge or {}
+    newest = grades.order_by("-graded_at").only("judge").first()
+    return (newest.judge or {}) if newest is not None else {}
+
+
+def open_cycle(
+    entity: Entity,
+    *,
+    origin: str,
+    anchor: Execution | None = None,
+    window: dict[str, Any] | None = None,
+    requested_by: Any | None = None,
+    idea: Any | None = None,
+    now: datetime | None = None,
+    known: dict[str, Any] | None = None,
+) -> Opened:
+    """Open a cycle for ``entity`` and start its first analysis, or record why not.
+
+    Returns Opened(cycle, True, "opened", its first round) for a new cycle (the machine starts its analysis); the cycle already
+    opened under the same key (a grade delivered twice) with opened False;
+    or the refusal and its reason (with the refusal row when a new one was
+    written, None when it was folded into the previous one).
+
+    ``known`` carries what a batch caller already read for the entity:
+    ``holder`` (the cycle holding its claim, or None) and ``idea_checked``
+    (no queued idea), so one landing costs no second read of them.
+    """
+    now = now or timezone.now()
+    known = known or {}
+    if idea is None and origin != Cycle.Origin.IDEA and not known.get("idea_checked"):
+        # Whoever opens the next cycle opens it on the oldest queued idea.
+        idea = next_idea(entity)
+    if idea is not None:
+        origin = Cycle.Origin.IDEA
+    key = cycle_key(entity, origin, anchor, now, idea=idea)
+    if "holder" in known:
+        # A batch read the claim's holder; a grade delivered twice meets its own cycle there (or the unique key).
+        holder = known["holder"]
+        if holder is not None and holder.key == key:
+            return Opened(holder, False, f"cycle {holder.pk} was already opened on this")
+    else:
+        # The cycle already opened on this key and the one holding the entity's claim: one read for both.
+        seen = list(Cycle.objects.filter(Q(key=key) | Q(claim=entity.pk)))
+        existing = next((c for c in seen if c.key == key), None)
+        if existing is not None:
+            return Opened(existing, False, f"cycle {existing.pk} was already opened on this")
+        holder = next((c for c in seen if c.claim == entity.pk), None)
+    if idea is not None:
+        # Ideas run strictly one after another: an idea waits even on a proposal whose card holds no claim,
+        # and its waiting is the queue's own state, not a refused analysis (no row).
+        waiting = unsettled_refusal(entity)
+        if waiting:
+            log.info("loop: %s: idea %s waits: %s", entity, idea.pk, waiting)
+            return Opened(None, False, waiting)
+    why = refusal(entity, origin=origin, now=now, holder=holder)
+    if why:
+        log.info("loop: %s: no cycle (%s): %s", entity, origin, why)
+        return Opened(record_refusal(entity, origin=origin, reason=why, now=now, anchor=anchor), False, why)
+    if window is None:
+        window = request_window(entity, now=now)
+    try:
+        with transaction.atomic():
+            cycle = Cycle.objects.create(
+                entity=entity,
+                key=key,
+                claim=entity.pk,
+                origin=origin,
+                phase=Cycle.Phase.ANALYSING,
+                analysed=True,
+                anchor=anchor,
+                window=window,
+                judge=pinned_judge(entity, anchor),
+                terms=terms_of(entity),
+                requested_by=requested_by if getattr(requested_by, "pk", None) else None,
+                idea=idea,
+                started_at=now,
+                moved_at=now,
+            )
+            first = Round.objects.create(cycle=cycle, number=1, status=Round.Status.ANALYSING, created_at=now)
+            if idea is not None and not _take_idea(idea, cycle):
+                raise IntegrityError(f"idea {idea.pk} was taken by another cycle")
+    except IntegrityError:
+        # A rival producer took the key or the entity's claim between our read and our insert.
+        rival = Cycle.objects.filter(key=key).first()
+        if rival is not None:
+            return Opened(rival, False, f"cycle {rival.pk} was already opened on this")
+        if idea is not None:
+            from evolution.models import Idea
+
+            state = Idea.objects.filter(pk=idea.pk).values_list("status", flat=True).first()
+            if state == Idea.Status.WITHDRAWN:
+                return Opened(None, False, "the idea was withdrawn before its cycle started")
+            if state == Idea.Status.TAKEN:
+                return Opened(None, False, "another cycle took the idea first")
+        why = live_refusal(entity) or "another cycle took the entity first"
+        return Opened(record_refusal(entity, origin=origin, reason=why, now=now, anchor=anchor), False, why)
+    log.info("loop: %s: cycle %s opened (%s)", entity, cycle.pk, origin)
+    return Opened(cycle, True, "opened", first)
+
+
+def _take_idea(idea: Any, cycle: Cycle) -> bool:
+    """Give ``idea`` to ``cycle`` if it is still queued; False when another cycle took it first."""
+    from evolution.models import Idea
+
+    return bool(
+        Idea.objects.filter(pk=idea.pk, status=Idea.Status.QUEUED).update(status=Idea.Status.TAKEN, cycle=cycle)
+    )

@@ -1,0 +1,419 @@
+"""The author of a round's change: the entity's proposer pipeline, or the engine's proposer agent.
+
+``propose(cycle, round, brief)`` asks whoever ``loop.proposer.pipeline``
+names (read live, with the round's other terms):
+
+- a pipeline id — the file stem of a ``*.pipeline.py`` a pipeline scenario
+  of the brain serves — is imported at that scenario's commit and called
+  ``run(ctx, brief.data)`` as a loop-launched run of its own (an execution
+  the loop launched: never graded, in no window); what it spends is its own;
+- ``null`` — the proposer agent: one chat completion under
+  ``loop.proposer.modelRef`` (else the proposer role's model, else the
+  engine's), JSON asked for, priced exactly like every completion.
+
+The answer is ``{summary, hypothesis, files: [{path, content}], citedLessons}``
+with whole new file contents (``content`` null deletes), each path once and
+plain brain-root-relative. Anything else fails the round (``ProposalFailed``,
+naming what was wrong); a pipeline answering None means nothing to propose.
+The agent declines with an empty ``files`` list and its reason in the summary.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import yaml
+from django.conf import settings
+
+from evolution.core import cycles
+from evolution.loop.pipelines import pipeline_id, refusal_sentence, served_pipeline
+from evolution.loop.steps import Brief, Settle
+from evolution.models import Cycle, Round
+from grading.models import Entity, Execution
+from singularity.brain.git import GitError
+from singularity.errors import SingularityError
+
+log = logging.getLogger(__name__)
+
+ROLE_PATH = "constitution/Agents/system/loop/role-proposer.md"
+BUNDLED_ROLE = Path(__file__).resolve().parent.parent / "prompts" / "role-proposer.md"
+ANSWER_KEYS = ("summary", "hypothesis", "files", "citedLessons")
+GLOB_CHARS = set("*?[]")
+_FENCED = re.compile(r"^```(?:json)?\s*\n(.*)\n```\s*$", re.DOTALL)
+
+
+class ProposalFailed(SingularityError):
+    """The proposer's answer is broken (or the proposer could not be asked); the message says what and where.
+
+    ``cost_usd`` is what the attempt spent all the same (the agent's call was paid for).
+    """
+
+    exit_code = 5
+
+    def __init__(self, message: str, *, author: str = "", cost_usd: Decimal = Decimal(0)) -> None:
+        super().__init__(message)
+        self.author = author
+        self.cost_usd = cost_usd
+
+
+@dataclass
+class Proposal:
+    """A change proposed for the round: whole new files, the lessons it stands on, who wrote it and what it cost."""
+
+    summary: str
+    hypothesis: str
+    files: list[dict[str, Any]]
+    cited_lessons: list[int] = field(default_factory=list)
+    author: str = ""
+    cost_usd: Decimal = Decimal(0)
+
+    @property
+    def declined(self) -> bool:
+        """True for the agent's decline: no files, the reason in the summary."""
+        return not self.files
+
+
+# --- Reading an answer ----------------------------------------------------------------------
+
+
+def path_problem(path: Any) -> str | None:
+    """Return why ``path`` is not a plain brain-root-relative file path, or None when it is."""
+    if not isinstance(path, str) or not path.strip():
+        return "is not a file path"
+    if path != path.strip():
+        return "has spaces around it"
+    if path.startswith("/") or re.match(r"^[A-Za-z]:", path):
+        return "is absolute; paths are relative to the brain's root"
+    if "\\" in path or "\0" in path:
+        return "holds a backslash or a NUL; paths use / between folders"
+    if GLOB_CHARS & set(path):
+        return "is a glob; name each file"
+    parts = path.split("/")
+    if ".." in parts:
+        return 'climbs out with ".."'
+    if any(part in ("", ".") for part in parts):
+        return "has an empty or '.' segment; write the plain path"
+    return None
+
+
+def validate_answer(answer: Any, *, who: str, allow_decline: bool) -> tuple[str, str, list[dict[str, Any]], list[int]]:
+    """Return (summary, hypothesis, files, cited lesson ids) of a proposer's answer; ProposalFailed naming the fault.
+
+    ``allow_decline`` lets ``files`` be empty (the agent's decline); a pipeline
+    must name at least one file (it declines by answering None).
+    """
+    if not isinstance(answer, dict):
+        raise ProposalFailed(
+            f"{who}: answered {type(answer).__name__}, not an object {{summary, hypothesis, files, citedLessons}}"
+        )
+    unknown = sorted(set(answer) - set(ANSWER_KEYS))
+    if unknown:
+        raise ProposalFailed(f"{who}: unknown key {unknown[0]!r}; an answer is {{{', '.join(ANSWER_KEYS)}}}")
+    summary, hypothesis, files = answer.get("summary"), answer.get("hypothesis"), answer.get("files")
+    if not isinstance(summary, str) or not summary.strip():
+        raise ProposalFailed(f"{who}: summary: required text (the card's headline)")
+    if not isinstance(hypothesis, str):
+        raise ProposalFailed(f"{who}: hypothesis: required text (what the lesson records)")
+    if not isinstance(files, list):
+        raise ProposalFailed(f"{who}: files: expected a list of {{path, content}}, not {type(files).__name__}")
+    if not files and not allow_decline:
+        raise ProposalFailed(f"{who}: files: at least one {{path, content}} (answer None to propose nothing)")
+    if files and not hypothesis.strip():
+        raise ProposalFailed(f"{who}: hypothesis: required text (what the lesson records)")
+    return summary.strip(), hypothesis.strip(), _files(files, who), _cited(answer.get("citedLessons"), who)
+
+
+def _files(files: list[Any], who: str) -> list[dict[str, Any]]:
+    seen: set[str] = set()
+    out: list[dict[str, Any]] = []
+    for index, item in enumerate(files):
+        where = f"{who}: files[{index}]"
+        if not isinstance(item, dict) or set(item) - {"path", "content"} or "path" not in item or "content" not in item:
+            raise ProposalFailed(f"{where}: expected {{path, content}} (content null deletes the file)")
+        path, content = item["path"], item["content"]
+        problem = path_problem(path)
+        if problem:
+            raise ProposalFailed(f"{where}.path {path!r} {problem}")
+        if path in seen:
+            raise ProposalFailed(f"{where}.path {path!r} appears twice; each path once")
+        if content is not None and not isinstance(content, str):
+            raise ProposalFailed(f"{where}.content for {path}: the whole new text, or null to delete it")
+        seen.add(path)
+        out.append({"path": path, "content": content})
+    return out
+
+
+def _cited(value: Any, who: str) -> list[int]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise ProposalFailed(f"{who}: citedLessons: expected a list of lesson ids (integers), not {value!r}")
+    ids: list[int] = []
+    for lesson_id in value:
+        if lesson_id not in ids:
+            ids.append(lesson_id)
+    return ids
+
+
+# --- The pipeline ------------------------------------------------------------------------------
+
+
+def _pipeline_answer(pipeline: Entity, brief: Brief, who: str, checkout: Any | None) -> Any:
+    """Run the pipeline once as a loop-launched run of its own and return what ``run`` answered."""
+    from grading.executions import finish_execution, start_execution
+    from grading.runners.context import PipelineContext, RunRecorder, _Resources
+    from grading.runners.pipeline import default_checkout, error_summary, params_of
+    from singularity.brain.modules import BrainModuleError, load_at
+
+    try:
+        module = load_at(checkout or default_checkout(), pipeline.commit, pipeline.pipeline_path).module
+    except (BrainModuleError, GitError) as exc:
+        raise ProposalFailed(f"{who}: {exc}", author=who) from exc
+    run = getattr(module, "run", None)
+    if not callable(run):
+        raise ProposalFailed(f"{who}: {pipeline.pipeline_path} has no module-level run(ctx, brief)", author=who)
+    execution = start_execution(pipeline, input=brief.data, source=Execution.Source.LOOP, loop_launched=True)
+    resources = _Resources()
+    recorder = RunRecorder(execution, resources)
+    ctx = PipelineContext(recorder, entity=pipeline.slug, params=params_of(pipeline))
+    status, output, error = Execution.Status.SUCCEEDED, None, ""
+    try:
+        answer = run(ctx, copy.deepcopy(brief.data))
+        output = _json_copy(answer)
+    except _NotJSON as exc:
+        status, error = Execution.Status.FAILED, f"run() answered something that is not JSON: {exc}"
+    except Exception as exc:  # noqa: BLE001 - the brain's code failing is the round failing, recorded on its run
+        status, error = Execution.Status.FAILED, error_summary(exc)
+    finally:
+        resources.close()
+    finish_execution(
+        execution,
+        status=status,
+        output=output,
+        error=error,
+        cost_usd=recorder.cost,
+        tool_failures=recorder.tool_failures,
+        trace=recorder.trace,
+    )
+    if error:
+        raise ProposalFailed(f"{who}: {error} (run {execution.pk})", author=who)
+    return output
+
+
+class _NotJSON(Exception):
+    pass
+
+
+def _json_copy(value: Any) -> Any:
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError) as exc:
+        raise _NotJSON(str(exc)) from exc
+
+
+def propose_by_pipeline(entity: Entity, brief: Brief, *, checkout: Any | None = None) -> Proposal | None:
+    """Ask the entity's proposer pipeline; None when it answers None. ProposalFailed for any other failure.
+
+    The pipeline's spend is its own (on its run), never the loop's: the proposal costs 0 here.
+    """
+    pipeline = pipeline_id(entity)
+    assert pipeline is not None
+    who = f"pipeline:{pipeline}"
+    served = served_pipeline(pipeline)
+    if served is None:
+        raise ProposalFailed(refusal_sentence(pipeline), author=who)
+    answer = _pipeline_answer(served, brief, who, checkout)
+    if answer is None:
+        return None
+    summary, hypothesis, files, cited = validate_answer(answer, who=who, allow_decline=False)
+    return Proposal(summary, hypothesis, files, cited, author=who, cost_usd=Decimal(0))
+
+
+# --- The agent -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProposerRole:
+    path: str
+    body: str
+    model: str
+
+
+def resolve_role(entity: Entity, *, checkout: Any | None = None) -> ProposerRole:
+    """Return the proposer role: the brain's copy at the entity's commit (replacing the engine's whole), else the engine's."""
+    from grading.judge import split_frontmatter
+
+    data: bytes | None = None
+    path = f"engine:{BUNDLED_ROLE.name}"
+    if entity.commit:
+        try:
+            repo = checkout
+            if repo is None:
+                from grading.sync import current_checkout
+
+                repo = current_checkout()
+            data = repo.read_at(entity.commit, ROLE_PATH)
+            path = ROLE_PATH
+        except GitError:
+            data = None
+    if data is None:
+        data = BUNDLED_ROLE.read_bytes()
+    try:
+        frontmatter, body = split_frontmatter(data.decode("utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ProposalFailed(f"proposer role {path}: does not read: {exc}") from exc
+    model = frontmatter.get("model") if isinstance(frontmatter.get("model"), str) else ""
+    return ProposerRole(path=path, body=body.strip(), model=model or "")
+
+
+def model_for(entity: Entity, role: ProposerRole) -> str:
+    """Return the proposer agent's model: ``loop.proposer.modelRef``, else the role's model, else the engine's."""
+    proposer = ((entity.terms or {}).get("loop") or {}).get("proposer") or {}
+    return str(proposer.get("modelRef") or role.model or settings.BRAMA_MODEL)
+
+
+def parse_json(content: str | None, who: str, cost: Decimal) -> Any:
+    """Return the agent's answer as JSON data; ProposalFailed (with what the call cost) when it is not JSON."""
+    text = (content or "").strip()
+    fenced = _FENCED.match(text)
+    if fenced:
+        text = fenced.group(1).strip()
+    if not text:
+        raise ProposalFailed(f"{who}: answered nothing", author=who, cost_usd=cost)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProposalFailed(
+            f"{who}: the answer is not JSON ({exc.msg} at line {exc.lineno})", author=who, cost_usd=cost
+        ) from exc
+
+
+def propose_by_agent(entity: Entity, brief: Brief, *, gateway: Any = None, checkout: Any | None = None) -> Proposal:
+    """Ask the proposer agent once and return its proposal (an empty ``files`` is its decline); ProposalFailed otherwise."""
+    from singularity.gateway import GatewayError, get_gateway
+    from singularity.money import debit_for
+
+    role = resolve_role(entity, checkout=checkout)
+    model = model_for(entity, role)
+    who = f"agent:{model}"
+    messages = [{"role": "system", "content": role.body}, {"role": "user", "content": brief.prompt}]
+    own = gateway is None
+    client = gateway or get_gateway()
+    try:
+        completion = client.complete(model=model, messages=messages, tools=[], response_format={"type": "json_object"})
+    except GatewayError as exc:
+        raise ProposalFailed(f"{who}: the gateway failed: {exc}", author=who) from exc
+    finally:
+        if own:
+            client.close()
+    cost = debit_for(
+        prompt_tokens=completion.usage.prompt_tokens,
+        completion_tokens=completion.usage.completion_tokens,
+        elapsed_ns=completion.elapsed_ns,
+        input_price_per_million=settings.BRAMA_INPUT_PRICE_USD_PER_MILLION,
+        output_price_per_million=settings.BRAMA_OUTPUT_PRICE_USD_PER_MILLION,
+        instance_usd_per_hour=settings.SINGULARITY_INSTANCE_USD_PER_HOUR,
+    ).total
+    answer = parse_json(completion.content, who, cost)
+    try:
+        summary, hypothesis, files, cited = validate_answer(answer, who=who, allow_decline=True)
+    except ProposalFailed as exc:
+        raise ProposalFailed(str(exc), author=who, cost_usd=cost) from None
+    return Proposal(summary, hypothesis, files, cited, author=who, cost_usd=cost)
+
+
+# --- The entry point ------------------------------------------------------------------------------------
+
+
+def propose(
+    cycle: Cycle, round: Round, brief: Brief, *, gateway: Any = None, checkout: Any | None = None
+) -> Proposal | None:
+    """Return the round's proposal from whoever the entity names now; None when a pipeline has nothing to propose.
+
+    Raises ProposalFailed naming what was wrong: a pipeline the brain no
+    longer serves, a throw, a broken answer, a gateway failure.
+    """
+    entity = cycle.entity
+    if pipeline_id(entity) is not None:
+        proposal = propose_by_pipeline(entity, brief, checkout=checkout)
+    else:
+        proposal = propose_by_agent(entity, brief, gateway=gateway, checkout=checkout)
+    log.info(
+        "loop: cycle %s r%s: %s %s",
+        cycle.pk,
+        round.number,
+        proposal.author if proposal else "the pipeline",
+        f"proposed {len(proposal.files)} file(s)" if proposal else "had nothing to propose",
+    )
+    return proposal
+
+
+# --- The round's analysis ------------------------------------------------------------------
+
+
+def claim(round_id: int, now: datetime) -> Round | None:
+    """Take round ``round_id`` for this worker's analysis; None when it is not waiting for one (or its cycle ended).
+
+    The claim is a conditional UPDATE: one worker analyses a round, however often its task is delivered.
+    """
+    claimed = Round.objects.filter(pk=round_id, status=Round.Status.ANALYSING, brief={}).update(
+        brief={"_claimed": now.isoformat()}
+    )
+    if not claimed:
+        return None
+    rnd = Round.objects.select_related("cycle", "cycle__entity").get(pk=round_id)
+    return None if rnd.cycle.status else rnd
+
+
+def budget_refusal(cycle: Cycle) -> str | None:
+    """The sentence when the run's budget.maxUsdPerRun is spent (priced by subtraction), else None."""
+    ceiling = (cycles.loop_terms(cycle.entity).get("budget") or {}).get("maxUsdPerRun")
+    if ceiling is None:
+        return None
+    ceiling = Decimal(str(ceiling))
+    if cycle.spent_usd >= ceiling:
+        return f"budget: spent ${cycle.spent_usd:.2f} of ${ceiling:.2f} (budget.maxUsdPerRun)"
+    return None
+
+
+def switched_off(rnd: Round) -> Settle | None:
+    """The kill switch: a call about the loop, not a verdict on the round — no failed round, no card, no lesson."""
+    if rnd.cycle.entity.loop_enabled:
+        return None
+    rnd.status = Round.Status.SKIPPED
+    rnd.save(update_fields=["status"])
+    return Settle(Cycle.Status.SKIPPED, "the loop was switched off during the analysis", lesson=False)
+
+
+def record(rnd: Round, proposal: Proposal | None, documents: dict[str, Any], now: datetime) -> Settle | None:
+    """Write the proposer's answer on its round (proposed); Settle skipped when it had nothing to propose."""
+    cycle = rnd.cycle
+    rnd.brief = documents
+    if proposal is None:
+        rnd.status = Round.Status.SKIPPED
+        rnd.rejection = Round.Rejection.PROPOSER
+        rnd.decided_by = cycle.actor
+        rnd.save(update_fields=["brief", "status", "rejection", "decided_by"])
+        return Settle(Cycle.Status.SKIPPED, "the proposer had nothing to propose")
+    cycles.add_spend(cycle, proposal.cost_usd)
+    rnd.summary = proposal.summary
+    rnd.hypothesis = proposal.hypothesis
+    rnd.files = proposal.files
+    rnd.cited_lessons = proposal.cited_lessons
+    rnd.author = proposal.author
+    rnd.cost_usd = proposal.cost_usd
+    rnd.status = Round.Status.PROPOSED
+    rnd.proposed_at = now
+    rnd.save()
+    if cycle.proposed_at is None:
+        Cycle.objects.filter(pk=cycle.pk).update(proposed_at=now)
+        cycle.proposed_at = now
+    return None

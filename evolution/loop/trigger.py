@@ -1,0 +1,236 @@
+"""What opens a cycle: a landing grade, a look on the cadence, "Analyze now" (seed 003, "trigger").
+
+A landing grade asks the preset's (or the entity's) ``window()`` then
+``should_open()`` — three tiers, resolved in ``evolution.presets.resolve``;
+``loop.enabled`` is settled before either is asked. The hourly sweep
+delivers queued ideas (``evolution.loop.intake``) and looks at every entity
+whose ``trigger.every`` came round: the window a look reads is the preset's
+(under repair the last windowRuns graded runs through the moment of the
+look), then the trigger rule over the runs that window names, newest first.
+A look that opens nothing costs nothing: no cycle row, no proposer — its only
+trace is the reason in the log. Every opening goes through the machine.
+
+The decision for one landing grade costs a fixed number of queries whatever
+the entity's history: a healthy grade none beyond the batch read, a bad one
+the window read plus what opening needs.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+
+from evolution.core import cycles
+from evolution.loop import intake, machine, opening
+from evolution.models import Cycle
+from evolution.presets.base import RuleError, outcomes, trigger_terms
+from evolution.presets.repair import repair_window, windows_for
+from evolution.presets.resolve import (
+    ask_should_open,
+    ask_window,
+    module_function,
+    preset_counts,
+    project_rule,
+    request_window,
+)
+from evolution.steering.cadence import drop_stale, due, record_window
+from grading.metrics import is_bad
+from grading.models import Entity, Grade
+
+log = logging.getLogger(__name__)
+
+__all__ = ["RuleError", "analyze_now", "decide", "look", "on_landed", "sweep"]
+
+
+def decide(
+    entity: Entity, grade: Grade, *, now: datetime, idea_queued: bool = False, runs: list[Grade] | None = None
+) -> tuple[dict[str, Any] | None, str]:
+    """Ask whether ``grade`` opens a cycle; return (the window to open on, or None, and the reason)."""
+    terms = cycles.terms_of(entity)
+    loop = terms.get("loop") or {}
+    if not entity.loop_enabled or not loop.get("enabled", entity.loop_enabled):
+        return None, "the loop is off"
+    if (loop.get("preset") or "repair") != "repair":
+        return None, f"preset {loop.get('preset')} opens on its cadence, not on a bad run"
+    if idea_queued:
+        # A queued idea outranks the rule (never the gates): should_open is not asked.
+        window = repair_window(entity, terms, anchor=grade, now=now)
+        window.pop("_grades")
+        return window, "an idea is queued"
+    own_rule = entity.loop_module_path and module_function(entity, "should_open") is not None
+    own_window = entity.loop_module_path and module_function(entity, "window") is not None
+    if not own_rule and not own_window and not project_rule() and not is_bad(grade, terms):
+        return None, "the run that landed is not bad"
+    window = repair_window(entity, terms, anchor=grade, now=now, runs=runs)
+    grades = window.pop("_grades")
+    if own_window:
+        window, grades = ask_window(entity, terms, window, grades, anchor=grade, now=now)
+        if not window.get("ready", True):
+            return None, window.get("reason") or "the window is not ready"
+    if not grades:
+        return None, "the window names no graded run"
+    if not own_window and grades[0].execution_id != grade.execution_id:
+        return None, "the landed run is not the newest graded run of its window"
+    answer = ask_should_open(entity, outcomes(grades, terms), trigger_terms(loop))
+    window["reason"] = answer["reason"] or window["reason"]
+    return (window if answer["open"] else None), answer["reason"]
+
+
+def on_landed(grade_ids: list[Any], *, now: datetime | None = None) -> int:
+    """Hear grades that just settled: hand watched entities' to the watch, open cycles where the rule says.
+
+    Returns how many cycles opened.
+    """
+    now = now or timezone.now()
+    grades = list(
+        Grade.objects.filter(pk__in=grade_ids, status=Grade.Status.GRADED)
+        .select_related("execution")
+        .order_by("graded_at")
+    )
+    if not grades:
+        return 0
+    entity_ids = sorted({g.entity_id for g in grades})
+    entities = Entity.objects.in_bulk(entity_ids)
+    looped = {pk for pk, e in entities.items() if e.loop_enabled}
+    if not looped:
+        return 0
+    watched = cycles.watching(sorted(looped))
+    if watched:
+        machine.on_grades([g.pk for g in grades if g.entity_id in watched])
+    from evolution.models import Idea
+
+    queued = set(
+        Idea.objects.filter(entity_id__in=sorted(looped), status=Idea.Status.QUEUED, approved=True).values_list(
+            "entity_id", flat=True
+        )
+    )
+    considered = [
+        g for g in grades if g.entity_id in looped and g.entity_id not in watched and not g.execution.loop_launched
+    ]
+    for grade in considered:
+        grade.entity = entities[grade.entity_id]
+    # The windows of the bad landings the preset's count decides, and the claims' holders: one read each.
+    counted = [
+        g for g in considered if g.entity_id not in queued and preset_counts(g.entity) and is_bad(g, g.entity.terms)
+    ]
+    runs = windows_for(counted, entities, now=now)
+    holders = (
+        {c.claim: c for c in Cycle.objects.filter(claim__in=sorted({g.entity_id for g in counted}))} if counted else {}
+    )
+    opened = 0
+    for grade in considered:
+        entity = entities[grade.entity_id]
+        try:
+            window, reason = decide(entity, grade, now=now, idea_queued=entity.pk in queued, runs=runs.get(grade.pk))
+        except Exception as exc:  # noqa: BLE001 - the brain's rule failed: the grade stands, the next one asks again
+            log.warning("loop: %s: the trigger withheld run %s: %s", entity, grade.execution_id, exc)
+            continue
+        if window is None:
+            log.debug("loop: %s: run %s opens nothing: %s", entity, grade.execution_id, reason)
+            continue
+        known: dict[str, Any] = {}
+        if grade.pk in runs and entity.pk not in queued:
+            known = {"holder": holders.get(entity.pk), "idea_checked": True}
+        result = machine.open_cycle(
+            entity, origin=Cycle.Origin.GRADE, anchor=grade.execution, window=window, now=now, known=known
+        )
+        if result.opened:
+            holders[entity.pk] = result.cycle
+        opened += int(result.opened)
+    return opened
+
+
+def analyze_now(entity: Entity, *, user: Any | None = None, now: datetime | None = None) -> cycles.Opened:
+    """Open a cycle on request (the dashboard's Analyze now, the API, the command): exempt from the ceilings."""
+    now = now or timezone.now()
+    return machine.open_cycle(
+        entity, origin=Cycle.Origin.REQUEST, window=request_window(entity, now=now), requested_by=user, now=now
+    )
+
+
+# --- The cadence ------------------------------------------------------------
+
+
+def rule_answer(entity: Entity, window: dict[str, Any], *, now: datetime) -> dict[str, Any]:
+    """Ask the trigger rule about ``window`` (no anchor): {open, reason}; trigger.RuleError on a bad answer.
+
+    The rule reads the runs the window names as the engine re-reads them —
+    the entity's own graded runs, never a loop replay — newest first.
+    """
+    terms = cycles.terms_of(entity)
+    ids = [str(run_id) for run_id in window.get("runIds") or []]
+    grades = list(
+        Grade.objects.filter(
+            entity=entity, status=Grade.Status.GRADED, execution_id__in=ids, execution__loop_launched=False
+        ).order_by("-graded_at", "-execution_id")
+    )
+    for grade in grades:
+        grade.entity = entity
+    loop = terms.get("loop") or {}
+    return ask_should_open(entity, outcomes(grades, terms), trigger_terms(loop))
+
+
+def look(entity: Entity, *, now: datetime | None = None) -> bool:
+    """One scheduled look at ``entity``: return whether it opened a cycle (origin cadence).
+
+    loop.enabled is settled before the window is sampled; a window() or a
+    rule that fails withholds the look (logged; the record stays as it was).
+    A look that opens nothing — not ready, the rule says no, or a refusal —
+    writes no cycle row: its reason goes to the log only.
+    """
+    now = now or timezone.now()
+    loop = cycles.loop_terms(entity)
+    if not entity.loop_enabled or loop.get("enabled") is False:
+        log.info("loop: %s: the scheduled look opens nothing: the loop is off", entity)
+        return False
+    try:
+        window = request_window(entity, now=now)
+        record_window(entity, window, now)
+        if window.get("ready") is False:
+            reason = f"the window is not ready ({window.get('reason') or 'no reason given'})"
+        else:
+            answer = rule_answer(entity, window, now=now)
+            reason = "" if answer["open"] else (answer["reason"] or "the trigger rule says no")
+    except Exception as exc:  # noqa: BLE001 - the brain's window() or rule failed: the look is withheld, logged
+        log.warning("loop: %s: the scheduled look was withheld: %s", entity, exc)
+        return False
+    if reason:
+        log.info("loop: %s: the scheduled look opens nothing: %s", entity, reason)
+        return False
+    refused = opening.refusal(entity, origin=Cycle.Origin.CADENCE, now=now)
+    if refused:
+        log.info("loop: %s: the scheduled look opens nothing: refused: %s", entity, refused)
+        return False
+    result = machine.open_cycle(entity, origin=Cycle.Origin.CADENCE, window=window, now=now)
+    if not result.opened:
+        log.info("loop: %s: the scheduled look opens nothing: %s", entity, result.reason)
+    return result.opened
+
+
+def sweep(now: datetime | None = None) -> int:
+    """The hourly sweep: deliver queued ideas, drop stale waiting records, look at every entity whose cadence is due.
+
+    Returns how many cycles opened (ideas' and scheduled looks'). One
+    entity's failure is logged and the sweep goes on.
+    """
+    now = now or timezone.now()
+    opened = _deliver_ideas(now)
+    drop_stale(now)
+    for entity in due(now):
+        try:
+            opened += int(look(entity, now=now))
+        except Exception:  # noqa: BLE001 - one entity's broken look must not stop the others'
+            log.exception("loop: %s: the scheduled look failed", entity)
+    return opened
+
+
+def _deliver_ideas(now: datetime) -> int:
+    """Ask for the cycle of every entity with a queued idea; a failure must not stop the scheduled looks."""
+    try:
+        return int(intake.deliver_queued(now) or 0)
+    except Exception:  # noqa: BLE001 - the ideas' sweep failing must not stop the scheduled looks
+        log.exception("loop: the hourly sweep could not deliver queued ideas")
+        return 0

@@ -1,0 +1,168 @@
+"""The verdict: one comparator reads the watch's window against the window the cycle opened on (seed 003).
+
+"How a cycle is judged" and "Your own post-merge comparator". The nearest
+comparator answers (``evolution.presets.resolve.comparator``): the entity's
+``compare(before, after, terms)`` (or the project's ``LOOP_COMPARE``), else
+its ``should_open`` (or ``LOOP_SHOULD_OPEN``) asked at each grade of the
+window, else the preset's count (``evolution.presets.repair.count``). A
+comparator of the brain's that throws, will not load or answers a shape the
+engine cannot read raises ``ComparatorFault`` naming it; the machine settles
+the cycle unvalidated on it, with no verdict record. At the deadline a
+window that never got a verdict closes short (``closed_short``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from evolution.models import Cycle, as_json
+from evolution.presets.base import (
+    COMPARE,
+    SHOULD_OPEN,
+    UNIT,
+    VERDICTS,
+    Answer,
+    ComparatorFault,
+    Observed,
+    outcomes,
+    record,
+    trigger_terms,
+)
+from evolution.presets.repair import count
+from evolution.presets.resolve import comparator
+from grading.metrics import aggregate
+from grading.models import Grade
+from grading.pin import comparable
+
+__all__ = ["ComparatorFault", "answer", "closed_short", "comparator"]
+
+
+def ask_should_open(cycle: Cycle, seen: Observed, rule: Callable[..., Any]) -> Answer:
+    """Ask the brain's should_open at each grade of the window not asked yet; open at any → regressed."""
+    terms = cycle.entity.terms or {}
+    trigger = trigger_terms(terms.get("loop") or {})
+    trigger.update(windowRuns=seen.need, minFailures=seen.min_failures)
+    asked = int((cycle.watch_window or {}).get("asked") or 0)
+    runs = [str(g.execution_id) for g in seen.window]
+    if inspect.iscoroutinefunction(rule):
+        raise ComparatorFault("should_open must answer synchronously; it is declared async")
+    for upto in range(asked + 1, seen.have + 1):
+        window = outcomes(reversed(seen.window[:upto]), terms)  # newest first, as the trigger asks
+        try:
+            answer = rule(window=window, trigger=trigger)
+        except Exception as exc:  # noqa: BLE001 - the brain's rule: any failure settles unvalidated, named
+            raise ComparatorFault(f"should_open raised {type(exc).__name__}: {exc}") from exc
+        if isinstance(answer, bool) or not isinstance(answer, dict) or not isinstance(answer.get("open"), bool):
+            raise ComparatorFault(f"should_open must answer {{open, reason}}, not {answer!r}")
+        if answer["open"]:
+            tally = f"{upto} of {seen.need} {UNIT}"
+            reason = f"should_open answered open at {tally} since the merge: {answer.get('reason') or 'no reason'}"
+            answered = record("regressed", reason, tally, comparator=SHOULD_OPEN, n=upto)
+            return Answer("regressed", answered, reason, runs[:upto], asked=upto)
+    if not seen.full:
+        return Answer(None, run_ids=runs, asked=seen.have)
+    tally = f"{seen.have} of {seen.need} {UNIT}"
+    reason = f"should_open never opened over {tally} since the merge"
+    return Answer(
+        "validated",
+        record("validated", reason, tally, comparator=SHOULD_OPEN, n=seen.have),
+        reason,
+        runs,
+        asked=seen.have,
+    )
+
+
+def _vector(grades: list[Grade], period: Any) -> dict[str, Any]:
+    """Per-metric median of the grades' vectors, the window's own period metrics laid over it."""
+    ids = sorted({metric for grade in grades for metric in (grade.metrics or {})})
+    vector = {metric: aggregate((grade.metrics or {}).get(metric) for grade in grades) for metric in ids}
+    if isinstance(period, dict):
+        vector.update(period)
+    elif isinstance(period, list):
+        vector.update({item["id"]: item.get("value") for item in period if isinstance(item, dict) and "id" in item})
+    return {metric: value for metric, value in vector.items() if value is not None}
+
+
+def before_side(cycle: Cycle) -> dict[str, Any]:
+    """The window the cycle opened on, as compare reads it: {window, vector, outcomes} under the pinned judge."""
+    window = cycle.window or {}
+    ids = [str(run) for run in window.get("runIds") or []]
+    grades = [
+        grade
+        for grade in Grade.objects.filter(execution_id__in=ids, status=Grade.Status.GRADED)
+        .select_related("entity", "execution")
+        .order_by("execution__completed_at", "execution_id")
+        if comparable(cycle.judge, grade.judge)
+    ]
+    terms = cycle.entity.terms or {}
+    return {"window": window, "vector": _vector(grades, window.get("metrics")), "outcomes": outcomes(grades, terms)}
+
+
+def after_side(cycle: Cycle, seen: Observed, window: dict[str, Any]) -> dict[str, Any]:
+    """The window the watch sampled, as compare reads it (oldest first)."""
+    terms = cycle.entity.terms or {}
+    return {"window": window, "vector": _vector(seen.window, None), "outcomes": outcomes(seen.window, terms)}
+
+
+def _checked(result: Any) -> dict[str, Any] | None:
+    """Return compare's answer when it is null or a verdict record; ComparatorFault naming the shape otherwise."""
+    owed = "null or a verdict record {verdict, perMetric, perInput, reason}"
+    if result is None:
+        return None
+    if isinstance(result, bool):
+        raise ComparatorFault(f"compare returned a bare boolean ({result}); it owes {owed}")
+    if not isinstance(result, dict):
+        raise ComparatorFault(f"compare returned {type(result).__name__}; it owes {owed}")
+    if result.get("verdict") not in VERDICTS:
+        raise ComparatorFault(
+            f"compare returned verdict {result.get('verdict')!r}; it owes one of {', '.join(VERDICTS)}"
+        )
+    for key in ("perMetric", "perInput"):
+        if not isinstance(result.get(key), list):
+            raise ComparatorFault(f"compare's record has no {key} list; it owes {owed}")
+    if result["verdict"] != "validated" and not result.get("reason"):
+        raise ComparatorFault(f"compare answered {result['verdict']} with no reason; a negative verdict owes one")
+    return result
+
+
+def ask_compare(cycle: Cycle, seen: Observed, compare: Callable[..., Any], window: dict[str, Any]) -> Answer:
+    """Ask the brain's compare(before, after, terms): None is "not yet", a verdict record settles verbatim."""
+    runs = [str(g.execution_id) for g in seen.window]
+    if inspect.iscoroutinefunction(compare):
+        raise ComparatorFault("compare must answer synchronously; it is declared async")
+    try:
+        result = compare(before=before_side(cycle), after=after_side(cycle, seen, window), terms=cycle.entity.terms)
+    except Exception as exc:  # noqa: BLE001 - the brain's comparator: any failure settles unvalidated, named
+        raise ComparatorFault(f"compare raised {type(exc).__name__}: {exc}") from exc
+    checked = _checked(result)
+    if checked is None:
+        return Answer(None, run_ids=runs)
+    checked = as_json(checked)
+    return Answer(
+        checked["verdict"], checked, str(checked.get("reason") or f"compare answered {checked['verdict']}"), runs
+    )
+
+
+def answer(
+    cycle: Cycle, seen: Observed, which: str, function: Callable[..., Any] | None, window: dict[str, Any]
+) -> Answer:
+    """The comparator's answer over the watch's window (``window``: the record compare is shown as its after side)."""
+    if which == COMPARE:
+        assert function is not None
+        return ask_compare(cycle, seen, function, window)
+    if which == SHOULD_OPEN:
+        assert function is not None
+        return ask_should_open(cycle, seen, function)
+    return count(cycle, seen)
+
+
+def closed_short(cycle: Cycle, seen: Observed, which: str, answered: Answer) -> tuple[str, dict[str, Any]]:
+    """The reason and the record of a window the deadline closed without a verdict."""
+    tally = seen.tally(bad=answered.bad)
+    if which == COMPARE:
+        reason = f"the watch closed short: compare gave no verdict by the deadline ({tally})"
+    else:
+        reason = f"the watch closed short: {tally}"
+    return reason, record("unvalidated", reason, tally, comparator=which, n=seen.have, bad=answered.bad)

@@ -1,0 +1,277 @@
+"""The watch: after the merge, the entity's own next graded runs say whether the change held (seed 003).
+
+"How a cycle is judged" and "The watch — when the evidence never arrives".
+The watch opens at the merge (``open_watch``) with its deadline counted from
+it, and is asked again at every landed grade of the entity (``on_grades``)
+and on the loop's clock (``tick``). Each time it reads the observed span —
+every finished run of the entity that started since the merge and before the
+deadline, never a loop replay, never a run still waiting for a rating, for a
+chat role never an episode that ran under two role versions — and splits its
+grades into three baskets:
+
+- graded under the judge the cycle pinned (``grading.pin.comparable``): the
+  window is the first ``watch.windowRuns`` of them, in the order they were
+  graded (so a full window never changes);
+- ungraded: gradings that failed, and grades made under another judge (or
+  recording none) — they fill no slot and count toward judge health;
+- not graded at all (sampled out, still booked): in neither.
+
+Then one comparator answers, nearest first: the entity's ``compare(before,
+after, terms)`` (or the project's ``LOOP_COMPARE``), else its
+``should_open`` (or ``LOOP_SHOULD_OPEN``) asked at each grade of the window,
+else the engine's count by the trigger's own rule: ``watch.minFailures`` bad
+runs regress on the spot; a full window with fewer validates. A verdict is
+withheld while the judge is unhealthy (``judge_unhealthy``), and the cycle
+settles unvalidated on that instead. At the deadline a window that never got
+a verdict settles unvalidated ("the watch closed short: …"). A comparator of
+the brain's that throws, will not load or answers a shape the engine cannot
+read settles unvalidated naming it, with no verdict record.
+
+While the window is short and the deadline ahead, the entity's runs are
+graded whatever the sample (``exempt``) and under the pinned judge
+(``frozen_judge``).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import Q
+from django.utils import timezone
+
+from evolution.loop.steps import Move, Settle
+from evolution.models import Cycle
+from evolution.presets.base import UNIT, Answer, Observed
+from grading.cards import observed
+from grading.models import Entity, Execution, Grade
+from grading.pin import comparable
+
+log = logging.getLogger(__name__)
+
+#: The engine's default evaluation.judge.maxUngradedShare and watch.deadlineHours (DESIGN).
+DEFAULT_MAX_UNGRADED = Decimal("0.34")
+DEFAULT_DEADLINE_HOURS = 336
+
+
+# --- Terms --------------------------------------------------------------------------------
+
+
+def watch_terms(entity: Entity) -> dict[str, Any]:
+    """Return the entity's resolved ``loop.watch`` block (empty when it has none)."""
+    return dict(((entity.terms or {}).get("loop") or {}).get("watch") or {})
+
+
+def sizes(entity: Entity) -> tuple[int, int]:
+    """Return (windowRuns, minFailures) of the watch: the watch's own, else the trigger's (5 and 2 by default)."""
+    loop = (entity.terms or {}).get("loop") or {}
+    watch, trigger = loop.get("watch") or {}, loop.get("trigger") or {}
+    need = watch.get("windowRuns") or trigger.get("windowRuns") or 5
+    failures = watch.get("minFailures") or trigger.get("minFailures") or 2
+    return int(need), int(failures)
+
+
+def max_ungraded_share(entity: Entity) -> Decimal:
+    """Return ``evaluation.judge.maxUngradedShare`` (manifest only; 0.34 by default)."""
+    judge = ((entity.terms or {}).get("evaluation") or {}).get("judge") or {}
+    value = judge.get("maxUngradedShare")
+    return Decimal(str(value)) if value is not None else DEFAULT_MAX_UNGRADED
+
+
+def _need(cycle: Cycle) -> tuple[int, int]:
+    """Return the window size and minFailures the watch fixed when it opened (the terms' when it stored none)."""
+    stored = cycle.watch_window or {}
+    need, failures = sizes(cycle.entity)
+    return int((stored.get("progress") or {}).get("need") or need), int(stored.get("minFailures") or failures)
+
+
+# --- Opening ------------------------------------------------------------------------------
+
+
+def open_watch(cycle: Cycle, now: datetime) -> Settle | Move:
+    """Open the watch of a change merged at ``now``: Move to watching, or Settle at once under ``watch.mode: none``.
+
+    The deadline is ``watch.deadlineHours`` from ``now``, read once here; the
+    window size and minFailures are fixed here too. Under ``watch.mode:
+    none`` the change shipped unwatched, by design, with no verdict record.
+    """
+    watch = watch_terms(cycle.entity)
+    if watch.get("mode") == "none":
+        return Settle(Cycle.Status.UNVALIDATED, "watch.mode is none: the change shipped unwatched, by design")
+    need, failures = sizes(cycle.entity)
+    hours = watch.get("deadlineHours")
+    deadline = now + timedelta(hours=float(hours if hours is not None else DEFAULT_DEADLINE_HOURS))
+    window = {
+        "from": now.isoformat(),
+        "to": deadline.isoformat(),
+        "runIds": [],
+        "reason": f"0 of {need} {UNIT}",
+        "ready": False,
+        "progress": {"have": 0, "need": need, "unit": UNIT},
+        "minFailures": failures,
+        "bad": 0,
+        "ungraded": 0,
+    }
+    log.info("loop: cycle %s: watching %s until %s", cycle.pk, cycle.entity, deadline.isoformat())
+    return Move(
+        Cycle.Phase.WATCHING,
+        {
+            "watch_opened_at": now,
+            "watch_deadline": deadline,
+            "watch_window": window,
+            "watch_tally": window["reason"],
+            "next_poll_at": None,
+        },
+    )
+
+
+# --- What the watch observes -----------------------------------------------------------
+
+
+def span(cycle: Cycle, now: datetime) -> Any:
+    """Return the executions the watch observes: the entity's own finished runs started since the merge.
+
+    Never a loop replay, never a run started past the deadline, never one
+    still waiting on a rating card; for a chat role never an episode that ran
+    under two role versions.
+    """
+    runs = Execution.objects.filter(
+        entity_id=cycle.entity_id, loop_launched=False, started_at__gte=cycle.watch_opened_at
+    ).exclude(status=Execution.Status.RUNNING)
+    if cycle.watch_deadline is not None:
+        runs = runs.filter(started_at__lt=cycle.watch_deadline)
+    if cycle.entity.kind == Entity.Kind.ROLE:
+        runs = runs.exclude(episode__mixed_versions=True)
+    return observed(runs, now=now)
+
+
+def observe(cycle: Cycle, now: datetime) -> Observed:
+    """Read the observed span's grades into the three baskets (see the module docstring)."""
+    need, failures = _need(cycle)
+    grades = Grade.objects.filter(execution__in=span(cycle, now), status__in=[Grade.Status.GRADED, Grade.Status.FAILED])
+    if cycle.watch_deadline is not None:
+        grades = grades.filter(Q(graded_at__lt=cycle.watch_deadline) | Q(graded_at=None))
+    rows = grades.values_list("execution_id", "status", "judge", "graded_at", "execution__completed_at")
+    pinned, ungraded = [], 0
+    for execution_id, status, judge, graded_at, completed_at in rows:
+        if status == Grade.Status.GRADED and comparable(cycle.judge, judge):
+            pinned.append((graded_at, completed_at, str(execution_id), execution_id))
+        else:
+            ungraded += 1
+    pinned.sort(key=lambda row: row[:3])
+    first = [row[3] for row in pinned[:need]]
+    by_id = Grade.objects.select_related("entity", "execution").in_bulk(first)
+    window = [by_id[pk] for pk in first]
+    return Observed(window=window, graded=len(pinned), ungraded=ungraded, need=need, min_failures=failures)
+
+
+def judge_unhealthy(cycle: Cycle, seen: Observed, *, deciding: bool) -> str | None:
+    """Return the "judge unhealthy" reason when the ungraded share is above maxUngradedShare, else None.
+
+    The share is read once the span holds a window's worth of judged runs
+    (graded + ungraded ≥ windowRuns), when a verdict is about to be given
+    (``deciding``), or at the deadline (also ``deciding``) — never on the
+    first lone failure, which would be a fifth of an answer.
+    """
+    ceiling = max_ungraded_share(cycle.entity)
+    if not seen.judged or seen.share() <= ceiling:
+        return None
+    if not deciding and seen.judged < seen.need:
+        return None
+    share = seen.share().quantize(Decimal("0.01"))
+    return (
+        f"judge unhealthy: {seen.ungraded} of {seen.judged} runs of {cycle.entity} judged since the merge were not "
+        f"graded under the pinned judge ({share} is above evaluation.judge.maxUngradedShare {ceiling})"
+    )
+
+
+# --- The record of the window ------------------------------------------------------------
+
+
+def window_record(cycle: Cycle, seen: Observed, answer: Answer | None, which: str) -> dict[str, Any]:
+    """The watch_window to store: the runs the answer rests on, oldest first, and the progress in graded runs."""
+    runs = answer.run_ids if answer is not None else [str(g.execution_id) for g in seen.window]
+    bad = answer.bad if answer is not None else None
+    window = dict(cycle.watch_window or {})
+    window.update(
+        runIds=runs,
+        reason=seen.tally(bad=bad),
+        ready=seen.full,
+        progress={"have": seen.have, "need": seen.need, "unit": UNIT},
+        minFailures=seen.min_failures,
+        ungraded=seen.ungraded,
+        comparator=which,
+    )
+    if bad is not None:
+        window["bad"] = bad
+    if answer is not None and answer.asked is not None:
+        window["asked"] = answer.asked
+    return window
+
+
+def store(cycle: Cycle, window: dict[str, Any]) -> None:
+    if window != cycle.watch_window or window["reason"] != cycle.watch_tally:
+        Cycle.objects.filter(pk=cycle.pk).update(watch_window=window, watch_tally=window["reason"][:200])
+        cycle.watch_window, cycle.watch_tally = window, window["reason"][:200]
+
+
+# --- What grading asks the watch ---------------------------------------------------------
+
+
+def _short(cycle: Cycle, started_at: datetime | None, now: datetime) -> bool:
+    """Whether a run started at ``started_at`` is a challenger of this watch: after the merge, window short, in time."""
+    if cycle.watch_opened_at is None or started_at is None or started_at < cycle.watch_opened_at:
+        return False
+    if cycle.watch_deadline is not None and (now >= cycle.watch_deadline or started_at >= cycle.watch_deadline):
+        return False
+    progress = (cycle.watch_window or {}).get("progress") or {}
+    need = progress.get("need") or sizes(cycle.entity)[0]
+    have = progress.get("have")
+    if have is None:
+        have = len((cycle.watch_window or {}).get("runIds") or [])
+    return int(have) < int(need)
+
+
+def _watching(entity_id: Any) -> Cycle | None:
+    """The entity's watching cycle, read once per grading batch (grading.scope) rather than once per run."""
+    from grading import scope
+
+    memo = scope.memo()
+    key = ("loop:watching", entity_id)
+    if memo is not None and key in memo:
+        return memo[key]
+    cycle = Cycle.objects.filter(phase=Cycle.Phase.WATCHING, entity_id=entity_id).select_related("entity").first()
+    if memo is not None:
+        memo[key] = cycle
+    return cycle
+
+
+def exempt(execution: Execution) -> str | None:
+    """Return "watch:<cycle id>" when ``execution`` must be graded whatever the sample, else None.
+
+    That is while its entity's watch is short of its window and before the
+    deadline, for a run of the entity's own that started since the merge.
+    """
+    if execution.loop_launched:
+        return None
+    cycle = _watching(execution.entity_id)
+    if cycle is None or not _short(cycle, execution.started_at, timezone.now()):
+        return None
+    return f"watch:{cycle.pk}"
+
+
+def frozen_judge(grade: Grade) -> dict[str, Any] | None:
+    """Return the judge the watching cycle pinned when ``grade`` is of one of its challengers, else None.
+
+    A challenger is the entity's own run started since the merge, graded while
+    the window is short and before the deadline.
+    """
+    cycle = _watching(grade.entity_id)
+    if cycle is None or not cycle.judge:
+        return None
+    run = Execution.objects.filter(pk=grade.execution_id).values("started_at", "loop_launched").first()
+    if run is None or run["loop_launched"] or not _short(cycle, run["started_at"], timezone.now()):
+        return None
+    return dict(cycle.judge)

@@ -1,0 +1,109 @@
+"""What every preset and comparator shares: the trigger's terms, a grade's outcome, what the watch observed, an answer.
+
+The repair preset (``evolution.presets.repair``) and the brain's own
+functions (resolved in ``evolution.presets.resolve``) read and answer in
+these shapes; the loop's watch and verdict stages pass them between them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from evolution.core.errors import RuleError as RuleError
+from grading.metrics import is_bad
+from grading.models import Grade
+
+UNIT = "graded runs"
+VERDICTS = ("validated", "regressed", "unvalidated")
+COUNT, SHOULD_OPEN, COMPARE = "count", "should_open", "compare"
+
+
+class ComparatorFault(Exception):
+    """The brain's comparator failed (raised, would not load, answered a shape the engine cannot read).
+
+    The message names the function and what went wrong; the cycle settles
+    unvalidated on it, with no verdict record.
+    """
+
+
+def trigger_terms(loop: dict[str, Any]) -> dict[str, Any]:
+    """The trigger block as the preset's count reads it, with the loop's threshold beside it."""
+    trigger = dict(loop.get("trigger") or {})
+    trigger.setdefault("windowRuns", 5)
+    trigger.setdefault("minFailures", 2)
+    trigger["threshold"] = loop.get("threshold")
+    return trigger
+
+
+def outcomes(grades: Iterable[Grade], terms: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each grade as the trigger rule reads it: run id, score, passed, bad, metrics (newest first as given)."""
+    return [
+        {
+            "runId": str(g.execution_id),
+            "overallScore": g.score,
+            "passed": g.passed,
+            "bad": is_bad(g, terms),
+            "metrics": g.metrics,
+            "failureCategory": g.failure_category,
+        }
+        for g in grades
+    ]
+
+
+@dataclass
+class Observed:
+    """The observed span of one watch, read once."""
+
+    #: The window: the first ``need`` runs graded under the pinned judge, in the order they were graded.
+    window: list[Grade]
+    #: Runs graded under the pinned judge in the span (the window and beyond).
+    graded: int
+    #: Failed gradings plus grades under another judge (or none) in the span.
+    ungraded: int
+    need: int
+    min_failures: int
+    bad: list[bool] = field(default_factory=list)
+
+    @property
+    def have(self) -> int:
+        return len(self.window)
+
+    @property
+    def full(self) -> bool:
+        return self.have >= self.need
+
+    @property
+    def judged(self) -> int:
+        """graded + ungraded: the denominator of the judge-health share."""
+        return self.graded + self.ungraded
+
+    def share(self) -> Decimal:
+        return Decimal(self.ungraded) / Decimal(self.judged) if self.judged else Decimal(0)
+
+    def tally(self, *, bad: int | None = None) -> str:
+        words = f"{self.have} of {self.need} {UNIT}"
+        if bad is not None:
+            words += f", {bad} bad"
+        if self.ungraded:
+            words += f", {self.ungraded} ungraded"
+        return words
+
+
+@dataclass
+class Answer:
+    """A comparator's answer: a verdict (or None for "not yet"), the record to store, the runs it rests on."""
+
+    verdict: str | None
+    record: dict[str, Any] | None = None
+    reason: str = ""
+    run_ids: list[str] = field(default_factory=list)
+    bad: int | None = None
+    asked: int | None = None
+
+
+def record(verdict: str, reason: str, tally: str, **extra: Any) -> dict[str, Any]:
+    """The verdict record of the engine's own comparators (nothing per metric: they count)."""
+    return {"verdict": verdict, "perMetric": [], "perInput": [], "reason": reason, "tally": tally, **extra}

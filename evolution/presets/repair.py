@@ -1,0 +1,187 @@
+"""The repair preset: fix what is broken (seed 003, "Pick a preset — repair or evolve").
+
+- ``repair_window``: the entity's last ``trigger.windowRuns`` graded runs
+  through the grade that landed (ungraded runs take no slot, the loop's own
+  replays are never in it, runs still waiting on a rating card are left out).
+  ``windows_for`` reads the windows of a whole batch of landings at once.
+- ``repair_should_open``: open when the landed run is itself bad and at least
+  ``trigger.minFailures`` of the window are.
+- ``count``: the post-merge comparator — ``watch.minFailures`` bad runs regress
+  on the spot; a full window with fewer validates.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from evolution.models import Cycle
+from evolution.presets.base import COUNT, UNIT, Answer, Observed, record, trigger_terms
+from grading.cards import observed
+from grading.metrics import is_bad
+from grading.models import Entity, Grade
+
+#: What the rule reads of a window's grades (``outcomes``, ``is_bad``): the rest of the rows is left unread.
+WINDOW_FIELDS = (
+    "entity_id",
+    "status",
+    "graded_at",
+    "score",
+    "passed",
+    "failure_category",
+    "metrics",
+    "judge",
+    "execution__loop_launched",
+)
+
+
+def graded_window(entity: Entity, *, through: Grade | None, size: int, now: datetime) -> list[Grade]:
+    """The entity's last ``size`` graded runs through ``through`` (or now), newest first."""
+    grades = Grade.objects.filter(entity=entity, status=Grade.Status.GRADED, execution__loop_launched=False)
+    if through is not None and through.graded_at is not None:
+        grades = grades.filter(graded_at__lte=through.graded_at)
+    grades = observed(grades, now=now)
+    runs = list(grades.select_related("execution").only(*WINDOW_FIELDS).order_by("-graded_at", "-execution_id")[:size])
+    for run in runs:
+        run.entity = entity  # is_bad reads the terms through grade.entity: one row read per grade otherwise
+    return runs
+
+
+def windows_for(landings: list[Grade], entities: dict[int, Entity], *, now: datetime) -> dict[Any, list[Grade]]:
+    """The repair window of each landing (newest first), read for the whole batch at once.
+
+    Per entity, its last windowRuns + (its landings in the batch) graded runs through its newest landing are
+    read (one UNION ALL statement on Postgres, one indexed read per entity on SQLite); each landing's window
+    is then the first windowRuns of them at or before it. A landing whose slice comes up short while the read
+    was full is left out (its caller reads it alone).
+    """
+    from django.db import connection
+
+    if not landings:
+        return {}
+    by_entity: dict[int, list[Grade]] = {}
+    for grade in landings:
+        by_entity.setdefault(grade.entity_id, []).append(grade)
+    sizes = {pk: int(trigger_terms((entities[pk].terms or {}).get("loop") or {})["windowRuns"]) for pk in by_entity}
+    wanted = {pk: sizes[pk] + len(grades) for pk, grades in by_entity.items()}
+    if connection.vendor == "postgresql":
+        read = _lateral_windows(by_entity, wanted, now=now)
+    else:
+        base = observed(Grade.objects.filter(status=Grade.Status.GRADED, execution__loop_launched=False), now=now)
+        read = [
+            grade
+            for pk, grades in by_entity.items()
+            for grade in base.filter(entity_id=pk, graded_at__lte=max(g.graded_at for g in grades))
+            .select_related("execution")
+            .only(*WINDOW_FIELDS)
+            .order_by("-graded_at", "-execution_id")[: wanted[pk]]
+        ]  # SQLite: one cheap indexed read per entity
+    rows: dict[int, list[Grade]] = {}
+    for grade in read:
+        grade.entity = entities[grade.entity_id]
+        rows.setdefault(grade.entity_id, []).append(grade)
+    answers: dict[Any, list[Grade]] = {}
+    for pk, grades in by_entity.items():
+        read = sorted(rows.get(pk, []), key=lambda g: (g.graded_at, str(g.execution_id)), reverse=True)
+        for landing in grades:
+            mark = (landing.graded_at, str(landing.execution_id))
+            window = [g for g in read if (g.graded_at, str(g.execution_id)) <= mark][: sizes[pk]]
+            if len(window) == sizes[pk] or len(read) < wanted[pk]:
+                answers[landing.pk] = window
+    return answers
+
+
+#: Each entity's newest graded runs through a mark, one index scan per entity (the same rules as graded_window).
+LATERAL_WINDOWS = """
+SELECT g.execution_id, g.entity_id, g.status, g.graded_at, g.score, g.passed, g.failure_category, g.metrics, g.judge
+FROM unnest(%s::bigint[], %s::timestamptz[], %s::int[]) AS t(entity_id, through, size)
+CROSS JOIN LATERAL (
+    SELECT gg.execution_id, gg.entity_id, gg.status, gg.graded_at, gg.score, gg.passed, gg.failure_category,
+           gg.metrics, gg.judge
+    FROM grading_grade gg JOIN grading_execution e ON e.id = gg.execution_id
+    WHERE gg.entity_id = t.entity_id AND gg.status = %s AND gg.graded_at <= t.through AND NOT e.loop_launched
+      AND (e.awaiting_rating_until IS NULL OR e.awaiting_rating_until <= %s
+           OR EXISTS (SELECT 1 FROM grading_rating r WHERE r.execution_id = gg.execution_id))
+    ORDER BY gg.graded_at DESC, gg.execution_id DESC
+    LIMIT t.size
+) g
+"""
+
+
+def _lateral_windows(by_entity: dict[int, list[Grade]], wanted: dict[int, int], *, now: datetime) -> list[Grade]:
+    """Postgres: every entity's newest graded runs in one statement (a LATERAL join, one index scan each)."""
+    ids = list(by_entity)
+    params = [
+        ids,
+        [max(g.graded_at for g in by_entity[pk]) for pk in ids],
+        [wanted[pk] for pk in ids],
+        Grade.Status.GRADED,
+        now,
+    ]
+    return list(Grade.objects.raw(LATERAL_WINDOWS, params))
+
+
+def repair_window(
+    entity: Entity,
+    terms: dict[str, Any],
+    *,
+    anchor: Grade | None,
+    now: datetime,
+    runs: list[Grade] | None = None,
+) -> dict[str, Any]:
+    """The repair preset's window: the last windowRuns graded runs, ready (the count is the whole question).
+
+    ``runs`` is the window when a batch already read it (``windows_for``).
+    """
+    size = int(trigger_terms(terms.get("loop") or {})["windowRuns"])
+    if runs is None:
+        runs = graded_window(entity, through=anchor, size=size, now=now)
+    window = {
+        "from": None,
+        "to": now.isoformat(),
+        "runIds": [str(g.execution_id) for g in reversed(runs)],
+        "reason": f"the last {size} graded runs",
+        "ready": True,
+        "progress": {"have": len(runs), "need": size, "unit": "graded runs"},
+        "metrics": [],
+    }
+    window["_grades"] = runs  # newest first; dropped before storing
+    return window
+
+
+def repair_should_open(window: list[dict[str, Any]], trigger: dict[str, Any]) -> dict[str, Any]:
+    """k of n with the newest run itself bad: ``window`` is the runs' outcomes, newest first."""
+    if not window:
+        return {"open": False, "reason": "no graded runs"}
+    bad = sum(1 for run in window if run["bad"])
+    need = int(trigger["minFailures"])
+    if not window[0]["bad"]:
+        return {"open": False, "reason": "the run that landed is not bad"}
+    if bad < need:
+        return {"open": False, "reason": f"{bad} of the last {len(window)} graded runs bad (needs {need})"}
+    return {"open": True, "reason": f"{bad} of the last {len(window)} graded runs bad"}
+
+
+def count(cycle: Cycle, seen: Observed) -> Answer:
+    """The engine's count by the trigger's rule: minFailures bad regress on the spot; a full window validates."""
+    terms = cycle.entity.terms or {}
+    bad = 0
+    for index, grade in enumerate(seen.window):
+        bad += int(is_bad(grade, terms))
+        if bad >= seen.min_failures:
+            runs = [str(g.execution_id) for g in seen.window[: index + 1]]
+            tally = f"{len(runs)} of {seen.need} {UNIT}, {bad} bad"
+            reason = (
+                f"{bad} bad of {len(runs)} {UNIT} since the merge (minFailures {seen.min_failures}): "
+                "the entity would have triggered again"
+            )
+            answer = record("regressed", reason, tally, comparator=COUNT, n=len(runs), bad=bad)
+            return Answer("regressed", answer, reason, runs, bad)
+    runs = [str(g.execution_id) for g in seen.window]
+    if not seen.full:
+        return Answer(None, run_ids=runs, bad=bad)
+    tally = f"{seen.have} of {seen.need} {UNIT}, {bad} bad"
+    reason = f"{tally} since the merge (regresses at {seen.min_failures}): the entity would not have triggered again"
+    return Answer(
+        "validated", record("validated", reason, tally, comparator=COUNT, n=seen.have, bad=bad), reason, runs, bad
+    )

@@ -1,0 +1,156 @@
+"""The five functions, resolved in one place: the entity's loop module, then the project's callables, then the preset.
+
+Seed 003, "window() and should_open()" and "Your own post-merge comparator":
+an entity's ``<id>.loop.py`` may define ``window``, ``should_open``,
+``compare`` (and ``measure``, ``verdict``, read by grading and the check); a
+project-wide replacement is a setting naming a callable (``LOOP_SHOULD_OPEN``,
+``LOOP_COMPARE``); the preset answers the rest. The entity's function wins.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+from evolution.presets.base import COMPARE, COUNT, SHOULD_OPEN, ComparatorFault, RuleError
+from evolution.presets.repair import repair_should_open, repair_window
+from grading.models import Entity, Grade
+
+log = logging.getLogger(__name__)
+
+
+def module_function(entity: Entity, name: str) -> Callable[..., Any] | None:
+    """The entity's loop module function ``name`` at its commit, or None (no module, or no such function)."""
+    if not entity.loop_module_path or not entity.commit:
+        return None
+    from grading.methods import brain_checkout
+    from singularity.brain.modules import load_at
+
+    loaded = load_at(brain_checkout(None), entity.commit, entity.loop_module_path)
+    return getattr(loaded.module, name, None)
+
+
+def project_rule() -> Callable[..., Any] | None:
+    path = getattr(settings, "LOOP_SHOULD_OPEN", "")
+    return import_string(path) if path else None
+
+
+def ask_should_open(entity: Entity, window: list[dict[str, Any]], trigger: dict[str, Any]) -> dict[str, Any]:
+    """Ask the nearest should_open (the entity's module, the project's, the preset's); RuleError on a bad shape."""
+    rule = module_function(entity, "should_open") or project_rule() or repair_should_open
+    if inspect.iscoroutinefunction(rule):
+        raise RuleError(f"{entity}: should_open must answer synchronously; it is declared async")
+    answer = rule(window=window, trigger=trigger)
+    if isinstance(answer, bool) or not isinstance(answer, dict) or not isinstance(answer.get("open"), bool):
+        raise RuleError(f"{entity}: should_open must answer {{open, reason}}, not {answer!r}")
+    return {"open": answer["open"], "reason": str(answer.get("reason") or "")}
+
+
+def ask_window(
+    entity: Entity,
+    terms: dict[str, Any],
+    preset: dict[str, Any],
+    grades: list[Grade],
+    *,
+    anchor: Grade | None,
+    now: datetime,
+) -> tuple[dict[str, Any], list[Grade]]:
+    """Ask the entity's own window(ctx) at the trigger; return its answer and the graded runs it names, newest first.
+
+    The answer is recorded (a waiting window, or the end of one; a ready window carrying awaitingPerson is a load
+    error) and its run ids are re-filtered by the engine's rules: the entity's own graded runs, never the loop's
+    replays; an id that fails is dropped; a window naming one run twice is refused.
+    """
+    from types import SimpleNamespace
+
+    from evolution.steering import cadence
+
+    function = module_function(entity, "window")
+    shown = {k: v for k, v in preset.items() if not k.startswith("_")}
+    ctx = SimpleNamespace(
+        targetKind=entity.target_kind,
+        targetId=entity.slug,
+        phase="trigger",
+        now=now,
+        anchor={"id": str(anchor.execution_id), "createdAt": anchor.graded_at.isoformat()} if anchor else None,
+        since=None,
+        groupChangedAt=None,
+        terms=terms,
+        preset=SimpleNamespace(window=lambda _ctx=None: dict(shown)),
+    )
+    if inspect.iscoroutinefunction(function):
+        raise RuleError(f"{entity}: window must answer synchronously here; it is declared async")
+    answer = function(ctx)
+    cadence.check_window(entity, answer)
+    cadence.record_window(entity, answer, now)
+    ids = [str(i) for i in answer.get("runIds") or []]
+    if len(ids) != len(set(ids)):
+        raise RuleError(f"{entity}: window() named a run twice: a run is one vote")
+    kept = {
+        str(g.execution_id): g
+        for g in Grade.objects.filter(
+            entity=entity, status=Grade.Status.GRADED, execution__loop_launched=False, execution_id__in=ids
+        ).select_related("execution")
+    }
+    rejected = [i for i in ids if i not in kept]
+    if rejected:
+        log.info("loop: %s: window() named %d runs the engine does not count (rejected)", entity, len(rejected))
+    survivors = [kept[i] for i in ids if i in kept]
+    window = {**answer, "runIds": [str(g.execution_id) for g in survivors]}
+    return window, sorted(survivors, key=lambda g: (g.graded_at, str(g.execution_id)), reverse=True)
+
+
+def preset_counts(entity: Entity) -> bool:
+    """Whether the repair preset's own count decides this entity's landings (no rule or window of its own)."""
+    loop = (entity.terms or {}).get("loop") or {}
+    if (loop.get("preset") or "repair") != "repair" or project_rule():
+        return False
+    if not entity.loop_module_path:
+        return True
+    return module_function(entity, "should_open") is None and module_function(entity, "window") is None
+
+
+def request_window(entity: Entity, *, now: datetime) -> dict[str, Any]:
+    """The window an "Analyze now" or a scheduled look reads: the last windowRuns graded runs through now."""
+    terms = entity.terms or {}
+    window = repair_window(entity, terms, anchor=None, now=now)
+    window.pop("_grades")
+    return window
+
+
+def checked_module_function(entity: Entity, name: str) -> Callable[..., Any] | None:
+    """Return the entity's loop-module function ``name`` at its commit, or None; ComparatorFault when it won't load."""
+    if not entity.loop_module_path or not entity.commit:
+        return None
+    from grading.methods import brain_checkout
+    from singularity.brain.modules import load_at
+    from singularity.errors import SingularityError
+
+    try:
+        loaded = load_at(brain_checkout(None), entity.commit, entity.loop_module_path)
+    except SingularityError as exc:
+        raise ComparatorFault(f"loop module {entity.loop_module_path} would not load: {exc}") from exc
+    function = getattr(loaded.module, name, None)
+    return function if callable(function) else None
+
+
+def _project_function(setting: str) -> Callable[..., Any] | None:
+    path = getattr(settings, setting, "")
+    return import_string(path) if path else None
+
+
+def comparator(entity: Entity) -> tuple[str, Callable[..., Any] | None]:
+    """Return which comparator answers for ``entity`` and the brain's function (None for the engine's count)."""
+    compare = checked_module_function(entity, "compare") or _project_function("LOOP_COMPARE")
+    if compare is not None:
+        return COMPARE, compare
+    rule = checked_module_function(entity, "should_open") or _project_function("LOOP_SHOULD_OPEN")
+    if rule is not None:
+        return SHOULD_OPEN, rule
+    return COUNT, None

@@ -1,0 +1,344 @@
+"""The fleet and loop_status: every entity in the loop, what it is doing and what it waits on (seed 003).
+
+Read from stored facts only, in a fixed number of queries whatever the fleet holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from django.db.models import F, OuterRef, QuerySet, Subquery, Window
+from django.db.models.functions import RowNumber
+from django.utils import timezone
+
+from evolution.core.cycles import cooldown, when
+from evolution.models import Cycle
+from evolution.reads.status import (
+    CARD_GATES,
+    PHASE_STATE,
+    STATES,
+    _live_rounds,
+    _newest_round,
+    _pr,
+    _pr_round,
+    _rounds_prefetch,
+    entity_named,
+    needs_you,
+)
+from grading.cards import observed
+from grading.metrics import is_bad
+from grading.models import Entity, Grade
+
+
+def _with_last_settle(entities: QuerySet[Entity]) -> QuerySet[Entity]:
+    """Annotate each entity with its newest settled analysed cycle (the cooldown's start): id, time, status."""
+    last = Cycle.objects.filter(entity=OuterRef("pk"), analysed=True, completed_at__isnull=False).order_by(
+        "-completed_at", "-id"
+    )
+    return entities.annotate(
+        last_settle_id=Subquery(last.values("pk")[:1]),
+        last_settle_at=Subquery(last.values("completed_at")[:1]),
+        last_settle_status=Subquery(last.values("status")[:1]),
+    )
+
+
+def _repair(entity: Entity) -> bool:
+    loop = (entity.terms or {}).get("loop") or {}
+    return (loop.get("preset") or "repair") == "repair"
+
+
+def _trigger(entity: Entity) -> dict[str, Any]:
+    from evolution.loop.trigger import trigger_terms
+
+    return trigger_terms((entity.terms or {}).get("loop") or {})
+
+
+def recent_outcomes(entities: Iterable[Entity], *, now: datetime) -> dict[int, list[bool]]:
+    """For each repair entity, whether each of its last ``trigger.windowRuns`` graded runs is bad (newest first).
+
+    The trigger's own count over the runs its window would read (observed, no
+    loop replays), for every entity in two queries: the ranked grades and
+    people's ratings of them.
+    """
+    from grading.ratings import people_values
+
+    by_id = {e.pk: e for e in entities if _repair(e)}
+    if not by_id:
+        return {}
+    sizes = {pk: int(_trigger(e)["windowRuns"]) for pk, e in by_id.items()}
+    grades = observed(
+        Grade.objects.filter(entity_id__in=list(by_id), status=Grade.Status.GRADED, execution__loop_launched=False),
+        now=now,
+    ).annotate(
+        rank=Window(
+            RowNumber(), partition_by=[F("entity_id")], order_by=[F("graded_at").desc(), F("execution_id").desc()]
+        )
+    )
+    ranked = list(grades.filter(rank__lte=max(sizes.values())).order_by("entity_id", "rank"))
+    people = people_values([g.execution_id for g in ranked]) if ranked else {}
+    answer: dict[int, list[bool]] = {pk: [] for pk in by_id}
+    for grade in ranked:
+        entity = by_id[grade.entity_id]
+        if len(answer[entity.pk]) >= sizes[entity.pk]:
+            continue
+        grade.entity = entity
+        answer[entity.pk].append(is_bad(grade, entity.terms or {}, people.get(str(grade.execution_id), {})))
+    return answer
+
+
+def _idle(entity: Entity, outcomes: list[bool] | None, now: datetime) -> tuple[str, str]:
+    """The state and next sentence of an entity no cycle holds: its rest, or its trigger window's count."""
+    if entity.last_settle_at is not None:  # type: ignore[attr-defined]
+        loop = (entity.terms or {}).get("loop") or {}
+        rest = cooldown(loop, regressed=entity.last_settle_status == Cycle.Status.REGRESSED)  # type: ignore[attr-defined]
+        until = entity.last_settle_at + rest  # type: ignore[attr-defined]
+        if until > now:
+            return "idle", (
+                f"Resting until {when(until)} (cooldown after cycle {entity.last_settle_id}); "  # type: ignore[attr-defined]
+                "Analyze now still opens one."
+            )
+    if outcomes is None:
+        loop = (entity.terms or {}).get("loop") or {}
+        every = (loop.get("trigger") or {}).get("every")
+        cadence = f" (every {every})" if every else ""
+        return "idle", f"Preset {loop.get('preset')}: a cycle opens on its cadence{cadence}."
+    trigger = _trigger(entity)
+    need, size = int(trigger["minFailures"]), int(trigger["windowRuns"])
+    rule = f"a cycle opens when the newest graded run is bad and {need} of the last {size} are"
+    if entity.loop_module_path:
+        rule = f"{rule} (unless its loop module's should_open says otherwise)"
+    if not outcomes:
+        return "idle", f"No graded runs yet; {rule}."
+    bad = sum(outcomes)
+    meter = f"{bad} of the last {len(outcomes)} graded runs bad"
+    return ("window" if bad else "idle"), f"{meter}; {rule}."
+
+
+def _live_next(cycle: Cycle) -> str:
+    """The next sentence for an entity whose live ``cycle`` is at its phase."""
+    rnd = _newest_round(cycle)
+    number = f"r{rnd.number}" if rnd else "its first round"
+    phase = cycle.phase
+    if phase == Cycle.Phase.ANALYSING:
+        if cycle.window and cycle.window.get("ready") is False:
+            return f"Cycle {cycle.pk} waits on its window: {cycle.window.get('reason') or 'not ready yet'}."
+        decide = ((cycle.terms or {}).get("loop") or {}).get("autonomy", {}).get("decide", "human")
+        after = "it is applied without a card" if decide == "auto" else "a decide card follows"
+        return f"Cycle {cycle.pk} is analysing {number}; {after}."
+    if phase == Cycle.Phase.DECIDING:
+        return f"Cycle {cycle.pk} · {number} waits on a person's answer."
+    if phase == Cycle.Phase.APPLYING:
+        return f"Cycle {cycle.pk} is applying {number}: a pull request opens next."
+    if phase == Cycle.Phase.MERGE_WAIT:
+        pr = _pr_round(cycle)
+        name = f"PR #{pr.pr_number}" if pr else "The PR"
+        by = f" by {when(cycle.merge_deadline)}" if cycle.merge_deadline else ""
+        if pr is not None and pr.merge_gate == "auto":
+            return f"{name} merges once its checks pass{by}."
+        return f"{name} waits for a person to merge it{by}; unmerged, the cycle settles unverified."
+    if phase == Cycle.Phase.WATCHING:
+        progress = cycle.watch_tally or _progress_words(cycle.watch_window) or "no runs graded yet"
+        by = f"; it settles by {when(cycle.watch_deadline)}" if cycle.watch_deadline else ""
+        return f"Watching the change of cycle {cycle.pk}: {progress}{by}."
+    if phase == Cycle.Phase.REVERTING:
+        reverts = [r for r in _live_rounds(cycle) if r.revert_pr_number]
+        name = f"revert PR #{reverts[-1].revert_pr_number}" if reverts else "the revert PR"
+        by = f" (until {when(reverts[-1].revert_deadline)})" if reverts and reverts[-1].revert_deadline else ""
+        return f"Following {name} of cycle {cycle.pk} until it merges or closes{by}; no cycle opens meanwhile."
+    return ""
+
+
+def _progress_words(window: dict[str, Any] | None) -> str:
+    """A window's progress as a person reads it ("2 of 5 graded runs"), else its reason, else ""."""
+    if not window:
+        return ""
+    progress = window.get("progress") or {}
+    if isinstance(progress, dict) and progress.get("need") is not None:
+        unit = progress.get("unit") or "runs"
+        return f"{progress.get('have', 0)} of {progress['need']} {unit}"
+    return str(window.get("reason") or "")
+
+
+def _live_dict(cycle: Cycle) -> dict[str, Any]:
+    rnd = _newest_round(cycle)
+    pr = _pr(_pr_round(cycle))
+    watch = None
+    if cycle.phase == Cycle.Phase.WATCHING or cycle.watch_window:
+        window = cycle.watch_window or {}
+        watch = {
+            "progress": window.get("progress"),
+            "reason": window.get("reason") or "",
+            "tally": cycle.watch_tally,
+            "deadline": cycle.watch_deadline,
+        }
+    return {
+        "id": cycle.pk,
+        "phase": cycle.phase,
+        "round": rnd.number if rnd else None,
+        "prUrl": pr["url"] if pr else "",
+        "pr": pr,
+        "origin": cycle.origin,
+        "startedAt": cycle.started_at,
+        "url": cycle.get_absolute_url(),
+        "watch": watch,
+    }
+
+
+def _row(
+    entity: Entity,
+    live: list[Cycle],
+    outcomes: list[bool] | None,
+    now: datetime,
+    paused: str = "",
+    waits: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """One entity's loop_status entry (see ``loop_status``); ``waits`` are its needs-you items."""
+    needs = [item for cycle in live for item in needs_you(cycle)] if waits is None else waits
+    holder = next((c for c in live if c.claim == entity.pk), None)
+    primary = holder or (live[-1] if live else None)
+    if not entity.loop_enabled:
+        state, following = "off", "The loop is off for this entity."
+    elif paused:
+        state, following = "paused", paused
+    elif any(item["gate"] in CARD_GATES for item in needs):
+        state = "waiting_on_you"
+        following = next(item for item in needs if item["gate"] in CARD_GATES)["next"]
+        following = following[0].upper() + following[1:] + "."
+    elif primary is not None:
+        state, following = PHASE_STATE.get(primary.phase, "analysing"), _live_next(primary)
+        if primary.phase == Cycle.Phase.ANALYSING and primary.window.get("ready") is False:
+            state = "window"
+    else:
+        state, following = _idle(entity, outcomes, now)
+        window = next((item for item in needs if item["gate"] in WINDOW_GATES), None)
+        if window is not None:
+            state, following = "window", _window_next(entity, window)
+    return {
+        "entity": entity,
+        "targetKind": entity.target_kind,
+        "targetId": entity.slug,
+        "name": entity.name or entity.slug,
+        "enabled": entity.loop_enabled,
+        "state": state,
+        "stateLabel": STATES[state],
+        "live": _live_dict(primary) if primary is not None else None,
+        "inFlight": [_live_dict(c) for c in live],
+        "next": following,
+        "needsYou": needs,
+        "waits": _waits(entity),
+    }
+
+
+#: The needs-you gates a waiting window raises (evolution.needs_you).
+WINDOW_GATES = ("window", "stall")
+
+
+def _window_next(entity: Entity, item: dict[str, Any]) -> str:
+    """The "Next cycle" line of an entity whose window waits: "2 of 3 scored series PRs · waiting on you: …"."""
+    from evolution.steering.cadence import window_of
+
+    row = window_of(entity)
+    counted = f"{row.have} of {row.need} {row.unit or 'runs'}" if row is not None and row.need else ""
+    return " · ".join(part for part in (counted, item["clause"]) if part) + "."
+
+
+def _waits(entity: Entity) -> dict[str, Any] | None:
+    """What the entity's trigger window waits on, as last recorded (``next.waits``), or None when it does not wait."""
+    from evolution.steering.cadence import waiting, window_of
+
+    row = window_of(entity)
+    if not waiting(row):
+        return None
+    return {
+        "progress": {"have": row.have, "need": row.need, "unit": row.unit} if row.need else None,
+        "reason": row.reason,
+        "awaitingPerson": row.awaiting_person,
+        "movedAt": row.moved_at,
+        "sampledAt": row.sampled_at,
+    }
+
+
+def _rows(entities: QuerySet[Entity], *, now: datetime) -> list[dict[str, Any]]:
+    """loop_status rows for ``entities`` in a fixed number of queries."""
+    return _gather(entities, now=now, whole=False)[0]
+
+
+def _gather(
+    entities: QuerySet[Entity], *, now: datetime, whole: bool
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(loop_status rows for ``entities``, the needs-you items) in a fixed number of queries.
+
+    ``whole`` also keeps the items of no listed entity (the fleet's answer).
+    """
+    from evolution.steering import needs_you as waits_on
+
+    listed = list(_with_last_settle(entities).select_related("waiting_window").order_by("target_kind", "slug"))
+    if not listed and not whole:
+        return [], []
+    live_cycles = (
+        Cycle.objects.exclude(phase=Cycle.Phase.SETTLED)
+        .select_related("entity")
+        .order_by("started_at", "id")
+        .prefetch_related(_rounds_prefetch())
+    )
+    if not whole:
+        live_cycles = live_cycles.filter(entity__in=entities)
+    live: dict[int, list[Cycle]] = {}
+    for cycle in live_cycles:
+        live.setdefault(cycle.entity_id, []).append(cycle)
+    idle = [e for e in listed if e.loop_enabled and e.pk not in live]
+    outcomes = recent_outcomes(idle, now=now)
+    breaker, held = waits_on.pauses(listed)
+    paused = {**held, **breaker}
+    every = [c for cycles in live.values() for c in cycles]
+    found = waits_on.collect(now, entities=listed, live=every, breaker=breaker, held=held, whole=whole)
+    mine: dict[int, list[dict[str, Any]]] = {}
+    for item in found:
+        if item["_entity"] is not None:
+            mine.setdefault(item["_entity"], []).append(item)
+    rows = [
+        _row(e, live.get(e.pk, []), outcomes.get(e.pk), now, paused.get(e.pk, ""), waits_on.public(mine.get(e.pk, [])))
+        for e in listed
+    ]
+    return rows, waits_on.public(found)
+
+
+def fleet(*, now: datetime | None = None) -> list[dict[str, Any]]:
+    """Every entity in the loop (loop on, present in the brain) with its state, next step and cycles in flight.
+
+    Each row is a loop_status entry plus ``entity`` (the model row, for
+    links). A fixed number of queries whatever the fleet's size.
+    """
+    entities = Entity.objects.filter(loop_enabled=True, present=True)
+    return _gather(entities, now=now or timezone.now(), whole=True)[0]
+
+
+def loop_status(entity: Entity | None = None, *, now: datetime | None = None) -> dict[str, Any]:
+    """loop_status: the fleet (``entity`` None) or one entity, in one shape.
+
+    Returns {"entities": [...], "needsYou": n, "needsYouItems": [...]} where
+    each entry is {targetKind, targetId, name, enabled, state, stateLabel,
+    live, inFlight, next, needsYou[], waits} — ``live`` is the cycle holding
+    the entity (else its newest live one): {id, phase, round, prUrl, pr,
+    origin, startedAt, url, watch}; ``needsYou`` the entity's waits on a
+    person (``evolution.needs_you``: decide, retry, grant, merge, revert,
+    rearm, window, stall, failure, config) each with who acts next and where;
+    ``waits`` what its trigger window waits on (None when it does not). One
+    entity is answered even with its loop off (state "off"). At the top,
+    ``needsYouItems`` lists every wait (the fleet's includes those of no
+    entity in it, e.g. a grant card naming none) and ``needsYou`` counts them:
+    the dashboard's "N need you".
+    """
+    now = now or timezone.now()
+    if entity is None:
+        rows, found = _gather(Entity.objects.filter(loop_enabled=True, present=True), now=now, whole=True)
+    else:
+        rows, found = _gather(Entity.objects.filter(pk=entity.pk), now=now, whole=False)
+    return {"entities": rows, "needsYou": len(found), "needsYouItems": found}
+
+
+def status_for(target_kind: str | None, target_id: str | None, *, now: datetime | None = None) -> dict[str, Any]:
+    """loop_status named as the API names it: both halves or neither; ValueError / NotFound otherwise."""
+    return loop_status(entity_named(target_kind, target_id), now=now)

@@ -1,0 +1,150 @@
+"""loop_history: settled cycles newest first, filtered and paged by an opaque cursor (seed 003, "Reading the history")."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db.models import Prefetch, Q
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+
+from evolution.models import Cycle, Lesson
+from evolution.reads.status import (
+    MAX_LIMIT,
+    _live_rounds,
+    _newest_round,
+    _pr,
+    _pr_round,
+    _rounds_prefetch,
+    entity_named,
+    grade_of,
+    strength_of,
+)
+from grading.models import Entity
+
+
+def _limit(limit: Any) -> int:
+    """The page size: an integer 1–100; ValueError naming ``limit`` otherwise."""
+    try:
+        number = int(limit)
+    except (TypeError, ValueError):
+        raise ValueError(f"limit: {limit!r} is not a whole number (1-{MAX_LIMIT})") from None
+    if isinstance(limit, float) and limit != number:
+        raise ValueError(f"limit: {limit!r} is not a whole number (1-{MAX_LIMIT})")
+    if not 1 <= number <= MAX_LIMIT:
+        raise ValueError(f"limit: {number} is outside 1-{MAX_LIMIT}")
+    return number
+
+
+def parse_instant(value: datetime | str, *, name: str = "since") -> datetime:
+    """An ISO 8601 instant (or date, read as its midnight UTC); a naive one is UTC. ValueError naming ``name``."""
+    if isinstance(value, datetime):
+        instant = value
+    else:
+        text = str(value).strip()
+        try:
+            instant = parse_datetime(text)  # type: ignore[assignment]
+            if instant is None and (day := parse_date(text)) is not None:
+                instant = datetime(day.year, day.month, day.day)
+        except ValueError:
+            instant = None  # type: ignore[assignment]
+        if instant is None:
+            raise ValueError(f"{name}: {text!r} is not an ISO 8601 instant (e.g. 2026-09-01T00:00:00Z)")
+    return instant if timezone.is_aware(instant) else instant.replace(tzinfo=UTC)
+
+
+def encode_cursor(cycle: Cycle) -> str:
+    """The opaque cursor after ``cycle``: base64 of its opening instant and id."""
+    raw = f"{cycle.started_at.astimezone(UTC).isoformat()}|{cycle.pk}"
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, int]:
+    """The (started_at, id) a cursor stands for; ValueError naming ``cursor`` when it is not one we gave."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        text = base64.urlsafe_b64decode(padded.encode()).decode()
+        instant, _, pk = text.rpartition("|")
+        started = datetime.fromisoformat(instant)
+        return (started if timezone.is_aware(started) else started.replace(tzinfo=UTC)), int(pk)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise ValueError(f"cursor: {cursor!r} is not a cursor this history gave (pass nextCursor back)") from None
+
+
+def history_row(cycle: Cycle) -> dict[str, Any]:
+    """One loop_history row (rounds and lessons prefetched): the seed's columns."""
+    newest = _newest_round(cycle)
+    lessons = list(cycle.lessons.all())
+    return {
+        "id": cycle.pk,
+        "targetKind": cycle.entity.target_kind,
+        "targetId": cycle.entity.slug,
+        "origin": cycle.origin,
+        "status": cycle.status or None,
+        "phase": cycle.phase,
+        "reason": cycle.reason,
+        "startedAt": cycle.started_at,
+        "proposedAt": cycle.proposed_at,
+        "appliedAt": cycle.applied_at,
+        "completedAt": cycle.completed_at,
+        "movedAt": cycle.moved_at,
+        "rounds": len(_live_rounds(cycle)),
+        "pr": _pr(_pr_round(cycle)),
+        "decidedBy": newest.decided_by if newest else "",
+        "strength": strength_of(cycle),
+        "grade": grade_of(cycle),
+        "lessonId": max((lesson.pk for lesson in lessons), default=None),
+        "spentUsd": cycle.spent_usd,
+    }
+
+
+def history(
+    target_kind: str | None = None,
+    target_id: str | None = None,
+    since: datetime | str | None = None,
+    limit: Any = 20,
+    cursor: str | None = None,
+) -> dict[str, Any]:
+    """loop_history: {cycles, count, nextCursor}, one row per cycle, newest opening first.
+
+    ``since`` keeps the cycles that moved (opened, advanced, settled) at or
+    after it; ``cursor`` is a previous answer's ``nextCursor`` (the next,
+    older page; null on the last). Raises ValueError naming the parameter
+    (limit outside 1–100, half an entity, a bad instant or cursor) and
+    NotFound for an entity that does not exist.
+    """
+    size = _limit(limit)
+    entity = entity_named(target_kind, target_id)
+    cycles = Cycle.objects.select_related("entity").order_by("-started_at", "-id")
+    if entity is not None:
+        cycles = cycles.filter(entity=entity)
+    if since not in (None, ""):
+        cycles = cycles.filter(moved_at__gte=parse_instant(since))  # type: ignore[arg-type]
+    if cursor:
+        started, pk = decode_cursor(cursor)
+        cycles = cycles.filter(Q(started_at__lt=started) | Q(started_at=started, pk__lt=pk))
+    cycles = cycles.prefetch_related(
+        _rounds_prefetch(), Prefetch("lessons", queryset=Lesson.objects.only("pk", "cycle"))
+    )
+    page = list(cycles[: size + 1])
+    more = len(page) > size
+    page = page[:size]
+    return {
+        "cycles": [history_row(c) for c in page],
+        "count": len(page),
+        "nextCursor": encode_cursor(page[-1]) if more else None,
+    }
+
+
+def recent_cycles(entity: Entity, *, limit: int = 20) -> list[dict[str, Any]]:
+    """The entity's newest cycles as history rows (the entity page's Cycles section)."""
+    cycles = (
+        Cycle.objects.filter(entity=entity)
+        .select_related("entity")
+        .order_by("-started_at", "-id")
+        .prefetch_related(_rounds_prefetch(), Prefetch("lessons", queryset=Lesson.objects.only("pk", "cycle")))
+    )
+    return [history_row(c) for c in cycles[:limit]]

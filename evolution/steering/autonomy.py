@@ -1,0 +1,223 @@
+"""Who answers the two gates: autonomy, the circuit breaker, the calibration hold, auto-accept grants (seed 003).
+
+``loop.autonomy`` declares who answers decide (accept a proposal) and merge
+(land its PR). Three things hand an auto gate back to a person:
+
+- the breaker: ``maxConsecutiveRegressions`` regressed settles in a row, or
+  one change that shipped through an autonomous merge and that nothing
+  measured (unless ``onUnmeasured: continue``), pause the entity until a
+  re-arm. The streak is derived from the entity's settled cycles after its
+  last re-arm — never stored: validated resets it, a human-merged
+  unvalidated neither counts nor resets it, a failure or skip never counts;
+- ``requireCalibration``: both gates a person's while any judged
+  ``human: true`` metric is not calibrated (lifts on its own);
+- for merge only, a forge that refuses the arm (the round demotes).
+
+A ``loop:auto_accept`` grant accepts on a person's behalf under a human
+decide gate, burning one use; the breaker vetoes it, and it is never looked
+up for a chat role.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models import F, Q
+from django.utils import timezone
+
+from evolution.models import AutoAcceptGrant, Cycle, Round, Supervision
+from grading.models import Entity
+
+log = logging.getLogger(__name__)
+
+HUMAN, AUTO = "human", "auto"
+SHIPPED = (Cycle.Status.VALIDATED, Cycle.Status.REGRESSED, Cycle.Status.UNVALIDATED)
+
+
+@dataclass(frozen=True)
+class Gates:
+    """Who answers each gate now, and why a gate the policy makes auto is a person's (empty when it is not)."""
+
+    decide: str
+    merge: str
+    note: str = ""
+    #: The standing auto-accept grant that will answer the decide gate, when one does.
+    grant: AutoAcceptGrant | None = None
+
+
+def policy(entity: Entity) -> dict[str, Any]:
+    """The entity's resolved ``loop.autonomy`` block."""
+    return dict(((entity.terms or {}).get("loop") or {}).get("autonomy") or {})
+
+
+# --- The breaker ----------------------------------------------------------------
+
+
+def _rearms(entity_ids: list[int]) -> dict[int, datetime]:
+    rows = (
+        Supervision.objects.filter(entity_id__in=entity_ids, kind=Supervision.Kind.REARM)
+        .order_by("entity_id", "-created_at")
+        .values_list("entity_id", "created_at")
+    )
+    last: dict[int, datetime] = {}
+    for entity_id, at in rows:
+        last.setdefault(entity_id, at)
+    return last
+
+
+def _settles(entity_ids: list[int], since: dict[int, datetime]) -> dict[int, list[Cycle]]:
+    """Each entity's shipped settles after its last re-arm, newest first, with their rounds prefetched."""
+    q = Q()
+    for entity_id in entity_ids:
+        after = since.get(entity_id)
+        q |= Q(entity_id=entity_id, completed_at__gt=after) if after else Q(entity_id=entity_id)
+    cycles = (
+        Cycle.objects.filter(q, status__in=SHIPPED, analysed=True)
+        .exclude(merged_at=None)
+        .prefetch_related("rounds")
+        .order_by("-completed_at", "-id")
+    )
+    by_entity: dict[int, list[Cycle]] = {}
+    for cycle in cycles:
+        by_entity.setdefault(cycle.entity_id, []).append(cycle)
+    return by_entity
+
+
+def _shipped_unattended(cycle: Cycle) -> bool:
+    return any(r.merge_sha and r.merge_gate == AUTO for r in cycle.rounds.all())
+
+
+def _pause_of(entity: Entity, settles: list[Cycle]) -> str | None:
+    """Why ``settles`` (newest first, after the last re-arm) pause the entity, or None."""
+    from evolution.core.outcomes import strength
+
+    terms = policy(entity)
+    ceiling = terms.get("maxConsecutiveRegressions", 2)
+    if terms.get("onUnmeasured", "pause") != "continue":
+        for cycle in settles:
+            if _shipped_unattended(cycle) and strength(cycle) == "blind":
+                return f"cycle {cycle.pk} shipped unattended and nothing measured it"
+    if ceiling is None:
+        return None
+    regressed: list[int] = []
+    for cycle in settles:
+        if cycle.status == Cycle.Status.VALIDATED:
+            break
+        if cycle.status == Cycle.Status.REGRESSED and not cycle.reverted_by_policy:
+            regressed.append(cycle.pk)
+    if len(regressed) >= int(ceiling):
+        named = ", ".join(str(pk) for pk in reversed(regressed))
+        return f"{len(regressed)} regressed settles in a row (cycles {named})"
+    return None
+
+
+def paused_many(entities: list[Entity]) -> dict[int, str]:
+    """Why each paused entity among ``entities`` is paused (only paused ones are keys); two queries in all."""
+    ids = [e.pk for e in entities]
+    if not ids:
+        return {}
+    since = _rearms(ids)
+    settles = _settles(ids, since)
+    answers: dict[int, str] = {}
+    for entity in entities:
+        why = _pause_of(entity, settles.get(entity.pk, []))
+        if why:
+            answers[entity.pk] = f"paused by the breaker: {why}; a re-arm hands the gates back"
+    return answers
+
+
+def paused(entity: Entity) -> str | None:
+    """The sentence when the breaker has paused the entity (both gates a person's until a re-arm), else None."""
+    return paused_many([entity]).get(entity.pk)
+
+
+def streak(entity: Entity) -> int:
+    """Regressed settles in a row since the last validated one (and the last re-arm)."""
+    since = _rearms([entity.pk])
+    count = 0
+    for cycle in _settles([entity.pk], since).get(entity.pk, []):
+        if cycle.status == Cycle.Status.VALIDATED:
+            break
+        if cycle.status == Cycle.Status.REGRESSED and not cycle.reverted_by_policy:
+            count += 1
+    return count
+
+
+def announce_if_crossed(cycle: Cycle) -> bool:
+    """At a settle: announce the pause once, when this settle is the one that crossed into it."""
+    entity = cycle.entity
+    now_paused = paused(entity)
+    if not now_paused:
+        return False
+    since = _rearms([entity.pk])
+    before = [c for c in _settles([entity.pk], since).get(entity.pk, []) if c.pk != cycle.pk]
+    if _pause_of(entity, before):
+        return False  # already paused before this settle: nothing further is announced
+    from hitl.actions import post_notice
+
+    post_notice(
+        producer="loop",
+        kind="paused",
+        title=f"{entity.name or entity.slug}: the loop is paused",
+        text=f"{now_paused}. Both gates are a person's until someone re-arms it (the entity's page or the API).",
+        subject=f"{entity.target_kind}:{entity.slug}",
+    )
+    log.warning("loop: %s: paused at cycle %s: %s", entity, cycle.pk, now_paused)
+    return True
+
+
+# --- Calibration and grants -----------------------------------------------------------
+
+
+def calibration_hold(entity: Entity) -> str | None:
+    """Under requireCalibration: the sentence while a judged human: true metric is not calibrated, else None."""
+    if not policy(entity).get("requireCalibration"):
+        return None
+    from grading.calibration import calibration
+
+    low = [m for m in calibration(entity) if m.status != "ok"]
+    if not low:
+        return None
+    named = ", ".join(f"{m.metric_id} ({m.reason})" if m.reason else m.metric_id for m in low)
+    return f"⏸ Autonomy waits on calibration: {named}"
+
+
+def active_grant(entity: Entity, now: datetime | None = None) -> AutoAcceptGrant | None:
+    """The standing loop:auto_accept grant of the entity with a use left (never for a chat role), or None."""
+    if entity.kind == Entity.Kind.ROLE:
+        return None
+    now = now or timezone.now()
+    return (
+        AutoAcceptGrant.objects.filter(entity=entity, revoked_at=None, expires_at__gt=now, calls__lt=F("max_calls"))
+        .order_by("created_at")
+        .first()
+    )
+
+
+def burn(grant: AutoAcceptGrant) -> bool:
+    """Spend one use of ``grant``; False when a racing round spent the last one first."""
+    return bool(AutoAcceptGrant.objects.filter(pk=grant.pk, calls__lt=F("max_calls")).update(calls=F("calls") + 1))
+
+
+def gates(entity: Entity, *, now: datetime | None = None) -> Gates:
+    """Who answers decide and merge for ``entity`` now."""
+    terms = policy(entity)
+    decide, merge = terms.get("decide", HUMAN), terms.get("merge", HUMAN)
+    held = paused(entity) or calibration_hold(entity)
+    if held:
+        return Gates(decide=HUMAN, merge=HUMAN, note=held)
+    grant = active_grant(entity, now) if decide == HUMAN else None
+    return Gates(decide=decide, merge=merge, grant=grant)
+
+
+def revert_gate(entity: Entity) -> str:
+    """Who merges a revert: it inherits the policy's merge gate (the breaker never vetoes an undo)."""
+    return policy(entity).get("merge", HUMAN)
+
+
+def unattended(rnd: Round) -> bool:
+    """Whether nobody stands behind the round (accepted under decide: auto)."""
+    return rnd.acceptance == AUTO

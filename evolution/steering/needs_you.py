@@ -1,0 +1,438 @@
+"""Every place the loop waits for a person, from stored facts (seed 003 "Where the loop waits for a person",
+"A window that waits"; CONFORMANCE §21).
+
+``items`` answers the one list the dashboard's "N need you" (the navigation
+count and ``/evolution/needs-you/``), ``loop_status``'s ``needsYou`` and the
+daily digest are built on. One query per source, whatever the fleet holds:
+
+- decide / retry: a round's pending card (producer ``loop``), since the card
+  opened, until it expires;
+- grant: a pending approval card of ``loop-idea``, ``loop-supervise`` or
+  ``loop-settings`` (or a ``loop`` grant card), named by its payload's
+  ``entity`` (or the idea it approves) and ``cycle``;
+- merge: a cycle in its merge wait whose PR waits on a person's merge
+  (merge gate not armed auto), since the change was applied, until the
+  merge deadline;
+- revert: a revert PR being followed under a person's merge, until its
+  deadline;
+- rearm: an entity the breaker paused (``autonomy.paused_many``);
+- window / stall: the recorded waiting window (``evolution.cadence``) of an
+  entity in the loop that is not paused, held or owned by a cycle — a
+  person's move the window named (``awaitingPerson``), else a window whose
+  count stopped moving (never both);
+- failure: a failed cycle nobody dismissed (``supervision.failures_unread``);
+- config: an entity in the loop whose definition does not load.
+
+A wait past its own bound (``until``) is over and is not listed. Each item
+is {gate, targetKind, targetId, name, cycleId, round, since, until, cardId,
+card, pr, url, next, clause}: ``next`` says who acts and where, ``url`` is
+where the person acts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import OuterRef, Prefetch, Q, Subquery
+from django.utils import timezone
+
+from evolution.core.cycles import when
+from evolution.core.links import absolute, cycle_path
+from evolution.models import Cycle, Idea, Round
+from evolution.steering import cadence
+from grading.models import Entity
+from hitl.models import Card, Notice
+
+log = logging.getLogger(__name__)
+
+#: The producers whose pending approval cards are a person's grant gate.
+GRANT_PRODUCERS = ("loop-idea", "loop-supervise", "loop-settings")
+#: The producer of the decide and retry cards (and the digest notice).
+LOOP = "loop"
+CARD_GATES = (Card.Kind.DECIDE, Card.Kind.RETRY)
+#: The order a page lists gates in when two waits started at the same instant.
+GATES = ("decide", "retry", "grant", "merge", "revert", "rearm", "window", "stall", "failure", "config")
+PAGE_PATH = "/evolution/needs-you/"
+DIGEST_KIND = "needs-you-digest"
+#: A digest posted this recently is not posted again (a beat that fires twice in a day posts once).
+DIGEST_GAP = timedelta(hours=20)
+
+
+# --- Pauses -------------------------------------------------------------------------
+
+
+def pauses(entities: Iterable[Entity]) -> tuple[dict[int, str], dict[int, str]]:
+    """({entity id: the breaker's pause}, {entity id: the hold standing on it}) for ``entities``."""
+    from evolution.steering import autonomy, supervision
+
+    entities = list(entities)
+    if not entities:
+        return {}, {}
+    paused_many = getattr(autonomy, "paused_many", None)
+    holds_many = getattr(supervision, "holds_many", None)
+    breaker = paused_many(entities) if paused_many is not None else {}
+    held = holds_many(entities) if holds_many is not None else {}
+    return dict(breaker), dict(held)
+
+
+# --- One item -----------------------------------------------------------------------
+
+
+def _item(gate: str, entity: Entity | None, *, next: str, url: str, **fields: Any) -> dict[str, Any]:
+    card = fields.pop("card", None)
+    item = {
+        "gate": gate,
+        "targetKind": entity.target_kind if entity is not None else None,
+        "targetId": entity.slug if entity is not None else None,
+        "name": (entity.name or entity.slug) if entity is not None else "",
+        "cycleId": fields.pop("cycle_id", None),
+        "round": fields.pop("round", None),
+        "since": fields.pop("since", None),
+        "until": fields.pop("until", None),
+        "cardId": str(card.pk) if card is not None else None,
+        "card": {"id": str(card.pk), "url": absolute(card.get_absolute_url())} if card is not None else None,
+        "pr": fields.pop("pr", None),
+        "url": url,
+        "next": next,
+        "clause": fields.pop("clause", ""),
+    }
+    item["_entity"] = entity.pk if entity is not None else None
+    return item
+
+
+def _open(until: datetime | None, now: datetime) -> bool:
+    """Whether a wait bounded by ``until`` still stands at ``now``."""
+    return until is None or until > now
+
+
+def card_item(cycle: Cycle, rnd: Round, card: Card) -> dict[str, Any]:
+    """A pending decide or retry card of ``rnd``: a person answers it in the inbox (or the HITL chat)."""
+    verb = "Accept / Skip, or reply to refine" if card.kind == Card.Kind.DECIDE else "Retry / Skip, or reply"
+    url = absolute(card.get_absolute_url())
+    return _item(
+        card.kind,
+        cycle.entity,
+        cycle_id=cycle.pk,
+        round=rnd.number,
+        since=card.created_at,
+        until=card.expires_at,
+        card=card,
+        url=url,
+        next=f"a person answers the {card.kind} card of cycle {cycle.pk} · r{rnd.number} ({verb}), "
+        "in the inbox or the HITL chat",
+    )
+
+
+def pr_item(cycle: Cycle, rnd: Round, *, revert: bool) -> dict[str, Any]:
+    """A PR a person merges (or closes): the change's under a human merge gate, or the revert being followed."""
+    if revert:
+        number, url = rnd.revert_pr_number, rnd.revert_pr_url or f"/evolution/pulls/{rnd.revert_pr_number}/"
+        since, until = rnd.revert_opened_at, rnd.revert_deadline
+        words = f"a person merges or closes revert PR #{number} of cycle {cycle.pk}"
+    else:
+        number, url = rnd.pr_number, rnd.pr_url or f"/evolution/pulls/{rnd.pr_number}/"
+        since, until = cycle.applied_at, cycle.merge_deadline
+        words = f"a person merges or closes PR #{number} of cycle {cycle.pk}"
+    url = absolute(url)
+    return _item(
+        "revert" if revert else "merge",
+        cycle.entity,
+        cycle_id=cycle.pk,
+        round=rnd.number,
+        since=since,
+        until=until,
+        pr={"number": number, "url": url},
+        url=url,
+        next=f"{words}, on its page on the forge",
+    )
+
+
+def cycle_items(cycle: Cycle, rounds: list[Round], now: datetime) -> list[dict[str, Any]]:
+    """What a live ``cycle`` waits on a person for, read from ``rounds`` (its rounds with their cards, by number).
+
+    A pending decide or retry card; the PR open under a person's merge gate
+    while the cycle is in its merge wait; the revert PR being followed under
+    a person's merge. A wait past its bound is not listed.
+    """
+    if cycle.phase == Cycle.Phase.SETTLED:
+        return []
+    found = []
+    for rnd in rounds:
+        card = rnd.card
+        if card is not None and card.is_pending and card.kind in CARD_GATES and _open(card.expires_at, now):
+            found.append(card_item(cycle, rnd, card))
+    if cycle.phase == Cycle.Phase.MERGE_WAIT:
+        with_pr = [r for r in rounds if r.pr_number]
+        rnd = with_pr[-1] if with_pr else None
+        if (
+            rnd is not None
+            and rnd.status == Round.Status.APPLIED
+            and rnd.merge_gate != "auto"
+            and _open(cycle.merge_deadline, now)
+        ):
+            found.append(pr_item(cycle, rnd, revert=False))
+    if cycle.phase == Cycle.Phase.REVERTING:
+        reverts = [r for r in rounds if r.revert_pr_number and not r.revert_outcome]
+        if reverts and reverts[-1].revert_merge_gate != "auto" and _open(reverts[-1].revert_deadline, now):
+            found.append(pr_item(cycle, reverts[-1], revert=True))
+    return found
+
+
+def _grant_item(card: Card, entity: Entity | None) -> dict[str, Any]:
+    payload = card.payload if isinstance(card.payload, dict) else {}
+    url = absolute(card.get_absolute_url())
+    cycle_id = payload.get("cycle") if isinstance(payload.get("cycle"), int) else None
+    return _item(
+        "grant",
+        entity,
+        cycle_id=cycle_id,
+        since=card.created_at,
+        until=card.expires_at,
+        card=card,
+        url=url,
+        clause=card.title,
+        next=f"a person approves or declines “{card.title}” in the inbox: {url}",
+    )
+
+
+def _rearm_item(entity: Entity, reason: str) -> dict[str, Any]:
+    url = absolute(entity.get_absolute_url())
+    return _item(
+        "rearm",
+        entity,
+        url=url,
+        clause=reason,
+        next=f"a person re-arms {entity} (its page's Supervision section, or the admin) once they have read why: "
+        f"{reason}",
+    )
+
+
+def _span(delta: timedelta) -> str:
+    """A wait's length in words: "15 days", "1 day", "30 hours"."""
+    hours = int(delta.total_seconds() // 3600)
+    if hours >= 48:
+        days = hours // 24
+        return f"{days} days"
+    return f"{hours} hour{'s' if hours != 1 else ''}"
+
+
+def window_item(entity: Entity, row: Any, now: datetime) -> dict[str, Any] | None:
+    """The entity's window item — a person's move its window named, else a stall — or None."""
+    if not cadence.waiting(row):
+        return None
+    page = absolute(entity.get_absolute_url())
+    awaiting = row.awaiting_person
+    if awaiting:
+        what = str(awaiting.get("what") or "")
+        url = str(awaiting.get("url") or "") or page
+        return _item(
+            "window",
+            entity,
+            since=row.moved_at,
+            url=url,
+            clause=f"waiting on you: {what}",
+            next=f"a person does it at {url}: {what} (the next cycle of {entity} waits on it)",
+        )
+    if cadence.stalled(entity, row, now):
+        counted = f"{row.have} of {row.need} {row.unit or 'runs'}"
+        clause = f"the next cycle's window has not moved in {_span(now - row.moved_at)} ({counted})"
+        if row.reason:
+            clause = f"{clause}: {row.reason}"
+        return _item(
+            "stall",
+            entity,
+            since=row.moved_at,
+            url=page,
+            clause=clause,
+            next=f"a person looks at why the window of {entity} stopped moving, on its page: {page}",
+        )
+    return None
+
+
+def _failure_item(cycle: Cycle) -> dict[str, Any]:
+    url = absolute(cycle_path(cycle.pk))
+    return _item(
+        "failure",
+        cycle.entity,
+        cycle_id=cycle.pk,
+        since=cycle.completed_at,
+        url=url,
+        clause=cycle.reason,
+        next=f"a person reads why cycle {cycle.pk} failed and dismisses it (its story, or the Supervision section): "
+        f"{url}",
+    )
+
+
+def _config_item(entity: Entity) -> dict[str, Any]:
+    url = absolute(entity.get_absolute_url())
+    return _item(
+        "config",
+        entity,
+        url=url,
+        clause=entity.load_error,
+        next=f"a person fixes {entity.path} in the brain: {entity.load_error}",
+    )
+
+
+# --- The sources --------------------------------------------------------------------
+
+
+def _live_cycles(entity_ids: list[int] | None) -> list[Cycle]:
+    """Every live cycle (the gates and the claims), rounds and cards prefetched (two queries)."""
+    cycles = Cycle.objects.exclude(phase=Cycle.Phase.SETTLED)
+    if entity_ids is not None:
+        cycles = cycles.filter(entity_id__in=entity_ids)
+    return list(
+        cycles.select_related("entity")
+        .prefetch_related(Prefetch("rounds", queryset=Round.objects.select_related("card").order_by("number")))
+        .order_by("started_at", "id")
+    )
+
+
+def _grant_cards() -> list[Card]:
+    """Pending approval cards of the loop's producers, each with the entity of the idea it approves (if any)."""
+    idea = Idea.objects.filter(card=OuterRef("pk")).values("entity_id")[:1]
+    return list(
+        Card.objects.filter(status=Card.Status.PENDING)
+        .filter(Q(producer__in=GRANT_PRODUCERS) | Q(producer=LOOP, kind=Card.Kind.GRANT))
+        .annotate(idea_entity=Subquery(idea))
+        .order_by("created_at")
+    )
+
+
+def _card_entity_id(card: Card) -> int | None:
+    payload = card.payload if isinstance(card.payload, dict) else {}
+    named = payload.get("entity")
+    if isinstance(named, int) and not isinstance(named, bool):
+        return named
+    return getattr(card, "idea_entity", None)
+
+
+def _failures(entity_ids: list[int] | None) -> list[Cycle]:
+    """Failed cycles nobody dismissed (``supervision.failures_unread``), with their entities."""
+    from evolution.steering import supervision
+
+    unread = getattr(supervision, "failures_unread", None)
+    failed = unread() if unread is not None else Cycle.objects.filter(status=Cycle.Status.FAILED)
+    if entity_ids is not None:
+        failed = failed.filter(entity_id__in=entity_ids)
+    return list(failed.select_related("entity"))
+
+
+def collect(
+    now: datetime,
+    *,
+    entities: list[Entity],
+    live: list[Cycle] | None = None,
+    breaker: dict[int, str] | None = None,
+    held: dict[int, str] | None = None,
+    whole: bool = True,
+) -> list[dict[str, Any]]:
+    """The items for ``entities`` (read with ``select_related("waiting_window")``), oldest wait first.
+
+    ``live`` are their live cycles with rounds and cards prefetched (read
+    here when None); ``breaker`` and ``held`` the pauses (read here when
+    None). ``whole`` keeps the items of no entity among ``entities`` too (a
+    grant card naming none, a failure of an entity out of the loop): the
+    fleet's answer; False keeps only theirs.
+    """
+    by_id = {e.pk: e for e in entities}
+    ids = None if whole else sorted(by_id)
+    if live is None:
+        live = _live_cycles(ids)
+    if breaker is None or held is None:
+        breaker, held = pauses([e for e in entities if e.loop_enabled])
+    found: list[dict[str, Any]] = []
+    claimed = {c.claim for c in live if c.claim}
+    for cycle in live:
+        if cycle.entity_id in by_id:
+            cycle.entity = by_id[cycle.entity_id]
+        found.extend(cycle_items(cycle, list(cycle.rounds.all()), now))
+    cards = [c for c in _grant_cards() if _open(c.expires_at, now)]
+    named = {_card_entity_id(c) for c in cards} - {None} - set(by_id)
+    others = Entity.objects.in_bulk(sorted(named)) if named and whole else {}  # type: ignore[arg-type]
+    for card in cards:
+        pk = _card_entity_id(card)
+        entity = by_id.get(pk) if pk is not None else None
+        if entity is None and not whole:
+            continue
+        found.append(_grant_item(card, entity or others.get(pk)))
+    for entity in entities:
+        if not entity.loop_enabled or not entity.present:
+            continue
+        if entity.load_error:
+            found.append(_config_item(entity))
+        if entity.pk in breaker:
+            found.append(_rearm_item(entity, breaker[entity.pk]))
+        if entity.pk in breaker or entity.pk in held or entity.pk in claimed:
+            continue  # paused, held or owned by a cycle: no window item (seed "A window that waits")
+        item = window_item(entity, cadence.window_of(entity), now)
+        if item is not None:
+            found.append(item)
+    found.extend(_failure_item(c) for c in _failures(ids))
+    far = now + timedelta(days=36500)
+    found.sort(key=lambda i: (i["since"] or far, GATES.index(i["gate"]) if i["gate"] in GATES else len(GATES)))
+    return found
+
+
+def items(now: datetime | None = None, *, entity: Entity | None = None) -> list[dict[str, Any]]:
+    """Every wait on a person in the fleet (or of ``entity``), oldest first; see the module's docstring."""
+    now = now or timezone.now()
+    if entity is not None:
+        entities = list(Entity.objects.filter(pk=entity.pk).select_related("waiting_window"))
+        return public(collect(now, entities=entities, whole=False))
+    entities = list(Entity.objects.filter(loop_enabled=True, present=True).select_related("waiting_window"))
+    return public(collect(now, entities=entities, live=_live_cycles(None), whole=True))
+
+
+def public(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The items without their bookkeeping keys (what the API, the pages and the digest read)."""
+    return [{k: v for k, v in item.items() if not k.startswith("_")} for item in found]
+
+
+def count(now: datetime | None = None) -> int:
+    """How many waits on a person the fleet holds (the navigation's "N need you")."""
+    return len(items(now))
+
+
+# --- The daily digest ---------------------------------------------------------------
+
+
+def line(item: dict[str, Any]) -> str:
+    """One item as the digest lists it: "decide · scenario:triage · <who acts and where> (until Nov 30, 14:05 UTC)"."""
+    target = f"{item['targetKind']}:{item['targetId']}" if item.get("targetKind") else ""
+    head = " · ".join(part for part in (item["gate"], target, item.get("clause") or "") if part)
+    until = f" (until {when(item['until'])})" if item.get("until") else ""
+    return f"{head} — {item['next']}{until}"
+
+
+def digest(now: datetime | None = None) -> Notice | None:
+    """Post the daily notice listing every wait on a person; None (nothing posted) when nothing waits.
+
+    A digest posted in the last 20 hours is not posted again.
+    """
+    from hitl.actions import post_notice
+
+    now = now or timezone.now()
+    found = items(now)
+    if not found:
+        log.info("loop: the needs-you digest: nothing waits on a person; no notice")
+        return None
+    if Notice.objects.filter(producer=LOOP, kind=DIGEST_KIND, created_at__gt=now - DIGEST_GAP).exists():
+        log.info("loop: the needs-you digest was posted in the last %s; not again", DIGEST_GAP)
+        return None
+    n = len(found)
+    text = "\n".join(f"• {line(item)}" for item in found)
+    notice = post_notice(
+        producer=LOOP,
+        kind=DIGEST_KIND,
+        title=f"{n} need{'s' if n == 1 else ''} you",
+        text=text,
+        url=absolute(PAGE_PATH),
+        subject="the loop",
+    )
+    log.info("loop: the needs-you digest listed %d waits on a person (notice %s)", n, notice.pk)
+    return notice

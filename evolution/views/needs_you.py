@@ -1,0 +1,33 @@
+"""The dashboard's "N need you": the page listing every wait on a person, and the navigation's count.
+
+Both read ``evolution.needs_you.items`` — the same list ``loop_status``'s
+``needsYou`` and the daily digest are built on. The navigation loads its
+count with HTMX once the page has rendered (and every minute), so no page
+pays for the list in its own queries.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from evolution.steering import needs_you
+
+#: A gate → the badge colour the stylesheet already has.
+GATE_BADGE = {"failure": "failed", "config": "failed", "rearm": "stopped", "stall": "stopped"}
+
+
+@login_required
+def needs_you_page(request: HttpRequest) -> HttpResponse:
+    """Every place the loop waits for a person, oldest first, each saying who acts and where."""
+    found = needs_you.items()
+    for item in found:
+        item["badge"] = GATE_BADGE.get(item["gate"], "warning")
+    return render(request, "evolution/needs_you.html", {"items": found, "count": len(found)})
+
+
+@login_required
+def needs_you_count(request: HttpRequest) -> HttpResponse:
+    """The navigation's "N need you" (an HTMX fragment that keeps itself fresh)."""
+    return render(request, "evolution/partials/needs_you_count.html", {"count": needs_you.count()})

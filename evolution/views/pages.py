@@ -1,0 +1,207 @@
+"""The loop's pages under ``/evolution/``: the fleet, an entity's cycles and lessons, a cycle's story.
+
+Every page reads ``evolution.status`` (the same functions the REST API
+answers from). The fleet's table refreshes itself with HTMX; the entity
+page loads its Cycles and Lessons section as a fragment; "Analyze now"
+goes through the one door (``evolution.trigger.analyze_now``). Every form
+works without JavaScript (a POST, then a redirect back).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from evolution.models import Cycle, Lesson
+from evolution.reads import fleet as fleet_reads
+from evolution.reads import history, status, story
+from grading.metrics import aggregate, specs
+from grading.models import Entity
+from singularity.plots import HLine, Series, line_chart
+
+#: A state → the badge colour the stylesheet already has.
+STATE_BADGE = {
+    "idle": "",
+    "off": "stopped",
+    "window": "",
+    "analysing": "running",
+    "waiting_on_you": "warning",
+    "applying": "running",
+    "pr_open": "warning",
+    "watching": "running",
+    "reverting": "failed",
+    "paused": "stopped",
+}
+STATUS_BADGE = {"validated": "ok", "regressed": "failed", "failed": "failed", "unvalidated": "warning"}
+ENTITY_CYCLES = 20
+ENTITY_LESSONS = 20
+
+
+def _badged(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for row in rows:
+        row["badge"] = STATE_BADGE.get(row["state"], "")
+    return rows
+
+
+def _get_entity(target_kind: str, slug: str) -> Entity:
+    return get_object_or_404(Entity, target_kind=target_kind, slug=slug)
+
+
+# --- The fleet ------------------------------------------------------------------
+
+
+@login_required
+def fleet(request: HttpRequest) -> HttpResponse:
+    """Every entity in the loop with its state, what comes next and its cycles in flight (HTMX: the table alone)."""
+    rows = _badged(fleet_reads.fleet())
+    waiting = {item["cycleId"] for row in rows for item in row["needsYou"]}
+    context = {"rows": rows, "need_you": len(waiting)}
+    template = "evolution/partials/fleet_table.html" if request.htmx else "evolution/fleet.html"
+    return render(request, template, context)
+
+
+# --- An entity's cycles and lessons -----------------------------------------------
+
+
+def entity_cycles_context(entity: Entity) -> dict[str, Any]:
+    """What the entity page's Cycles and Lessons section shows: the loop's state, newest cycles, lessons."""
+    (row,) = fleet_reads.loop_status(entity)["entities"]
+    lessons = list(
+        Lesson.objects.filter(entity=entity)
+        .select_related("round", "cycle")
+        .order_by("-created_at", "-id")[:ENTITY_LESSONS]
+    )
+    return {
+        "entity": entity,
+        "row": _badged([row])[0],
+        "cycles": history.recent_cycles(entity, limit=ENTITY_CYCLES),
+        "lessons": lessons,
+        "ended": status.ENDED,
+    }
+
+
+@login_required
+def entity_cycles(request: HttpRequest, target_kind: str, slug: str) -> HttpResponse:
+    """The entity's Cycles and Lessons: the fragment the entity page loads, or a page of its own."""
+    entity = _get_entity(target_kind, slug)
+    template = "evolution/_entity_cycles.html" if request.htmx else "evolution/entity_cycles.html"
+    return render(request, template, entity_cycles_context(entity))
+
+
+@login_required
+@require_POST
+def entity_analyze(request: HttpRequest, target_kind: str, slug: str) -> HttpResponse:
+    """Analyze now: open a cycle on request through the one door, and say what came of it."""
+    from evolution.loop.trigger import analyze_now
+
+    entity = _get_entity(target_kind, slug)
+    answer = analyze_now(entity, user=request.user)
+    said = f"Cycle {answer.cycle.pk} opened." if answer.opened and answer.cycle else f"No cycle: {answer.reason}."
+    if request.htmx:
+        context = {**entity_cycles_context(entity), "answer": answer, "said": said}
+        return render(request, "evolution/_entity_cycles.html", context)
+    (messages.success if answer.opened else messages.error)(request, said)
+    return redirect(entity)
+
+
+# --- A cycle's story --------------------------------------------------------------
+
+
+def _metric_points(runs: list[dict[str, Any]], metric_id: str, spec: dict[str, Any], start: int) -> list[tuple]:
+    from evolution.loop.cardtext import on_own_scale
+
+    points = []
+    for number, run in enumerate(runs, start=start):
+        value = on_own_scale(spec, run["metrics"].get(metric_id))
+        if value is not None:
+            points.append((number, value))
+    return points
+
+
+def watch_plot(cycle: Cycle, detail: dict[str, Any]) -> str:
+    """The Watch chapter's plot: the watched runs against the window's baseline.
+
+    The first objective any of those runs measured, its window median as the
+    baseline line; with no objective reading, each run as bad (1) or ok (0)
+    against the window's bad share.
+    """
+    from evolution.loop.cardtext import on_own_scale
+
+    before, after = detail["windowRuns"], detail["watch"]["runs"]
+    terms = cycle.terms or cycle.entity.terms or {}
+    start = len(before) + 1
+    for metric_id, spec in specs(terms).items():
+        if spec.get("role") != "objective":
+            continue
+        window = _metric_points(before, metric_id, spec, 1)
+        watched = _metric_points(after, metric_id, spec, start)
+        if not window and not watched:
+            continue
+        hlines = []
+        baseline = aggregate([run["metrics"].get(metric_id) for run in before], spec.get("aggregate") or "median")
+        if baseline is not None:
+            hlines.append(HLine(on_own_scale(spec, baseline) or 0, "Window median", color="#5f6b7a"))
+        series = [Series("Window", window, color="#0072B2"), Series("Watched", watched, color="#D55E00")]
+        title = f"Cycle {cycle.pk}: {metric_id}, window then watched runs"
+        return line_chart(series, width=640, height=240, x_label="run", y_label=metric_id, hlines=hlines, title=title)
+    window = [(n, 1 if run["bad"] else 0) for n, run in enumerate(before, start=1) if run["bad"] is not None]
+    watched = [(n, 1 if run["bad"] else 0) for n, run in enumerate(after, start=start) if run["bad"] is not None]
+    hlines = []
+    if window:
+        share = Decimal(sum(y for _, y in window)) / len(window)
+        hlines.append(HLine(share.quantize(Decimal("0.01")), "Window bad share", color="#5f6b7a"))
+    series = [Series("Window", window, color="#0072B2"), Series("Watched", watched, color="#D55E00")]
+    return line_chart(
+        series,
+        width=640,
+        height=240,
+        x_label="run",
+        y_label="bad (1) / ok (0)",
+        hlines=hlines,
+        title=f"Cycle {cycle.pk}: bad runs, window then watched",
+    )
+
+
+def _open_round(request: HttpRequest, detail: dict[str, Any]) -> int | None:
+    """The round shown expanded: ?proposal=<n> when it names one, else the newest."""
+    wanted = request.GET.get("proposal", "")
+    numbers = [r["number"] for r in detail["rounds"]]
+    if wanted.isdigit() and int(wanted) in numbers:
+        return int(wanted)
+    return numbers[-1] if numbers else None
+
+
+@login_required
+def cycle_story(request: HttpRequest, pk: int) -> HttpResponse:
+    """A cycle's story: the window, Hypothesize, Ship, Watch and Learn."""
+    from evolution.core import outcomes as verdicts
+
+    cycle = get_object_or_404(Cycle.objects.select_related("entity", "requested_by", "anchor"), pk=pk)
+    detail = story.cycle_detail(cycle)
+    set_aside = next((r for r in reversed(detail["rounds"]) if r["rejection"]), None)
+    context = {
+        "cycle": cycle,
+        "entity": cycle.entity,
+        "d": detail,
+        "open_round": _open_round(request, detail),
+        "plot": watch_plot(cycle, detail) if cycle.watch_opened_at or detail["watch"]["runs"] else "",
+        "status_words": verdicts.status_label(cycle),
+        "status_badge": STATUS_BADGE.get(cycle.status, ""),
+        "set_aside": set_aside,
+        "shipped": [r for r in detail["rounds"] if r["pr"] or r["gate"] or r["checkVerdict"]],
+    }
+    return render(request, "evolution/cycle.html", context)
+
+
+def go_cycle(request: HttpRequest, pk: int) -> HttpResponse:
+    """``/evolution/go/cycle:<id>/`` → the cycle's story (keeping ?proposal=<round>)."""
+    target = reverse("evolution:cycle", args=[pk])
+    query = request.META.get("QUERY_STRING", "")
+    return redirect(f"{target}?{query}" if query else target)

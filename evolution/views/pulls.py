@@ -1,0 +1,155 @@
+"""The local forge's pages: its pull requests, one request with its diff and statuses, Merge and Close.
+
+Merging goes through ``LocalForge.merge_pull`` — the one door, with branch
+protection — and a refusal is shown on the request's page in the forge's own
+words. After a merge or a close the loop's merge wait is rung
+(``evolution.merge.on_pull_event``) so the cycle moves without waiting for
+its poll.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db.models import Case, IntegerField, Value, When
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from evolution.forges.base import ForgeError
+from evolution.forges.local import LocalForge, go_live
+from evolution.models import CommitStatus, PullRequest
+from singularity.errors import SingularityError
+
+log = logging.getLogger(__name__)
+
+#: The diff shows at most this many lines; the rest is named, not drawn.
+DIFF_LINES = 5000
+
+
+@login_required
+def pull_list(request: HttpRequest) -> HttpResponse:
+    """Every pull request on the local forge: open ones first, newest first within a state."""
+    pulls = list(
+        PullRequest.objects.annotate(
+            open_first=Case(
+                When(state=PullRequest.State.OPEN, then=Value(0)), default=Value(1), output_field=IntegerField()
+            )
+        ).order_by("open_first", "-number")
+    )
+    by_sha: dict[str, list[CommitStatus]] = {}
+    for status in CommitStatus.objects.filter(sha__in={p.head_sha for p in pulls}).order_by("context"):
+        by_sha.setdefault(status.sha, []).append(status)
+    required = LocalForge().required_statuses()
+    rows = [{"pull": p, "statuses": _marked(by_sha.get(p.head_sha, []), required)} for p in pulls]
+    return render(request, "evolution/pull_list.html", {"rows": rows, "required": required})
+
+
+@login_required
+def pull_detail(request: HttpRequest, number: int) -> HttpResponse:
+    """One pull request: its body, branches, statuses (required ones marked), diff, and Merge / Close for staff."""
+    forge = LocalForge()
+    pull = get_object_or_404(PullRequest, number=number)
+    problem = ""
+    diff_lines: list[tuple[str, str]] = []
+    try:
+        forge.get_pull(number)  # follows a head branch that moved
+        pull.refresh_from_db()
+        diff_lines = diff_classes(forge.diff(number))
+    except SingularityError as exc:
+        problem = str(exc)
+    required = forge.required_statuses()
+    statuses = _marked(forge.statuses(pull.head_sha), required)
+    blockers = forge.merge_blockers(pull) if pull.state == PullRequest.State.OPEN else []
+    context = {
+        "pull": pull,
+        "statuses": statuses,
+        "missing_required": [c for c in required if c not in {s["status"].context for s in statuses}],
+        "blockers": blockers,
+        "diff_lines": diff_lines[:DIFF_LINES],
+        "diff_cut": max(0, len(diff_lines) - DIFF_LINES),
+        "problem": problem,
+        "can_act": request.user.is_staff and pull.state == PullRequest.State.OPEN,
+    }
+    return render(request, "evolution/pull_detail.html", context)
+
+
+@login_required
+@require_POST
+def pull_merge(request: HttpRequest, number: int) -> HttpResponse:
+    """Merge the request (staff only); a refusal is shown on its page in the forge's words."""
+    if not request.user.is_staff:
+        return HttpResponseForbidden("Only staff may merge a pull request.")
+    get_object_or_404(PullRequest, number=number)
+    try:
+        info = LocalForge().merge_pull(number, by=request.user.get_username())
+    except ForgeError as exc:
+        messages.error(request, f"Not merged: {exc}")
+        return redirect("evolution:pull", number=number)
+    messages.success(request, f"Merged PR #{number} as {info.merge_sha[:12]}.")
+    _go_live(request, number)
+    _ring(request, number)
+    return redirect("evolution:pull", number=number)
+
+
+@login_required
+@require_POST
+def pull_close(request: HttpRequest, number: int) -> HttpResponse:
+    """Close the request unmerged (staff only)."""
+    if not request.user.is_staff:
+        return HttpResponseForbidden("Only staff may close a pull request.")
+    get_object_or_404(PullRequest, number=number)
+    try:
+        LocalForge().close_pull(number, by=request.user.get_username())
+    except ForgeError as exc:
+        messages.error(request, f"Not closed: {exc}")
+        return redirect("evolution:pull", number=number)
+    messages.success(request, f"Closed PR #{number}.")
+    _ring(request, number)
+    return redirect("evolution:pull", number=number)
+
+
+def _go_live(request: HttpRequest, number: int) -> None:
+    """Sync the brain at once (``LocalForge.go_live``); a failure is shown, the next sync picks the merge up."""
+    failed = go_live(number)
+    if failed:
+        messages.warning(request, f"The brain was not synced at once ({failed}); the next sync picks the merge up.")
+
+
+def _ring(request: HttpRequest, number: int) -> None:
+    """Tell the loop's merge wait the request moved; a failure is logged and shown."""
+    from evolution.loop.merge import on_pull_event
+
+    try:
+        on_pull_event(number)
+    except Exception:  # the merge itself stands; the wait's poll will read it
+        log.exception("evolution.loop.merge.on_pull_event(%s) failed", number)
+        messages.warning(request, "The cycle was not told at once; it will notice on its next poll.")
+
+
+def _marked(statuses: list[CommitStatus], required: list[str]) -> list[dict[str, Any]]:
+    """Statuses as rows for a template: each with whether branch protection requires it."""
+    return [{"status": s, "required": s.context in required} for s in statuses]
+
+
+def diff_classes(diff: str) -> list[tuple[str, str]]:
+    """Each line of a unified diff with a CSS class: file, meta, hunk, add, del or ctx."""
+    out: list[tuple[str, str]] = []
+    for line in diff.splitlines():
+        if line.startswith("diff --git"):
+            css = "file"
+        elif line.startswith(("+++", "---", "index ", "new file", "deleted file", "similarity", "rename ", "Binary")):
+            css = "meta"
+        elif line.startswith("@@"):
+            css = "hunk"
+        elif line.startswith("+"):
+            css = "add"
+        elif line.startswith("-"):
+            css = "del"
+        else:
+            css = "ctx"
+        out.append((css, line))
+    return out
