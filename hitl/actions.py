@@ -23,6 +23,7 @@ from hitl import registry
 from hitl.channels import enabled_channels
 from hitl.models import Card, Delivery, Notice
 from singularity.errors import ConfigError
+from singularity.queue import enqueue
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +33,8 @@ MAX_RATING_BUTTONS = 8
 MAX_NOTE_CHARS = 2000
 MAX_REFINEMENT_CHARS = 4000
 EXPIRY_BATCH = 500
+#: The sender's Celery task (hitl.tasks), enqueued by name: the tasks module imports these actions.
+SENDER_TASK = "hitl.tasks.send_deliveries"
 
 
 @dataclass(frozen=True)
@@ -414,9 +417,7 @@ def _after_close(card_id: UUID | str) -> None:
 
 def _wake_sender() -> None:
     """Enqueue the sender task; when the broker is down the 30-second beat sweep sends instead."""
-    from hitl.tasks import send_deliveries
-
     try:
-        send_deliveries.delay()
+        enqueue(SENDER_TASK)
     except BrokerError as exc:
         logger.warning("could not enqueue the sender (%s); the periodic sweep will send", exc)

@@ -55,10 +55,25 @@ def enabled_channels() -> list[str]:
     return ["telegram"] if telegram_enabled() else []
 
 
+class Channel(Protocol):
+    """A channel: its session class, whose ``open()`` returns a ready session or raises ChannelError."""
+
+    def open(self) -> Session: ...
+
+
+#: The channels by name. Each channel module is registered in ``HitlConfig.ready``, so this package never
+#: imports one: a channel module imports this package (and the actions it answers cards through).
+_channels: dict[str, Channel] = {}
+
+
+def register_channel(name: str, channel: Channel) -> None:
+    """Make ``channel`` the one ``open_session(name)`` opens (replacing any before)."""
+    _channels[name] = channel
+
+
 def open_session(name: str) -> Session:
     """Return an open session of the channel ``name``; raises ChannelError when it cannot be opened."""
-    if name == "telegram":
-        from hitl.channels.telegram import TelegramSession
-
-        return TelegramSession.open()
-    raise ValueError(f"no such channel: {name!r}")
+    channel = _channels.get(name)
+    if channel is None:
+        raise ValueError(f"no such channel: {name!r}")
+    return channel.open()
