@@ -15,3 +15,6 @@ class GradingConfig(AppConfig):
         from hitl.channels.telegram import register_message_handler
 
         register_message_handler(on_message)
+
+        # Grading, the rating cards and the chat enqueue their tasks by name (singularity.queue): import them.
+        import grading.tasks  # noqa: F401

@@ -20,10 +20,11 @@ from decimal import Decimal
 from django.db import transaction
 from django.utils import timezone
 
-from grading.grade import insert_rows
+from grading.grade import GRADE_TASK, insert_rows
 from grading.models import Entity, Execution, Grade
 from grading.sampling import calendar_day, decide, free_slot, max_per_day, method_of, rate_verdict, take_slots
 from singularity.errors import ConfigError, StateError
+from singularity.queue import enqueue
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +83,7 @@ def _refuse_when_off(entity: Entity) -> None:
 
 
 def _enqueue_on_commit(grade_id: object) -> None:
-    from grading.tasks.grading import grade_execution
-
-    transaction.on_commit(lambda: grade_execution.delay(str(grade_id)))
+    transaction.on_commit(lambda: enqueue(GRADE_TASK, str(grade_id)))
 
 
 def _book(

@@ -40,6 +40,7 @@ from grading.ratings import human_metrics, rate, scale_of
 from hitl.actions import MAX_RATING_BUTTONS, open_card
 from hitl.models import Card
 from singularity.brain.defaults import EVALUATION
+from singularity.queue import enqueue
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,8 @@ SUMMARY_CHARS = 1500
 #: A continuous scale (no step) is answered on a card to two decimals.
 CONTINUOUS_STEP = Decimal("0.01")
 SWEEP_BATCH = 500
+#: The Celery task that opens a carded run's card (grading.tasks.cards), enqueued by name: it imports this module.
+POST_CARD_TASK = "grading.tasks.cards.post_rating_card"
 
 
 class RatingRefused(Exception):
@@ -147,10 +150,8 @@ def maybe_card_many(grades: Iterable[Grade]) -> int:
 
 def _enqueue(execution_id: Any) -> None:
     """Enqueue the card's opening; when the broker is down the periodic sweep opens it instead."""
-    from grading.tasks.cards import post_rating_card
-
     try:
-        post_rating_card.delay(str(execution_id))
+        enqueue(POST_CARD_TASK, str(execution_id))
     except BrokerError as exc:
         log.warning("could not enqueue the rating card of run %s (%s); the sweep will open it", execution_id, exc)
 

@@ -42,8 +42,12 @@ from grading.models import Entity, Execution, Grade
 from grading.pin import changed, snapshot
 from singularity.errors import SingularityError
 from singularity.gateway import Gateway
+from singularity.queue import enqueue
 
 log = logging.getLogger(__name__)
+
+#: The Celery task that grades one booking (grading.tasks.grading), enqueued by name: it imports this module.
+GRADE_TASK = "grading.tasks.grading.grade_execution"
 
 #: Asked before grading: a check returning a frozen judge snapshot makes the grade refuse a different judge.
 FrozenJudge = Callable[[Grade], "dict[str, Any] | None"]
@@ -608,9 +612,7 @@ def _grade_many(grades: list[Grade], *, checkout: Any | None = None) -> list[Gra
         if method_name(entity) == "none":
             ours[grade.pk] = grade
         else:
-            from grading.tasks.grading import grade_execution
-
-            transaction.on_commit(lambda grade_id=str(grade.pk): grade_execution.delay(grade_id))
+            transaction.on_commit(lambda grade_id=str(grade.pk): enqueue(GRADE_TASK, grade_id))
     if not ours:
         return []
     now = timezone.now()

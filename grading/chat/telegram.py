@@ -21,6 +21,7 @@ from django.db import transaction
 from grading.chat.episodes import Counterpart, say
 from grading.models import Entity
 from singularity.errors import ConfigError, StateError
+from singularity.queue import enqueue
 
 logger = logging.getLogger("grading.chat")
 
@@ -28,6 +29,8 @@ EVERY_PRIVATE_CHAT = "*"
 BUSY_REPLY = "I am still answering your previous message; send this one again in a moment."
 FAILED_REPLY = "Sorry, I could not answer just now. Please try again in a moment."
 UNAVAILABLE_REPLY = "This chat is not available right now."
+#: The Celery task that runs a turn (grading.tasks.chat), enqueued by name: it imports this module.
+TURN_TASK = "grading.tasks.chat.telegram_turn"
 
 
 def role_chats() -> dict[str, str]:
@@ -71,11 +74,9 @@ def on_message(message: dict[str, Any]) -> str | None:
     if role is None:
         logger.warning("TELEGRAM_ROLE_CHATS routes chat %s to %r, which is no role of the brain", chat.get("id"), slug)
         return f"ignored: TELEGRAM_ROLE_CHATS names no role {slug!r}"
-    from grading.tasks.chat import telegram_turn
-
     turn = {"from": {k: sender.get(k) for k in ("id", "first_name", "username")}, "text": text}
     chat_id = int(chat["id"])
-    transaction.on_commit(lambda: telegram_turn.delay(role.pk, chat_id, turn))
+    transaction.on_commit(lambda: enqueue(TURN_TASK, role.pk, chat_id, turn))
     return f"chat: a turn with role:{slug}"
 
 
