@@ -21,6 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from evolution.core.links import absolute
 from evolution.models import Cycle, Supervision
 from evolution.reads import status
 from evolution.steering import supervision
@@ -172,7 +173,7 @@ def _answer(asked: supervision.Asked) -> Response:
     body = {
         "applied": False,
         "row": None,
-        "card": {"id": str(card.pk), "url": status.absolute(card.get_absolute_url()), "expiresAt": card.expires_at},
+        "card": {"id": str(card.pk), "url": absolute(card.get_absolute_url()), "expiresAt": card.expires_at},
         "detail": f"waits on a person's approval: {card.title}",
     }
     return Response(MoveAnswerSerializer(body).data, status=http.HTTP_202_ACCEPTED)

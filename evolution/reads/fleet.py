@@ -50,7 +50,7 @@ def _repair(entity: Entity) -> bool:
 
 
 def _trigger(entity: Entity) -> dict[str, Any]:
-    from evolution.loop.trigger import trigger_terms
+    from evolution.presets.base import trigger_terms
 
     return trigger_terms((entity.terms or {}).get("loop") or {})
 

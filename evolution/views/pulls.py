@@ -121,7 +121,7 @@ def _go_live(request: HttpRequest, number: int) -> None:
 
 def _ring(request: HttpRequest, number: int) -> None:
     """Tell the loop's merge wait the request moved; a failure is logged and shown."""
-    from evolution.loop.merge import on_pull_event
+    from evolution.loop.machine import on_pull_event
 
     try:
         on_pull_event(number)

@@ -88,8 +88,8 @@ def test_the_next_poll_never_lands_past_the_deadline(forge):
 def test_a_cycle_taken_by_one_worker_is_not_polled_by_another(forge):
     cycle, _ = waiting(pulse(), open_pull(forge))
     stale = refreshed(cycle)
-    assert polling._take(stale, T0 + 2 * MINUTE) is True
-    assert polling._take(stale, T0 + 2 * MINUTE) is False  # the other worker read the same row: it backs off
+    assert polling.take(stale, T0 + 2 * MINUTE) is True
+    assert polling.take(stale, T0 + 2 * MINUTE) is False  # the other worker read the same row: it backs off
     assert machine.poll_due(T0 + 3 * MINUTE) == 0  # leased for ten minutes
 
 

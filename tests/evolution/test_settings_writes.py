@@ -392,7 +392,7 @@ def test_join_refuses_an_entity_whose_settings_do_not_load(sb) -> None:
 
 
 def test_a_file_that_changes_while_the_write_is_made_answers_conflict(sb, monkeypatch) -> None:
-    real_push = sw._push
+    real_push = sw_write._push
 
     def racing_push(clone, branch):
         sb.commit({MANIFEST: MANIFEST_TEXT.replace("grade every run", "grade them all")})
@@ -407,7 +407,7 @@ def test_a_file_that_changes_while_the_write_is_made_answers_conflict(sb, monkey
 
 
 def test_a_branch_that_moved_elsewhere_gets_the_write_made_again_on_its_tip(sb, monkeypatch) -> None:
-    real_push = sw._push
+    real_push = sw_write._push
     raced = []
 
     def racing_push(clone, branch):
