@@ -231,10 +231,10 @@ def test_a_window_short_at_the_deadline_settles_unvalidated_with_its_tally():
     entity = pulse(watch_block={"deadlineHours": 24})
     cycle = shipped(entity)
     ticks(entity, "gbg", start=T0 + HOUR)
-    assert machine.tick(T0 + 23 * HOUR) == 0
+    assert machine.watch_tick(T0 + 23 * HOUR) == 0
     assert refreshed(cycle).phase == Cycle.Phase.WATCHING
     with time_machine.travel(T0 + 24 * HOUR + MINUTE, tick=False):
-        assert machine.tick() == 1
+        assert machine.watch_tick() == 1
     cycle = refreshed(cycle)
     assert cycle.status == Cycle.Status.UNVALIDATED and cycle.phase == Cycle.Phase.SETTLED
     assert cycle.reason == "the watch closed short: 3 of 5 graded runs, 1 bad"
@@ -256,7 +256,7 @@ def test_a_window_short_at_the_deadline_settles_unvalidated_with_its_tally():
 def test_a_window_that_saw_nothing_at_the_deadline_is_blind():
     entity = pulse(watch_block={"deadlineHours": 24})
     cycle = shipped(entity)
-    assert machine.tick(T0 + 25 * HOUR) == 1
+    assert machine.watch_tick(T0 + 25 * HOUR) == 1
     cycle = refreshed(cycle)
     assert cycle.reason == "the watch closed short: 0 of 5 graded runs, 0 bad"
     assert verdicts.strength(cycle) == "blind"
@@ -423,8 +423,8 @@ def test_a_compare_that_never_answers_closes_unvalidated_at_the_deadline_with_no
     cycle = shipped(entity, judge=judge_of(entity))
     ticks(entity, "ggggg", start=T0 + MINUTE)
     assert tick(entity, T0 + HOUR) is None  # the window is full: no longer exempt, though compare keeps watching
-    assert machine.tick(T0 + 2 * HOUR) == 0  # asked again on the tick: still not yet
-    assert machine.tick(T0 + 24 * HOUR) == 1
+    assert machine.watch_tick(T0 + 2 * HOUR) == 0  # asked again on the tick: still not yet
+    assert machine.watch_tick(T0 + 24 * HOUR) == 1
     cycle = refreshed(cycle)
     assert cycle.status == Cycle.Status.UNVALIDATED
     assert cycle.reason == "the watch closed short: compare gave no verdict by the deadline (5 of 5 graded runs)"
