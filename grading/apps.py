@@ -6,7 +6,8 @@ class GradingConfig(AppConfig):
     verbose_name = "Grading: entities, executions, grades"
 
     def ready(self) -> None:
-        from grading.cards import KIND, PRODUCER, on_rating_card
+        from grading.cards import KIND, PRODUCER
+        from grading.ratings import on_rating_card
         from hitl import registry
 
         registry.register(PRODUCER, KIND, on_rating_card)

@@ -20,7 +20,8 @@ from decimal import Decimal
 from django.db import transaction
 from django.utils import timezone
 
-from grading.grade import GRADE_TASK, insert_rows
+from grading.cards import maybe_card, maybe_card_many
+from grading.grade import GRADE_TASK, grade_many, grade_now, insert_rows
 from grading.models import Entity, Execution, Grade
 from grading.sampling import calendar_day, decide, free_slot, max_per_day, method_of, rate_verdict, take_slots
 from singularity.errors import ConfigError, StateError
@@ -113,8 +114,6 @@ def _book(
         _enqueue_on_commit(grade.pk)
 
     # Rating cards: ask a person to rate the run when evaluation.human.ask says so (grading.cards).
-    from grading.cards import maybe_card
-
     maybe_card(grade)
     return grade
 
@@ -267,9 +266,7 @@ def _on_terminal_many(executions: Sequence[Execution]) -> list[Grade | None]:
             results[index] = grade
             verdicts[index] = sampling
         insert_rows(Grade, grades)
-        from grading.cards import maybe_card_many  # grading's rating cards; no query when nobody is asked
-
-        maybe_card_many(grades)
+        maybe_card_many(grades)  # grading's rating cards; no query when nobody is asked
         by_verdict: dict[str, list[object]] = {}
         for index, verdict in verdicts.items():
             executions[index].sampling = verdict
@@ -295,8 +292,6 @@ def _grade_due_on_commit(grades: list[Grade]) -> None:
         if method_of(grade.entity) != "none":
             _enqueue_on_commit(grade.pk)
     if together:
-        from grading.grade import grade_many
-
         transaction.on_commit(lambda: grade_many(together))
 
 
@@ -352,8 +347,6 @@ def eval_start(execution: Execution) -> Grade:
     is graded again under the current judge; one being graded right now is
     returned as it is. GradingOff when the entity's grading is off.
     """
-    from grading.grade import grade_now
-
     with transaction.atomic():
         locked = _locked(execution)
         entity = locked.entity

@@ -18,7 +18,7 @@ from typing import Any
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from grading.models import Entity, Grade, Rating
-from grading.ratings import people_values
+from grading.people import people_values
 from singularity.brain.defaults import EVALUATION
 
 #: The judge facts calibration compares (DESIGN: model chain, method and evaluator role — not the loop module).

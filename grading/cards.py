@@ -14,7 +14,9 @@ window (``observed``) until the answer lands or the deadline passes — one
 clock. The card itself is opened after commit by a keyed task
 (``rating:<run id>``): never twice, and ``open_missing_cards`` opens one a
 lost task never did. The answer goes through ``grading.ratings.rate`` as the
-person who gave it; an expired card writes nothing and the judge's number
+person who gave it: hitl calls ``grading.ratings.on_rating_card``, which
+sits by the door rather than here because the door books a grading and the
+booking asks here. An expired card writes nothing and the judge's number
 stands.
 """
 
@@ -36,7 +38,7 @@ from kombu.exceptions import OperationalError as BrokerError
 
 from grading.calibration import calibration
 from grading.models import Execution, Grade, Rating
-from grading.ratings import human_metrics, rate, scale_of
+from grading.people import human_metrics, scale_of
 from hitl.actions import MAX_RATING_BUTTONS, open_card
 from hitl.models import Card
 from singularity.brain.defaults import EVALUATION
@@ -54,10 +56,6 @@ CONTINUOUS_STEP = Decimal("0.01")
 SWEEP_BATCH = 500
 #: The Celery task that opens a carded run's card (grading.tasks.cards), enqueued by name: it imports this module.
 POST_CARD_TASK = "grading.tasks.cards.post_rating_card"
-
-
-class RatingRefused(Exception):
-    """The rating door refused a card's answer; hitl keeps the message on the card."""
 
 
 # --- Deciding -----------------------------------------------------------------
@@ -384,32 +382,3 @@ def open_missing_cards(*, now: datetime | None = None) -> int:
     keys = {card_key(pk): pk for pk in waiting}
     opened = set(Card.objects.filter(key__in=list(keys)).values_list("key", flat=True))
     return sum(post_card(pk) is not None for key, pk in keys.items() if key not in opened)
-
-
-# --- The answer ---------------------------------------------------------------
-
-
-def on_rating_card(card: Card) -> None:
-    """Take a closed rating card: an answer is rated through the door as its person; an expiry writes nothing.
-
-    Either way the run stops waiting. Raises ``RatingRefused`` (kept on the
-    card by hitl, the wait left as it was) when the door refuses the answer.
-    """
-    run_id, run_kind = card.payload.get("run_id"), card.payload.get("run_kind")
-    Execution.objects.filter(pk=run_id).update(awaiting_rating_until=None)
-    if card.status != Card.Status.ANSWERED:
-        return
-    answer = card.answer if isinstance(card.answer, dict) else {}
-    note = str(answer.get("note") or "")
-    values = answer.get("values") or {}
-    ratings = [{"metric_id": metric_id, "value": value, "note": note} for metric_id, value in values.items()]
-    result = rate(
-        actor_user=card.responded_by,
-        is_agent=False,
-        run_kind=str(run_kind),
-        run_id=str(run_id),
-        idempotency_key=f"card:{card.pk}",
-        ratings=ratings,
-    )
-    if not result.ok:
-        raise RatingRefused(f"the rating of {run_kind}:{run_id} was refused ({result.code}): {result.detail}")

@@ -14,6 +14,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from grading.models import Execution, Grade
+from grading.people import people_value
 from singularity.brain.defaults import CATALOG_METRICS, DEFAULT_HUMAN_SCALE, EVALUATION
 from singularity.brain.terms import metric_band
 from singularity.errors import ConfigError
@@ -176,17 +177,12 @@ def run_value(grade: Grade, metric_id: str, ratings: Mapping[str, float] | None 
 
     For a human-rated metric (reported, or judged with human: true) people's
     median rating on 0..1 stands over the judge's number. ``ratings`` is
-    people's medians for this run by metric id (as grading.ratings.people_values
+    people's medians for this run by metric id (as grading.people.people_values
     gives); None looks them up.
     """
     spec = specs(grade.entity.terms).get(metric_id) or {}
     if human_rated(spec):
-        if ratings is None:
-            from grading.ratings import people_value
-
-            people = people_value(grade.execution, metric_id)
-        else:
-            people = ratings.get(metric_id)
+        people = people_value(grade.execution, metric_id) if ratings is None else ratings.get(metric_id)
         if people is not None:
             return people
     return (grade.metrics or {}).get(metric_id)

@@ -1,19 +1,21 @@
 """People's ratings of runs: the one door every writer goes through (seed 003, "Ratings from people").
 
-The rating card, the dashboard's Rate runs page and the REST API all call
-``rate()``. It validates the whole request before writing anything (a
-refused rating books nothing), answers a retried idempotency key with the
-stored answer and writes nothing, keeps one rating per person per metric per
-run (a later one replaces it), and books the judge on a run the sampler
-passed by. Several people are read by their median (``people_value``).
+The rating card (``on_rating_card``, below), the dashboard's Rate runs page
+and the REST API all call ``rate()``. It validates the whole request before
+writing anything (a refused rating books nothing), answers a retried
+idempotency key with the stored answer and writes nothing, keeps one rating
+per person per metric per run (a later one replaces it), and books the judge
+on a run the sampler passed by. Several people are read by their median
+(``people_value``).
+
+People's numbers are read in ``grading.people``, below the booking (the
+metric vector and calibration read them there); they are re-exported here
+for the door's callers.
 """
 
 from __future__ import annotations
 
-import statistics
 import uuid
-from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -21,8 +23,15 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from grading.models import Entity, Execution, Grade, Rating, RatingSubmission
-from singularity.brain.defaults import DEFAULT_HUMAN_SCALE
+from grading.booking import book_for_rating
+from grading.models import Execution, Grade, Rating, RatingSubmission
+from grading.people import human_metrics as human_metrics
+from grading.people import human_rated as human_rated
+from grading.people import on_scale as on_scale
+from grading.people import people_value as people_value
+from grading.people import people_values as people_values
+from grading.people import scale_of as scale_of
+from hitl.models import Card
 
 #: The op's answer codes: gone → not_found, not gradable → precondition, off-scale → invalid, the rest → refused.
 CODES = ("ok", "not_found", "precondition", "invalid", "refused")
@@ -45,28 +54,14 @@ class RateAnswer:
         return asdict(self)
 
 
+class RatingRefused(Exception):
+    """The rating door refused a card's answer; hitl keeps the message on the card."""
+
+
 class _Refusal(Exception):
     def __init__(self, code: str, detail: str) -> None:
         super().__init__(detail)
         self.code, self.detail = code, detail
-
-
-def human_rated(spec: dict[str, Any] | None) -> bool:
-    """True for a metric people rate: ``kind: reported``, or ``kind: judged`` with ``human: true``."""
-    if not spec:
-        return False
-    return spec.get("kind") == "reported" or (spec.get("kind") == "judged" and spec.get("human") is True)
-
-
-def human_metrics(entity: Entity) -> dict[str, dict[str, Any]]:
-    """Return the entity's human-rated metrics by id, in declaration order."""
-    metrics = (entity.terms.get("evaluation") or {}).get("metrics") or {}
-    return {metric_id: spec for metric_id, spec in metrics.items() if human_rated(spec)}
-
-
-def scale_of(spec: dict[str, Any]) -> dict[str, Any]:
-    """Return the scale a person rates ``spec`` on: its own, or the engine's 1–5 rubric when it declares none."""
-    return dict(spec.get("scale") or DEFAULT_HUMAN_SCALE)
 
 
 def _number(value: Any) -> Decimal | None:
@@ -222,8 +217,6 @@ def rate(
                 },
             )
         if not Grade.objects.filter(execution=execution).exists():
-            from grading.booking import book_for_rating
-
             book_for_rating(execution)
         answer = RateAnswer(
             ok=True, code="ok", detail=f"{len(rows)} rating(s) recorded on {execution}", written=len(rows)
@@ -233,31 +226,30 @@ def rate(
     return answer
 
 
-def people_value(execution: Execution, metric_id: str) -> float | None:
-    """Return people's number for one metric of one run on 0..1: the median of their ratings; None if nobody rated."""
-    values = list(Rating.objects.filter(execution=execution, metric_id=metric_id).values_list("normalized", flat=True))
-    return statistics.median(values) if values else None
+# --- The rating card's answer ---------------------------------------------------
 
 
-def people_values(execution_ids: Iterable[Any]) -> dict[str, dict[str, float]]:
-    """Return people's medians for many runs in one query: ``{str(execution_id): {metric_id: median on 0..1}}``."""
-    collected: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    rows = Rating.objects.filter(execution_id__in=list(execution_ids)).values_list(
-        "execution_id", "metric_id", "normalized"
+def on_rating_card(card: Card) -> None:
+    """Take a closed rating card: an answer is rated through the door as its person; an expiry writes nothing.
+
+    Either way the run stops waiting. Raises ``RatingRefused`` (kept on the
+    card by hitl, the wait left as it was) when the door refuses the answer.
+    """
+    run_id, run_kind = card.payload.get("run_id"), card.payload.get("run_kind")
+    Execution.objects.filter(pk=run_id).update(awaiting_rating_until=None)
+    if card.status != Card.Status.ANSWERED:
+        return
+    answer = card.answer if isinstance(card.answer, dict) else {}
+    note = str(answer.get("note") or "")
+    values = answer.get("values") or {}
+    ratings = [{"metric_id": metric_id, "value": value, "note": note} for metric_id, value in values.items()]
+    result = rate(
+        actor_user=card.responded_by,
+        is_agent=False,
+        run_kind=str(run_kind),
+        run_id=str(run_id),
+        idempotency_key=f"card:{card.pk}",
+        ratings=ratings,
     )
-    for execution_id, metric_id, normalized in rows:
-        collected[str(execution_id)][metric_id].append(normalized)
-    return {
-        run: {metric: statistics.median(values) for metric, values in by_metric.items()}
-        for run, by_metric in collected.items()
-    }
-
-
-def on_scale(spec: dict[str, Any], normalized: float | None) -> Decimal | None:
-    """Return a 0..1 value back on the metric's own scale (for showing a median as people read it)."""
-    if normalized is None:
-        return None
-    scale = scale_of(spec)
-    low, high = Decimal(str(scale["min"])), Decimal(str(scale["max"]))
-    shown = low + (high - low) * Decimal(repr(float(normalized)))
-    return shown.quantize(Decimal("0.01")).normalize() if shown != shown.to_integral_value() else shown.quantize(1)
+    if not result.ok:
+        raise RatingRefused(f"the rating of {run_kind}:{run_id} was refused ({result.code}): {result.detail}")

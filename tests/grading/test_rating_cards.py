@@ -14,8 +14,9 @@ from django.utils import timezone
 
 from grading.booking import book_for_rating, on_terminal
 from grading.calibration import calibration
-from grading.cards import RatingRefused, card_key, decide, maybe_card, observed, open_missing_cards, post_card
+from grading.cards import card_key, decide, maybe_card, observed, open_missing_cards, post_card
 from grading.models import Entity, Execution, Grade, Rating, RatingSubmission
+from grading.ratings import RatingRefused
 from hitl import registry
 from hitl.actions import answer_card, expire_due_cards, run_handler
 from hitl.channels.telegram import handle_update
@@ -487,7 +488,7 @@ def test_a_telegram_reply_4_good_pacing_rates_4_with_the_note(
 
 
 def test_the_handler_is_registered_for_grading_rating_cards():
-    from grading.cards import on_rating_card
+    from grading.ratings import on_rating_card
 
     assert registry.handler_for("grading", "rating") is on_rating_card
 
