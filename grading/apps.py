@@ -17,5 +17,10 @@ class GradingConfig(AppConfig):
 
         register_message_handler(on_message)
 
+        from grading.sync import sync_before_up
+        from singularity import startup
+
+        startup.register("brain sync", sync_before_up)
+
         # Grading, the rating cards and the chat enqueue their tasks by name (singularity.queue): import them.
         import grading.tasks  # noqa: F401

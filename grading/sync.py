@@ -26,6 +26,7 @@ from grading.models import Entity
 from singularity.brain.git import Checkout, clone, init_bare_from
 from singularity.brain.loader import BrainSnapshot, EntityDefinition, load_brain
 from singularity.errors import ConfigError
+from singularity.startup import StepReport
 
 #: The row fields a load decides; a sync that would change none of them leaves the entity "unchanged".
 SYNCED_FIELDS = (
@@ -235,3 +236,20 @@ def _write_entity(row: Entity | None, definition: EntityDefinition, commit: str,
     row.synced_at = now
     row.save(update_fields=[*values, "commit", "synced_at"])
     return line
+
+
+def sync_before_up() -> StepReport:
+    """Sync the brain for ``manage.py up`` (registered in ``GradingConfig.ready``); return what to show of it.
+
+    The message counts the entities loaded; each broken entity and brain-wide error is a problem.
+    """
+    report = sync_brain()
+    broken = [line for line in report.entities if not line.ok]
+    loaded = len(report.entities) - len(broken)
+    return StepReport(
+        message=f"Brain at {report.commit[:12]}: {loaded} entities loaded",
+        ok=not broken,
+        problems=tuple(
+            [f"{line.label} ({line.path}): {line.error}" for line in broken] + [f"brain: {e}" for e in report.errors]
+        ),
+    )

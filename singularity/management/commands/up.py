@@ -12,6 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from singularity import startup
 from singularity.being.demo import ensure_demo_being
 from singularity.errors import ConfigError, UpstreamError
 
@@ -28,21 +29,19 @@ class Command(BaseCommand):
         parser.add_argument("--no-demo", action="store_true", help="Do not create and start the demo being.")
 
     def _sync_brain(self) -> None:
-        """Load the brain before anything runs, so the dashboard and the demo driver find its entities."""
-        from grading.sync import sync_brain
+        """Run the steps the apps registered for before anything starts; CommandError naming a step that fails.
 
-        try:
-            report = sync_brain()
-        except (ConfigError, UpstreamError) as exc:
-            raise CommandError(f"brain sync failed: {exc}") from exc
-        broken = [line for line in report.entities if not line.ok]
-        loaded = len(report.entities) - len(broken)
-        message = f"Brain at {report.commit[:12]}: {loaded} entities loaded"
-        self.stdout.write(self.style.SUCCESS(message) if not broken else message)
-        for line in broken:
-            self.stderr.write(f"  {line.label} ({line.path}): {line.error}")
-        for error in report.errors:
-            self.stderr.write(f"  brain: {error}")
+        grading registers the brain sync (singularity.startup), so the dashboard and the demo driver find
+        its entities.
+        """
+        for name, step in startup.steps():
+            try:
+                report = step()
+            except (ConfigError, UpstreamError) as exc:
+                raise CommandError(f"{name} failed: {exc}") from exc
+            self.stdout.write(self.style.SUCCESS(report.message) if report.ok else report.message)
+            for problem in report.problems:
+                self.stderr.write(f"  {problem}")
 
     def handle(self, *args: Any, **options: Any) -> None:
         env = dict(os.environ)
