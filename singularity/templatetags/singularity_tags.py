@@ -1,4 +1,11 @@
-"""Template filters that show the being's numbers and journal as people read them."""
+"""Template filters that show the being's numbers, instants and journal as people read them.
+
+The site's formats (``singularity.display``): ``usd`` (money with its exact
+amount on hover), ``signed_usd``, ``usd_text`` (plain, for titles), ``instant``
+(an instant in the configured time zone) and ``ago`` (relative, where recency
+matters). ``money`` and ``money_exact`` are the older six-decimal text, kept for
+callers not yet moved.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ from django import template
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from singularity import display
 from singularity.models import Event
 from singularity.money import EXACT, MoneyError, money_str, parse_money
 
@@ -62,6 +70,58 @@ def money_exact(value: Any) -> str:
 
 
 @register.filter
+def usd(value: Any) -> SafeString:
+    """Return money as ``<span class="money" title="9.9843 USD">$9.98</span>``; "" for None (so ``default`` works)."""
+    if value is None or value == "":
+        return SafeString("")
+    return format_html('<span class="money" title="{}">{}</span>', display.usd_exact(value), display.usd_text(value))
+
+
+@register.filter
+def signed_usd(value: Any) -> SafeString:
+    """Return money like ``usd`` with an explicit sign ("+$1.20", "-$0.30") and its sign class (pos, neg, zero)."""
+    if value is None or value == "":
+        return SafeString("")
+    text = display.usd_text(value)
+    amount = display.amount_of(value)
+    if amount is not None and amount > 0 and text != "$0.00":
+        text = f"+{text}"
+    return format_html('<span class="money {}" title="{}">{}</span>', sign_class(value), display.usd_exact(value), text)
+
+
+@register.filter
+def usd_text(value: Any) -> str:
+    """Return money as plain text in the site's format ("$9.98", "$0.0052"), for titles and attributes."""
+    return display.usd_text(value)
+
+
+@register.filter
+def instant(value: datetime | None) -> SafeString:
+    """Return ``<time datetime="…" title="…:07 UTC">2025-01-31 14:05 UTC</time>`` in the configured time zone."""
+    if value is None:
+        return SafeString("")
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        display.iso(value),
+        display.instant_text(value, seconds=True),
+        display.instant_text(value),
+    )
+
+
+@register.filter
+def ago(value: datetime | None) -> SafeString:
+    """Return ``<time datetime="…" title="2025-01-31 14:05:07 UTC">3 min ago</time>``; past a week, the instant."""
+    if value is None:
+        return SafeString("")
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        display.iso(value),
+        display.instant_text(value, seconds=True),
+        display.ago_text(value),
+    )
+
+
+@register.filter
 def sign_class(value: Any) -> str:
     """Return "pos", "neg" or "zero" for colouring an amount."""
     amount = _amount(value)
@@ -104,7 +164,12 @@ def _span(delta: timedelta) -> str:
 
 
 def _money_html(value: Any, css: str = "") -> SafeString:
-    return format_html('<span class="money {}" title="{}">{}</span>', css, money_exact(value), money(value))
+    return format_html(
+        '<span class="{}" title="{}">{}</span>',
+        f"money {css}".strip(),
+        display.usd_exact(value),
+        display.usd_text(value),
+    )
 
 
 def _summary_tool(data: dict[str, Any]) -> SafeString:
@@ -120,8 +185,8 @@ def _summary_debit(data: dict[str, Any]) -> SafeString:
     return format_html(
         "spent {} <span class='muted'>(api {}, instance {})</span> · remaining {}",
         _money_html(data.get("amount"), "neg"),
-        money(data.get("api")),
-        money(data.get("instance")),
+        usd(data.get("api")),
+        usd(data.get("instance")),
         _money_html(data.get("remaining")),
     )
 

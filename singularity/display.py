@@ -1,0 +1,121 @@
+"""How the site shows money and instants: one format for each, used by every page.
+
+Money: two decimals ("$9.98"), or two significant digits below a cent
+("$0.0052") so a small cost never reads as "$0.00"; the exact ledger amount
+goes in a title. Instants: the configured time zone, "2025-01-31 14:05 UTC";
+relative ("3 min ago") where recency matters, with the instant in a title.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from decimal import ROUND_HALF_EVEN, Decimal
+from typing import Any
+
+from django.utils import timezone
+from django.utils.dateformat import format as date_format
+
+from singularity.money import EXACT, MoneyError, money_str, parse_money
+
+CENT = Decimal("0.01")
+#: Below a cent, this many significant digits are shown.
+SMALL_DIGITS = 2
+INSTANT_FORMAT = "Y-m-d H:i T"
+#: The title of an instant: the same format with seconds.
+INSTANT_TITLE_FORMAT = "Y-m-d H:i:s T"
+#: Past this age (or this far ahead) a relative instant reads as the instant itself.
+RELATIVE_LIMIT = timedelta(days=7)
+
+
+def amount_of(value: Any) -> Decimal | None:
+    """The Decimal for ``value`` (a Decimal, int, float or decimal string), or None when it is not money."""
+    if value is None or value == "":
+        return None
+    try:
+        return parse_money(value)
+    except MoneyError:
+        return None
+
+
+def usd_text(value: Any) -> str:
+    """Return an amount as people read it: "$9.98", "-$0.25", "$1,234.50"; below a cent "$0.0052".
+
+    Two decimals, half-even; a non-zero amount below a cent keeps (at most)
+    two significant digits: "$0.0003", "$0.0049". None reads as "" and text that is not money is
+    returned unchanged.
+    """
+    amount = amount_of(value)
+    if amount is None:
+        return "" if value is None else str(value)
+    sign = "-" if amount < 0 else ""
+    size = abs(amount)
+    if size and size < CENT:
+        quantum = Decimal(1).scaleb(size.adjusted() - SMALL_DIGITS + 1)
+        shown = size.quantize(quantum, rounding=ROUND_HALF_EVEN, context=EXACT)
+        if shown < CENT:
+            return f"{sign}${format(shown.normalize(EXACT), 'f')}"
+    shown = size.quantize(CENT, rounding=ROUND_HALF_EVEN, context=EXACT)
+    if not shown:
+        sign = ""
+    return f"{sign}${shown:,.2f}"
+
+
+def usd_exact(value: Any) -> str:
+    """Return the exact ledger amount as "9.984300000001 USD" (for titles); "" when it is not money."""
+    amount = amount_of(value)
+    return "" if amount is None else f"{money_str(amount)} USD"
+
+
+def usd_plain(value: Any) -> str:
+    """Return the exact amount with a dollar sign and at least the cents: "$9.9843", "-$0.50", "$10.00".
+
+    For plot ticks (round numbers, so short) and plot points (whose hover is their title).
+    """
+    amount = amount_of(value)
+    if amount is None:
+        return "" if value is None else str(value)
+    sign = "-" if amount < 0 else ""
+    return f"{sign}${money_str(abs(amount))}"
+
+
+def _local(value: datetime) -> datetime:
+    return timezone.localtime(value) if timezone.is_aware(value) else value
+
+
+def instant_text(value: datetime | None, *, seconds: bool = False) -> str:
+    """Return an instant in the configured time zone, "2025-01-31 14:05 UTC" (with seconds when asked); "" for None."""
+    if value is None:
+        return ""
+    return date_format(_local(value), INSTANT_TITLE_FORMAT if seconds else INSTANT_FORMAT)
+
+
+def ago_text(value: datetime | None, *, now: datetime | None = None) -> str:
+    """Return how long ago (or how far ahead) an instant is: "just now", "45 s ago", "3 min ago", "in 2 h".
+
+    Past a week either way, the instant itself (``instant_text``); "" for None.
+    """
+    if value is None:
+        return ""
+    delta = (now or timezone.now()) - value
+    ahead = delta < timedelta(0)
+    size = abs(delta)
+    if size >= RELATIVE_LIMIT:
+        return instant_text(value)
+    seconds = int(size.total_seconds())
+    if seconds < 10:
+        return "just now"
+    if seconds < 60:
+        span = f"{seconds} s"
+    elif seconds < 3600:
+        span = f"{seconds // 60} min"
+    elif seconds < 86400:
+        span = f"{seconds // 3600} h"
+    else:
+        days = seconds // 86400
+        span = f"{days} day{'s' if days != 1 else ''}"
+    return f"in {span}" if ahead else f"{span} ago"
+
+
+def iso(value: datetime | None) -> str:
+    """Return the instant as ISO 8601 for a ``<time datetime>`` attribute; "" for None."""
+    return "" if value is None else _local(value).isoformat()

@@ -1,0 +1,124 @@
+"""One money format and one instant format for the whole site, and the template filters that show them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+import time_machine
+from django.template import Context, Template
+from django.test import override_settings
+
+from singularity.display import ago_text, instant_text, usd_plain, usd_text
+
+NOW = datetime(2025, 3, 14, 12, 0, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("amount", "shown"),
+    [
+        (Decimal("9.984300000001"), "$9.98"),
+        (Decimal("10"), "$10.00"),
+        (Decimal("0.1"), "$0.10"),
+        (Decimal("0.015"), "$0.02"),  # half-even to the cent
+        (Decimal("0.025"), "$0.02"),
+        (Decimal("-0.25"), "-$0.25"),
+        (Decimal("1234567.891"), "$1,234,567.89"),
+        (Decimal("0"), "$0.00"),
+        (Decimal("-0.000"), "$0.00"),
+        ("0.0123", "$0.01"),
+        (0.5, "$0.50"),
+    ],
+)
+def test_money_has_two_decimals(amount: object, shown: str) -> None:
+    assert usd_text(amount) == shown
+
+
+@pytest.mark.parametrize(
+    ("amount", "shown"),
+    [
+        (Decimal("0.0052"), "$0.0052"),
+        (Decimal("0.004873"), "$0.0049"),
+        (Decimal("0.0003"), "$0.0003"),
+        (Decimal("0.000000000001"), "$0.000000000001"),
+        (Decimal("-0.0052"), "-$0.0052"),
+        (Decimal("0.00999"), "$0.01"),  # rounds up to a cent: shown as one
+    ],
+)
+def test_a_cost_below_a_cent_keeps_two_significant_digits(amount: object, shown: str) -> None:
+    assert usd_text(amount) == shown
+
+
+def test_what_is_not_money_is_shown_as_it_is() -> None:
+    assert usd_text(None) == ""
+    assert usd_text("n/a") == "n/a"
+
+
+def test_plot_labels_are_exact_with_the_cents() -> None:
+    assert usd_plain(Decimal("9.9843")) == "$9.9843"
+    assert usd_plain(Decimal("10")) == "$10.00"
+    assert usd_plain(Decimal("-0.5")) == "-$0.50"
+
+
+def render(text: str, **context: object) -> str:
+    return Template("{% load singularity_tags %}" + text).render(Context(context))
+
+
+def test_usd_shows_two_decimals_with_the_exact_amount_on_hover() -> None:
+    html = render("{{ x|usd }}", x=Decimal("9.984300000001"))
+    assert html == '<span class="money" title="9.984300000001 USD">$9.98</span>'
+
+
+def test_usd_of_nothing_is_empty_so_a_default_shows() -> None:
+    assert render('{{ x|usd|default:"—" }}', x=None) == "—"
+
+
+def test_signed_usd_has_a_sign_and_its_colour() -> None:
+    assert render("{{ x|signed_usd }}", x=Decimal("1.2343")) == (
+        '<span class="money pos" title="1.2343 USD">+$1.23</span>'
+    )
+    assert render("{{ x|signed_usd }}", x=Decimal("-0.0157")) == (
+        '<span class="money neg" title="-0.0157 USD">-$0.02</span>'
+    )
+    assert render("{{ x|signed_usd }}", x=Decimal("0")) == '<span class="money zero" title="0.00 USD">$0.00</span>'
+
+
+def test_usd_text_is_plain_for_attributes() -> None:
+    assert render('<b title="{{ x|usd_text }}">', x=Decimal("0.0052")) == '<b title="$0.0052">'
+
+
+@override_settings(TIME_ZONE="Europe/Berlin")
+def test_an_instant_is_shown_in_the_configured_time_zone() -> None:
+    assert instant_text(NOW) == "2025-03-14 13:00 CET"
+    html = render("{{ t|instant }}", t=NOW)
+    assert html == (
+        '<time datetime="2025-03-14T13:00:00+01:00" title="2025-03-14 13:00:00 CET">2025-03-14 13:00 CET</time>'
+    )
+
+
+@pytest.mark.parametrize(
+    ("before", "shown"),
+    [
+        (timedelta(seconds=3), "just now"),
+        (timedelta(seconds=45), "45 s ago"),
+        (timedelta(minutes=3, seconds=50), "3 min ago"),
+        (timedelta(hours=2, minutes=59), "2 h ago"),
+        (timedelta(days=1, hours=3), "1 day ago"),
+        (timedelta(days=6), "6 days ago"),
+        (timedelta(days=8), "2025-03-06 12:00 UTC"),  # past a week, recency no longer matters
+        (-timedelta(minutes=5), "in 5 min"),
+    ],
+)
+def test_ago_says_how_recent_an_instant_is(before: timedelta, shown: str) -> None:
+    assert ago_text(NOW - before, now=NOW) == shown
+
+
+@time_machine.travel(NOW, tick=False)
+def test_the_ago_filter_keeps_the_instant_on_hover() -> None:
+    html = render("{{ t|ago }}", t=NOW - timedelta(minutes=3))
+    assert html == '<time datetime="2025-03-14T11:57:00+00:00" title="2025-03-14 11:57:00 UTC">3 min ago</time>'
+
+
+def test_instants_of_nothing_are_empty() -> None:
+    assert render("{{ t|instant }}{{ t|ago }}", t=None) == ""
