@@ -42,6 +42,9 @@ class HLine:
     y: Number
     label: str
     color: str = "#c0392b"
+    #: Widen the y axis to include the line; when False the line is drawn only if the data's axis reaches it,
+    #: so a far-off reference (a balance's $0 "Empty") never flattens the data into a line.
+    fit: bool = True
 
 
 def _dec(value: Number) -> Decimal:
@@ -57,14 +60,17 @@ def nice_ticks(low: Number, high: Number, *, count: int = 5, integer: bool = Fal
     """Return evenly spaced round tick values (steps of 1, 2 or 5 × 10^k) covering [low, high].
 
     The first tick is at or below ``low`` and the last at or above ``high``; with
-    ``integer`` the step is never below 1.
+    ``integer`` the step is never below 1. A range that is not negative gets no
+    negative tick, even when it is flat (a flat zero spans 0..1, not -1..1).
     """
     lo, hi = _dec(low), _dec(high)
     if hi < lo:
         lo, hi = hi, lo
     if hi == lo:
         pad = abs(lo) / 10 if lo else Decimal(1)
-        lo, hi = lo - pad, hi + pad
+        if integer:
+            pad = max(pad, Decimal(1))
+        lo, hi = (lo - pad if lo - pad >= 0 or lo < 0 else Decimal(0)), hi + pad
     raw = _CTX.divide(hi - lo, Decimal(max(count, 1)))
     exponent = raw.adjusted()
     mantissa = raw.scaleb(-exponent)
@@ -99,9 +105,10 @@ class _Scale:
 
 
 def _x_domain(xs: list[Decimal]) -> tuple[Decimal, Decimal]:
+    """The x range: the data's, widened by one each side when flat but never below 0 for data that is not."""
     low, high = min(xs), max(xs)
     if low == high:
-        return low - 1, high + 1
+        return (low - 1 if low >= 1 or low < 0 else low), high + 1
     return low, high
 
 
@@ -117,12 +124,16 @@ def line_chart(
     y_format: Formatter = _plain,
     x_format: Formatter = _plain,
     chart_id: str = "",
+    y_integer: bool = False,
+    empty_text: str = "No data yet",
 ) -> str:
     """Return an SVG document fragment (a safe string) plotting ``series`` with axes, ticks and a legend.
 
     Each point carries a ``<title>`` with its series, x and y (as ``x_format``
     and ``y_format`` render them) so screen readers and hovering show exact
-    values. With no points at all, the chart says so instead of drawing axes.
+    values. With no points at all, the chart says ``empty_text`` instead of
+    drawing axes. The y axis fits the points and the reference lines that
+    ``fit``; ``y_integer`` keeps its ticks whole (counts).
     """
     title = title or ", ".join(s.label for s in series) or "Chart"
     chart_id = chart_id or "chart-" + hashlib.sha1(title.encode()).hexdigest()[:8]
@@ -134,14 +145,15 @@ def line_chart(
     )
     if not points:
         return mark_safe(
-            f'{head}<desc id="{chart_id}-desc">No data yet.</desc>'
-            f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle" fill="#5f6b7a">No data yet</text></svg>'
+            f'{head}<desc id="{chart_id}-desc">{escape(empty_text)}.</desc>'
+            f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle" fill="#5f6b7a">{escape(empty_text)}</text></svg>'
         )
 
     xs = [x for x, _ in points]
-    ys = [y for _, y in points] + [_dec(h.y) for h in hlines]
+    ys = [y for _, y in points] + [_dec(h.y) for h in hlines if h.fit]
     integer_x = all(x == x.to_integral_value() for x in xs)
-    y_ticks = nice_ticks(min(ys), max(ys))
+    y_ticks = nice_ticks(min(ys), max(ys), integer=y_integer)
+    hlines = [h for h in hlines if h.fit or y_ticks[0] <= _dec(h.y) <= y_ticks[-1]]
     x_low, x_high = _x_domain(xs)
     x_ticks = [t for t in nice_ticks(x_low, x_high, count=8, integer=integer_x) if x_low <= t <= x_high]
     sx = _Scale(x_low, x_high, _MARGIN_LEFT, width - _MARGIN_RIGHT)

@@ -88,3 +88,43 @@ def test_a_legend_names_every_series() -> None:
     root = parse(line_chart([Series("Balance", [(0, 1)]), Series("Spent", [(0, 0)], dashed=True)]))
     legend = next(g for g in root.iter(f"{SVG}g") if g.get("class") == "legend")
     assert [t.text for t in legend.iter(f"{SVG}text")] == ["Balance", "Spent"]
+
+
+def y_tick_labels(svg: str) -> list[str]:
+    return re.findall(r'text-anchor="end">([^<]+)</text>', svg)
+
+
+def x_tick_labels(svg: str) -> list[str]:
+    return re.findall(r'text-anchor="middle">([^<]+)</text>', svg)
+
+
+def test_a_reference_line_that_does_not_fit_never_flattens_the_data() -> None:
+    # A balance from $10 down by cents: a $0 line on the axis would make it a flat line at the top.
+    series = [Series("Balance", [(0, Decimal("10")), (1, Decimal("9.9948")), (2, Decimal("9.9843"))])]
+    svg = line_chart(series, hlines=[HLine(0, "Empty", fit=False), HLine(10, "Start", fit=False)])
+    labels = [Decimal(label) for label in y_tick_labels(svg)]
+    assert labels[0] >= Decimal("9.98") and labels[-1] <= Decimal("10")
+    assert "Empty" not in svg  # off the axis: not drawn
+    assert "Start: 10" in svg  # on the axis: drawn
+
+
+def test_a_flat_zero_has_no_negative_axis() -> None:
+    svg = line_chart([Series("Spent", [(0, 0), (1, 0)])])
+    assert [Decimal(label) for label in y_tick_labels(svg)][0] == 0
+
+
+def test_a_count_axis_never_starts_at_minus_one() -> None:
+    svg = line_chart([Series("Runs", [(0, 3)])], y_integer=True)
+    assert x_tick_labels(svg)[0] == "0"
+    assert "-1" not in x_tick_labels(svg)
+    ys = [Decimal(label) for label in y_tick_labels(svg)]
+    assert all(y == y.to_integral_value() for y in ys) and ys[0] >= 0
+
+
+def test_nice_ticks_of_a_flat_zero_start_at_zero() -> None:
+    assert nice_ticks(0, 0)[0] == 0
+    assert nice_ticks(-2, -2)[0] < -2  # a negative range still gets its room
+
+
+def test_an_empty_chart_says_what_is_missing() -> None:
+    assert "No cycles yet" in line_chart([Series("Balance", [])], empty_text="No cycles yet")
