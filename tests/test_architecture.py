@@ -16,7 +16,6 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 APPS = ("singularity", "hitl", "grading", "evolution")
