@@ -16,7 +16,6 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parent.parent
 APPS = ("singularity", "hitl", "grading", "evolution")
 
@@ -135,10 +134,6 @@ def _collapsed(prefix: str, key) -> dict[str, set[str]]:
     return edges
 
 
-@pytest.mark.xfail(
-    reason="grading's booking/cards/ratings circle and up → grading.sync: the fix is in progress (issue 10 open)",
-    strict=False,
-)
 def test_an_app_imports_only_from_the_apps_below_it():
     rank = {app: i for i, app in enumerate(APPS)}
     upward = sorted(
@@ -178,10 +173,6 @@ def test_the_loops_modules_form_no_import_circle():
     assert circles == [], f"import circles inside evolution/loop/: {circles}"
 
 
-@pytest.mark.xfail(
-    reason="grading's booking/cards/ratings circle and up → grading.sync: the fix is in progress (issue 10 open)",
-    strict=False,
-)
 def test_grading_and_hitl_have_no_import_circle():
     for app in ("grading", "hitl"):
         circles = _circles(_collapsed(app, lambda m: m))
