@@ -70,9 +70,10 @@ def test_a_person_reads_a_being_and_stops_it(page, live_server, alice) -> None:
         for t in summary.locator(".stat").all()
     }
     assert tiles["starting"] == "$10.00"
-    assert tiles["balance"] == "$9.9843"
-    assert tiles["api spent"] == "$0.0157"
-    assert tiles["net profit"] == "-$0.0157"
+    assert tiles["balance"] == "$9.98"
+    assert summary.locator(".stat .value .money").nth(1).get_attribute("title") == "9.9843 USD"  # exact on hover
+    assert tiles["api spent"] == "$0.02"
+    assert tiles["net profit"] == "-$0.02"
 
     balance, flow = page.locator("figure.plot svg").all()
     assert balance.is_visible() and flow.is_visible()
@@ -108,3 +109,44 @@ def test_the_list_creates_a_being_from_the_form(page, live_server, alice) -> Non
     page.goto(f"{live_server.url}/beings/")
     assert page.locator("table.beings tbody tr").first.locator("td").nth(4).inner_text() == "$1.25"
     page.screenshot(path="/tmp/being_list.png", full_page=True)
+
+
+def test_the_being_page_follows_a_living_being_without_a_reload(page, live_server, alice) -> None:
+    being = start_on_workers(create_being("lively", starting="10"), by="alice")
+    log_in(page, live_server, "/beings/lively/")
+    assert page.locator("#cycles").get_by_text("No cycles yet.").is_visible()
+    assert page.locator("#plots svg").first.locator("text").text_content() == "No cycles yet"
+    page.evaluate("window.__not_reloaded = true")
+
+    # A worker runs two cycles and the being remembers something: written behind the page's back.
+    start = timezone.now() - timedelta(seconds=20)
+    balance = Decimal(10)
+    for number, spent in enumerate(["0.0052", "0.0049"], start=1):
+        balance -= Decimal(spent)
+        Cycle.objects.create(
+            being=being,
+            number=number,
+            status=Cycle.Status.COMPLETED,
+            rounds=2,
+            spent=Decimal(spent),
+            balance_after=balance,
+            started_at=start + timedelta(seconds=number),
+            finished_at=start + timedelta(seconds=number + 2),
+        )
+    Being.objects.filter(pk=being.pk).update(
+        cycle=2, remaining=balance, api_spent=Decimal("0.0101"), memories={"sales": "none yet; check again"}
+    )
+
+    page.locator("#cycles table.cycles tbody tr").nth(1).wait_for(timeout=10000)
+    rows = page.locator("#cycles table.cycles tbody tr")
+    assert rows.first.locator("td").first.inner_text() == "2"
+    spent = rows.first.locator("td").nth(4).locator(".money")
+    assert spent.inner_text() == "$0.0049" and spent.get_attribute("title") == "0.0049 USD"
+    balance_chart = page.locator("#plots svg").first
+    balance_chart.locator("circle").nth(2).wait_for(state="attached", timeout=10000)
+    ticks = [t.text_content() for t in balance_chart.locator('.axis text[text-anchor="end"]').all()]
+    assert ticks and all(t.startswith("$9.9") or t == "$10.00" for t in ticks), ticks  # fits the spend
+    page.locator("#mind").get_by_text("none yet; check again").wait_for(timeout=10000)
+    assert page.locator("#summary .stat .value .money").nth(1).inner_text() == "$9.99"
+    assert page.evaluate("window.__not_reloaded") is True
+    page.screenshot(path="/tmp/being_live.png", full_page=True)
