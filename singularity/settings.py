@@ -250,8 +250,16 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # Celery's "sending due task" / "received" / "succeeded" for routine ticks: dropped (see log_filters).
+    "filters": {"quiet_ticks": {"()": "singularity.log_filters.QuietPeriodicTicks"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"httpx": {"level": "WARNING"}, "mcp": {"level": "WARNING"}},
+    "loggers": {
+        "httpx": {"level": "WARNING"},
+        "mcp": {"level": "WARNING"},
+        "celery.beat": {"filters": ["quiet_ticks"]},
+        "celery.worker.strategy": {"filters": ["quiet_ticks"]},
+        "celery.app.trace": {"filters": ["quiet_ticks"]},
+    },
 }
 
 from singularity.schedule import BEAT_SCHEDULE  # noqa: E402
