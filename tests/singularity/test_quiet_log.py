@@ -70,9 +70,10 @@ def test_celerys_lines_for_routine_ticks_are_dropped(caplog: pytest.LogCaptureFi
     assert info_lines(caplog) == []
 
 
-def test_other_tasks_and_every_failure_are_kept(caplog: pytest.LogCaptureFixture) -> None:
+def test_other_tasks_get_one_line_and_every_failure_is_kept(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
     once = {"name": "evolution.tasks.apply_round", "id": "2", "runtime": 1.5, "return_value": "None"}
+    celery_says("celery.worker.strategy", logging.INFO, LOG_RECEIVED, once)  # one line a task: "succeeded" says it
     celery_says("celery.app.trace", logging.INFO, LOG_SUCCESS, once)
     failed = {"name": "singularity.tasks.wake_beings", "id": "3", "description": "raised", "exc": "boom"}
     celery_says("celery.app.trace", logging.ERROR, "Task %(name)s[%(id)s] %(description)s: %(exc)s", failed)
