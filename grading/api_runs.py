@@ -22,12 +22,12 @@ from drf_spectacular.utils import (
 )
 from rest_framework import serializers, status
 from rest_framework.decorators import api_view, parser_classes
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from grading.executions import report_execution, report_many, validate_report
 from grading.models import Entity
+from singularity.apikit.parsers import StrictJSONParser
 from singularity.errors import ConfigError
 from singularity.serializers import ErrorSerializer
 
@@ -55,7 +55,7 @@ class RunReportSerializer(serializers.Serializer):
     started_at = serializers.DateTimeField(help_text="ISO-8601 with a UTC offset.")
     completed_at = serializers.DateTimeField(help_text="ISO-8601 with a UTC offset; not before started_at.")
     cost_usd = CostField(required=False, help_text="What the run cost; default 0. At most 12 decimal places.")
-    tool_failures = serializers.IntegerField(min_value=0, required=False, default=0)
+    tool_failures = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False, default=0)
     input = serializers.JSONField(required=False, help_text="A JSON object; keys starting with `_` are labels.")
     output = serializers.JSONField(required=False, allow_null=True)
     error = serializers.CharField(required=False, allow_blank=True)
@@ -138,7 +138,7 @@ REPORT_SCHEMA = extend_schema(
 
 @REPORT_SCHEMA
 @api_view(["POST"])
-@parser_classes([JSONParser])
+@parser_classes([StrictJSONParser])
 def report_runs(request: Request) -> Response:
     """Record the reported runs and answer 201 with their ids, or 400 naming what was refused."""
     return handle_report(request)

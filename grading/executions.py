@@ -22,6 +22,7 @@ from django.utils.dateparse import parse_datetime
 
 from grading.models import Entity, Execution
 from singularity.errors import ConfigError, StateError
+from singularity.fields import check_storable
 from singularity.money import MoneyError, parse_money, quantize
 
 logger = logging.getLogger("grading.executions")
@@ -33,6 +34,8 @@ RUN_KIND_OF = {
     Entity.Kind.ROLE: Execution.RunKind.EPISODE,
 }
 TERMINAL = (Execution.Status.SUCCEEDED, Execution.Status.FAILED)
+#: The most tool failures one run reports (the column is a 32-bit integer on Postgres).
+MAX_TOOL_FAILURES = 2**31 - 1
 
 #: What a reported run may carry; anything else is refused by name.
 REPORT_FIELDS = frozenset(
@@ -188,13 +191,16 @@ def validate_report(data: Any, *, where: str = "") -> dict[str, Any]:
         raise ConfigError(f"{_field(where, 'completed_at')}: {completed.isoformat()} is in the future")
     try:
         cost = parse_money(data.get("cost_usd", "0"), what=_field(where, "cost_usd"), allow_negative=False)
+        check_storable(cost, what=_field(where, "cost_usd"))
     except MoneyError as exc:
         raise ConfigError(str(exc)) from None
     if quantize(cost) != cost:
         raise ConfigError(f"{_field(where, 'cost_usd')}: {cost} has more than 12 decimal places")
     failures = data.get("tool_failures", 0)
-    if isinstance(failures, bool) or not isinstance(failures, int) or failures < 0:
-        raise ConfigError(f"{_field(where, 'tool_failures')}: expected an integer ≥ 0, got {failures!r}")
+    if isinstance(failures, bool) or not isinstance(failures, int) or not 0 <= failures <= MAX_TOOL_FAILURES:
+        raise ConfigError(
+            f"{_field(where, 'tool_failures')}: expected an integer from 0 to {MAX_TOOL_FAILURES}, got {failures!r}"
+        )
     run_input = data.get("input", {})
     if run_input is None:
         run_input = {}

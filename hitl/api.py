@@ -39,7 +39,8 @@ REFUSALS = {
 def _respond(result: AnswerResult, request: Request) -> Response:
     """Return the card when ``result`` is ok, else the refusal with its status."""
     if not result.ok:
-        return Response({"code": result.code, "detail": result.detail}, status=HTTP_STATUS[result.code])
+        body = {"error": result.code, "code": result.code, "detail": result.detail}
+        return Response(body, status=HTTP_STATUS[result.code])
     card = Card.objects.prefetch_related("deliveries").get(pk=result.card.pk)  # type: ignore[union-attr]
     return Response(CardSerializer(card, context={"request": request}).data)
 

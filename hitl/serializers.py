@@ -65,6 +65,9 @@ class CancelSerializer(serializers.Serializer):
 
 
 class RefusalSerializer(serializers.Serializer):
+    """A refused answer or cancel: the API's error shape, with ``code`` (the same) kept for older scripts."""
+
+    error = serializers.ChoiceField(choices=["unauthorized_responder", "already_closed", "invalid", "not_found"])
     code = serializers.ChoiceField(choices=["unauthorized_responder", "already_closed", "invalid", "not_found"])
     detail = serializers.CharField()
 

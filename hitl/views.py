@@ -8,7 +8,6 @@ POST and a redirect back).
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 from typing import Any
 from uuid import UUID
@@ -27,6 +26,7 @@ from django.views.decorators.http import require_POST
 from hitl.actions import answer_card, mark_notice_read
 from hitl.channels import telegram_enabled
 from hitl.models import Card, Notice
+from singularity import json_input
 
 logger = logging.getLogger(__name__)
 
@@ -125,11 +125,11 @@ def telegram_webhook(request: HttpRequest) -> HttpResponse:
     if not secret or not hmac.compare_digest(given.encode(), secret.encode()):
         return HttpResponseForbidden("bad or missing secret token")
     try:
-        data = json.loads(request.body)
-    except (ValueError, UnicodeDecodeError):
-        return HttpResponse("ignored: not JSON")
+        data = json_input.loads(request.body)
+    except json_input.JsonRefused as exc:
+        return HttpResponse(f"ignored: {exc}", content_type="text/plain")
     from hitl.channels.telegram import handle_update
 
-    outcome = handle_update(data if isinstance(data, dict) else {})
+    outcome = handle_update(data)
     logger.info("telegram update: %s", outcome)
     return HttpResponse(outcome, content_type="text/plain")

@@ -11,12 +11,28 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from django.db import models
+from django.db import connection, models
 
-from singularity.money import DECIMAL_PLACES, MoneyError, quantize
+from singularity.money import DECIMAL_PLACES, EXACT, MoneyError, quantize
 
 _INT64_MAX = 2**63 - 1
 _SCALE = Decimal(10) ** DECIMAL_PLACES
+#: The largest amount each backend's money column holds exactly.
+MOST = {
+    "sqlite": Decimal(_INT64_MAX) / _SCALE,
+    "postgresql": EXACT.subtract(Decimal(10) ** (30 - DECIMAL_PLACES), Decimal(1) / _SCALE),
+}
+
+
+def check_storable(amount: Decimal, *, what: str, vendor: str | None = None) -> None:
+    """Raise MoneyError naming ``what`` unless a money column of this database holds ``amount`` exactly.
+
+    Check input with it before any arithmetic: quantizing 1e100 raises, and a
+    row past the column's range fails only when it is saved.
+    """
+    most = MOST.get(vendor or connection.vendor, MOST["postgresql"])
+    if not amount.is_finite() or abs(amount) > most:
+        raise MoneyError(f"{what}: {amount} is over {most}, the most this database's money column holds")
 
 
 class MoneyField(models.DecimalField):

@@ -45,6 +45,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "singularity.apikit.middleware.ApiGuardMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -132,8 +133,14 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "singularity.apikit.pagination.LimitOffset",
     "PAGE_SIZE": 50,
+    "DEFAULT_PARSER_CLASSES": [
+        "singularity.apikit.parsers.StrictJSONParser",
+        "singularity.apikit.parsers.StrictFormParser",
+        "singularity.apikit.parsers.StrictMultiPartParser",
+    ],
+    "EXCEPTION_HANDLER": "singularity.apikit.errors.exception_handler",
     "COERCE_DECIMAL_TO_STRING": True,
 }
 SPECTACULAR_SETTINGS = {

@@ -17,7 +17,6 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics, serializers, status
-from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -25,6 +24,7 @@ from rest_framework.views import APIView
 from grading.chat.episodes import close
 from grading.chat.shape import episodes_of, rows
 from grading.models import Entity, Episode
+from singularity.apikit.pagination import NewestCursor
 from singularity.auth import is_agent
 from singularity.serializers import ErrorSerializer
 
@@ -77,10 +77,9 @@ class CloseAnswerSerializer(serializers.Serializer):
     episode = EpisodeSerializer(allow_null=True)
 
 
-class NewestFirst(CursorPagination):
+class NewestFirst(NewestCursor):
     ordering = ("-opened_at", "-execution_id")
     page_size = 20
-    page_size_query_param = "limit"
     max_page_size = 100
 
 

@@ -29,7 +29,7 @@ from telegram.request import HTTPXRequest
 from telegram.warnings import PTBDeprecationWarning
 
 from hitl.actions import AnswerResult, answer_card
-from hitl.channels import ChannelError, Sent, telegram_enabled
+from hitl.channels import ChannelError, Sent, telegram_enabled, telegram_shape
 from hitl.models import Card, Delivery, Notice, TelegramUpdate, TelegramUser
 from hitl.replies import read_rating
 
@@ -472,18 +472,20 @@ def handle_update(data: dict[str, Any]) -> str:
 
     A button press answers its card as the mapped person; a native reply to a
     card refines it or rates it; an update id seen before does nothing; what
-    is not recognised is ignored. The bot's answers are sent after commit.
+    is not recognised, or cannot be used (``telegram_shape.problem``), is
+    ignored. The bot's answers are sent after commit.
     """
-    update_id = data.get("update_id") if isinstance(data, dict) else None
-    if not isinstance(update_id, int):
-        return "ignored: no update_id"
+    why = telegram_shape.problem(data)
+    if why.startswith(("body:", "update_id:")):
+        return f"ignored: {why}"
+    update_id = data["update_id"]
     with transaction.atomic():
         try:
             with transaction.atomic():
                 TelegramUpdate.objects.create(update_id=update_id)
         except IntegrityError:
             return f"duplicate: update {update_id} was handled before"
-        outcome, outgoing = _dispatch(data)
+        outcome, outgoing = (f"ignored: {why}", []) if why else _dispatch(data)
         TelegramUpdate.objects.filter(update_id=update_id).update(outcome=outcome[:200])
     errors = _send_outgoing(outgoing)
     return outcome + "".join(f"; the bot's answer failed: {e}" for e in errors)

@@ -136,7 +136,9 @@ def test_create_uses_the_default_starting_balance(person: APIClient, settings) -
 def test_create_names_the_bad_field(person: APIClient, data: dict, field: str) -> None:
     response = person.post("/api/beings/", data, format="json")
     assert response.status_code == 400
-    assert list(response.json()) == [field]
+    body = response.json()
+    assert (body["error"], body["detail"].split(":")[0]) == ("invalid", field)
+    assert [key for key in body if key not in ("error", "detail")] == [field]
     assert not Being.objects.exists()
 
 
