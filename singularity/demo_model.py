@@ -16,8 +16,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
+
+from singularity.money import money_str
 
 log = logging.getLogger(__name__)
 
@@ -379,6 +382,155 @@ def _classifier_reply(messages: list[Any], tools: dict[str, dict[str, Any]]) -> 
     return Reply(content=classify(rules, _task_text(user.get("content"))))
 
 
+# --- The demo being -----------------------------------------------------------
+
+_FRAMING = re.compile(r"^Begin autonomous cycle (?P<cycle>\d+)\.")
+_EARNED = re.compile(r"Earned: (?P<earned>-?[0-9]+(?:\.[0-9]+)?) USD")
+_MEMORIES = re.compile(r"^Your memories:\n(?P<json>\{.*\})\s*$", re.MULTILINE | re.DOTALL)
+#: Tools the demo never picks by hash: they would fill the mind with placeholder text (a model named
+#: "demo-note-197", a prompt, rules), create beings, or touch money.
+_NOT_AT_RANDOM = frozenset(
+    {
+        "self__switch_model",
+        "self__set_prompt",
+        "self__add_rule",
+        "self__add_learning",
+        "self__spawn_child",
+        "self__forget",
+    }
+)
+_MONEY_PREFIXES = ("finance__", "trading__")
+PLAN = (
+    "Check finance__check_sales once a cycle: only revenue a finance tool reports counts. "
+    "Remember each sale; when there is none, end the cycle at once to spend little."
+)
+PLAN_WITHOUT_FINANCE = "No finance tools are configured, so nothing can earn: end each cycle at once to spend little."
+
+
+def _memories(messages: list[Any]) -> dict[str, Any]:
+    """Return the memories the system message shows (``Your memories:`` and their JSON), or {}."""
+    for message in messages:
+        if isinstance(message, dict) and message.get("role") == "system":
+            match = _MEMORIES.search(_text_of(message.get("content")))
+            if match:
+                try:
+                    found = json.loads(match["json"])
+                except ValueError:
+                    return {}
+                return found if isinstance(found, dict) else {}
+    return {}
+
+
+def _find_key(value: Any, key: str) -> Any:
+    """Return the first value under ``key`` in a JSON value, depth-first in document order; None when absent."""
+    if isinstance(value, dict):
+        if key in value:
+            return value[key]
+        items: list[Any] = list(value.values())
+    elif isinstance(value, list):
+        items = value
+    else:
+        return None
+    for item in items:
+        found = _find_key(item, key)
+        if found is not None:
+            return found
+    return None
+
+
+def _cycle_so_far(messages: list[Any]) -> tuple[int, dict[str, Any], str, list[tuple[str, Any]]] | None:
+    """Return (cycle, memories, framing text, [(tool, shown result)]) when the conversation is a being's cycle."""
+    start = next(
+        (
+            i
+            for i in range(len(messages) - 1, -1, -1)
+            if isinstance(messages[i], dict) and messages[i].get("role") == "user"
+        ),
+        None,
+    )
+    if start is None:
+        return None
+    framing = _text_of(messages[start].get("content"))
+    match = _FRAMING.match(framing)
+    if match is None:
+        return None
+    names: dict[str, str] = {}
+    done: list[tuple[str, Any]] = []
+    for message in messages[start + 1 :]:
+        if not isinstance(message, dict):
+            continue
+        for call in message.get("tool_calls") or []:
+            names[call.get("id", "")] = call.get("function", {}).get("name", "?")
+        if message.get("role") == "tool":
+            try:
+                shown = json.loads(_text_of(message.get("content")))
+            except ValueError:
+                shown = None
+            done.append((names.get(message.get("tool_call_id", ""), "?"), shown))
+    return int(match["cycle"]), _memories(messages), framing, done
+
+
+def _remember(key: str, value: str) -> Reply:
+    return Reply(tool_calls=[("self__remember", {"key": key, "value": value})])
+
+
+def _being_reply(messages: list[Any], tools: dict[str, dict[str, Any]]) -> Reply | None:
+    """Return the demo being's move in a cycle, or None when the conversation is not a being's cycle.
+
+    It plays a being minding a small shop: the first round checks sales with
+    the finance tool (``finance__check_sales`` when offered); after a sale it
+    remembers it (``last_sale``); on its first cycles it remembers its plan;
+    then it ends the cycle with a line saying what it found. It never
+    switches model or rewrites its prompt.
+    """
+    state = _cycle_so_far(messages)
+    if state is None:
+        return None
+    cycle, memories, framing, done = state
+    finance = sorted(name for name in tools if name.startswith("finance__"))
+    check = "finance__check_sales" if "finance__check_sales" in tools else (finance[0] if finance else None)
+    can_remember = "self__remember" in tools
+    remembered = any(name == "self__remember" for name, _ in done)
+    if not done:
+        if check:
+            return Reply(tool_calls=[(check, example_for_schema(tools[check]))])
+        if can_remember and memories.get("plan") != PLAN_WITHOUT_FINANCE:
+            return _remember("plan", PLAN_WITHOUT_FINANCE)
+        return Reply(content=f"Cycle {cycle}: no finance tools are configured, so there is nothing to earn. Waiting.")
+    checked = next(((name, shown) for name, shown in done if name.startswith(_MONEY_PREFIXES)), None)
+    if checked is None:
+        return Reply(content=f"Cycle {cycle}: noted my plan. Ending this cycle.")
+    name, shown = checked
+    if not isinstance(shown, dict) or shown.get("status") != "success":
+        error = shown.get("error", "no answer") if isinstance(shown, dict) else "no answer"
+        return Reply(content=f"Cycle {cycle}: {name} failed ({error}); I will check again next cycle.")
+    revenue = _find_key(shown.get("result"), "revenue_usd")
+    orders = _find_key(shown.get("result"), "orders") or 0
+    item = _find_key(shown.get("result"), "item") or "items"
+    sale = _sale_amount(revenue)
+    if sale is not None and can_remember and not remembered:
+        earned = _EARNED.search(framing)
+        total = (Decimal(earned["earned"]) if earned else Decimal(0)) + sale
+        note = f"cycle {cycle}: {orders} × {item} for ${money_str(sale)} (earned ${money_str(total)} in all)"
+        return _remember("last_sale", note)
+    if can_remember and not remembered and memories.get("plan") != PLAN:
+        return _remember("plan", PLAN)
+    if sale is not None:
+        return Reply(content=f"Cycle {cycle}: sold {orders} × {item} for ${money_str(sale)}. Ending this cycle.")
+    return Reply(content=f"Cycle {cycle}: no sales since the last check. Ending this cycle.")
+
+
+def _sale_amount(value: Any) -> Decimal | None:
+    """Return a strictly positive revenue as a Decimal (from a decimal string or a JSON number), else None."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return None
+    try:
+        amount = Decimal(repr(value)) if isinstance(value, float) else Decimal(str(value))
+    except ArithmeticError:
+        return None
+    return amount if amount.is_finite() and amount > 0 else None
+
+
 def demo_policy(request_json: dict[str, Any], headers: dict[str, str]) -> Reply:
     """Return the demo model's deterministic reply.
 
@@ -386,9 +538,11 @@ def demo_policy(request_json: dict[str, Any], headers: dict[str, str]) -> Reply:
     system message holds a ``## Rules`` section (see ``parse_rules``) and the
     request offers no tools or ends with the user's message, it answers
     exactly the label the rules give the last user message (``classify``).
-    Otherwise, at the start of a cycle (last message from the user, tools
-    offered) it calls one tool chosen by a stable hash of that message; after
-    tool results it ends the cycle with a short summary.
+    A being's cycle (the framing message "Begin autonomous cycle N.") gets
+    the demo being's moves (``_being_reply``). Otherwise, when the user spoke
+    last and tools are offered, it calls one tool chosen by a stable hash of
+    that message, never one that rewrites the mind or touches money; after
+    tool results it ends with a short summary.
     """
     messages = request_json.get("messages") or []
     last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
@@ -403,7 +557,12 @@ def demo_policy(request_json: dict[str, Any], headers: dict[str, str]) -> Reply:
     labelled = _classifier_reply(messages, tools)
     if labelled is not None:
         return labelled
-    if last.get("role") == "user" and tools:
+    being = _being_reply(messages, tools)
+    if being is not None:
+        return being
+    safe = {n: p for n, p in tools.items() if n not in _NOT_AT_RANDOM and not n.startswith(_MONEY_PREFIXES)}
+    if last.get("role") == "user" and safe:
+        tools = safe
         digest = int(hashlib.sha256(_text_of(last.get("content")).encode()).hexdigest()[:16], 16)
         names = sorted(tools)
         # Every other cycle, when it can, the demo remembers something so the mind visibly changes.

@@ -245,7 +245,8 @@ def test_the_demo_policy_calls_a_tool_then_ends_the_cycle_with_text(fake_gateway
     fake_gateway.handler = demo_policy
     gw = fake_gateway.gateway()
     tools = [REMEMBER_TOOL, READ_TOOL]
-    messages: list[dict] = [{"role": "user", "content": "Begin autonomous cycle 1. Balance: 10 USD."}]
+    # Not a being's cycle (that is tests/singularity/test_demo_being.py): any conversation with tools.
+    messages: list[dict] = [{"role": "user", "content": "Look at your notes and carry on."}]
     first = complete(gw, messages, tools)
     assert len(first.tool_calls) == 1
     call = first.tool_calls[0]

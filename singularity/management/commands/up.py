@@ -14,6 +14,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from singularity import startup
 from singularity.being.demo import ensure_demo_being
+from singularity.demo_servers import wire_demo_mcp
 from singularity.errors import ConfigError, UpstreamError
 
 # Realistic prices for the demo model, so the demo being visibly spends (only when the gateway is the demo).
@@ -49,6 +50,8 @@ class Command(BaseCommand):
         if demo:
             for key, value in DEMO_PRICES.items():
                 env.setdefault(key, value)
+            # The demo being earns from the shipped demo shop (a real MCP server over stdio).
+            wire_demo_mcp(env, settings.VAR_DIR)
         python = sys.executable
         commands = {
             "web": [python, "manage.py", "runserver", f"{options['host']}:{options['port']}", "--noreload"],
