@@ -146,3 +146,49 @@ def loop_cadence_section(ctx: DoctorContext) -> Iterator[Check]:
                 f"{_label(entity)}: loop.trigger.every is {float(every):g} h, finer than the loop's hourly sweep: "
                 f"it is looked at once an hour, not every {float(every) * 60:g} minutes",
             )
+
+
+@section("Loop groups")
+def loop_groups_section(ctx: DoctorContext) -> Iterator[Check]:
+    """A group name the manifest does not declare joins nothing (fail); a group fewer than two loop members join."""
+    entities = ctx.ok_entities()
+    declared: dict[str, dict] = {}
+    for entity in entities:
+        declared.update(((entity.terms or {}).get("loop") or {}).get("groups") or {})
+    joined: dict[str, list[str]] = {name: [] for name in declared}
+    for entity in entities:
+        names = ((entity.terms or {}).get("loop") or {}).get("group") or []
+        for name in names if isinstance(names, list) else []:
+            if name not in declared:
+                yield Check(
+                    FAIL,
+                    f"{_label(entity)} joins lock group {name!r}, which constitution/MANIFEST.yaml does not declare "
+                    "under loop.groups: it joins nothing",
+                )
+            elif entity.loop_enabled:
+                joined[name].append(_label(entity))
+    for name, members in sorted(joined.items()):
+        if len(members) < 2:
+            who = ", ".join(members) or "no entity in the loop"
+            yield Check(WARN, f"lock group {name} has fewer than two members in the loop ({who}): it locks nothing")
+
+
+@section("Loop role memory")
+def loop_role_memory_section(ctx: DoctorContext) -> Iterator[Check]:
+    """A role-evaluator copy that declares memory: would let the judge's verdicts drift with what it recalls."""
+    from grading.judge import ROLE_PATH, split_frontmatter
+
+    snapshot = ctx.snapshot()
+    if snapshot is None or ctx.checkout is None or not ctx.checkout.exists_at(snapshot.commit, ROLE_PATH):
+        return
+    try:
+        frontmatter, _body = split_frontmatter(ctx.checkout.read_at(snapshot.commit, ROLE_PATH).decode("utf-8"))
+    except Exception as exc:  # noqa: BLE001 - a role file that does not read is reported, not raised
+        yield Check(FAIL, f"{ROLE_PATH} does not read: {exc}")
+        return
+    if isinstance(frontmatter, dict) and "memory" in frontmatter:
+        yield Check(
+            FAIL,
+            f"{ROLE_PATH} declares memory: the judge must recall nothing over what it grades "
+            "(no MEMORY.md, no daily logs); remove the block",
+        )

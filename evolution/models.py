@@ -106,6 +106,10 @@ class Cycle(models.Model):
     lesson_error = models.TextField(blank=True, default="")
     #: A revert opened by policy (watch.onInconclusive: revert) rather than by a regression.
     reverted_by_policy = models.BooleanField(default=False)
+    #: A lock-group sibling's change that landed inside this cycle's watch: {cycle, entity, group, what, pr, at}.
+    confounded_by = models.JSONField(null=True, blank=True)
+    #: A commit no cycle shipped that landed on the entity's files during the watch: {sha, author, subject, files}.
+    confounded_by_edit = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-started_at", "-id"]
@@ -426,3 +430,16 @@ class AutoAcceptGrant(models.Model):
 
     def __str__(self) -> str:
         return f"auto-accept for {self.entity} ({self.calls}/{self.max_calls})"
+
+
+class GroupLock(models.Model):
+    """One row per lock group: an Accept locks the rows of its entity's groups while it checks for a holder and claims.
+
+    The row carries nothing else: it exists so that two members accepted at once serialize on it (seed 003,
+    "Lock groups": "an Accept is the arbiter").
+    """
+
+    group = models.CharField(max_length=100, unique=True)
+
+    def __str__(self) -> str:
+        return f"lock group {self.group}"

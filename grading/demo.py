@@ -1,8 +1,9 @@
 """The demo driver: keeps the demo brain's entities running so grades and cycles appear on their own.
 
 Every ``DEMO_EVERY_SECS`` a periodic task calls ``drive_demo``: it starts the
-next support-triage run (round-robin over the labelled tickets in
-``tickets.jsonl``, read from the brain at the entity's commit) and one
+next run of each keyword classifier — support triage and support urgency
+(round-robin over the labelled tickets in the ``tickets.jsonl`` beside each,
+read from the brain at the entity's commit) — and one
 pricing run (its seed the number of demo pricing runs so far), each through
 ``grading.runners.run_entity`` with source ``demo``. The entities are found by
 their paths in the demo brain, so a brain of your own with a "triage" of its
@@ -32,6 +33,9 @@ log = logging.getLogger(__name__)
 
 DEMO_EVERY_SECS = 20
 TRIAGE_PATH = "features/support/triage/triage.scenario.md"
+URGENCY_PATH = "features/support/urgency/urgency.scenario.md"
+#: The demo's keyword classifiers, each driven over the labelled tickets beside it.
+CLASSIFIER_PATHS = (TRIAGE_PATH, URGENCY_PATH)
 PRICING_PATH = "features/pricing/pricing.scenario.md"
 TICKETS_NAME = "tickets.jsonl"
 
@@ -93,7 +97,7 @@ def next_pricing_input(entity: Entity) -> dict[str, Any]:
 
 
 def drive_demo(now: datetime | None = None) -> int:
-    """Start the next demo triage run and pricing run; return how many runs were started.
+    """Start the next run of each demo classifier and a pricing run; return how many runs were started.
 
     Does nothing (returns 0) when ``settings.DEMO_DRIVER`` is off or the brain
     has no demo entities. A demo entity whose inputs cannot be read raises
@@ -107,14 +111,16 @@ def drive_demo(now: datetime | None = None) -> int:
     now = now or timezone.now()
     started = 0
     errors: list[str] = []
-    triage = _demo_entity(TRIAGE_PATH)
-    if triage is not None and not _started_recently(triage, now):
+    for path in CLASSIFIER_PATHS:
+        classifier = _demo_entity(path)
+        if classifier is None or _started_recently(classifier, now):
+            continue
         try:
-            ticket = next_triage_input(current_checkout(), triage)
+            ticket = next_triage_input(current_checkout(), classifier)
         except DemoError as exc:
             errors.append(str(exc))
         else:
-            run_entity(triage, input=ticket, source=Execution.Source.DEMO)
+            run_entity(classifier, input=ticket, source=Execution.Source.DEMO)
             started += 1
     pricing = _demo_entity(PRICING_PATH)
     if pricing is not None and not _started_recently(pricing, now):

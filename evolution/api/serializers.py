@@ -12,7 +12,8 @@ from rest_framework import serializers
 from singularity.serializers import MoneyString
 
 STATE_HELP = (
-    "off, idle, window (waiting on a window), analysing, waiting_on_you, applying, pr_open, watching, reverting"
+    "off, idle, window (waiting on a window), analysing, waiting_on_you, applying, pr_open, watching, reverting, "
+    "paused, held (a lock-group sibling's change holds the entity)"
 )
 GATE_HELP = (
     "decide, retry (a card), grant (an approval card), merge (a PR under a human merge gate), revert (a revert PR "
@@ -314,6 +315,14 @@ class CycleDetailSerializer(serializers.Serializer):
     watch = WatchSerializer()
     lessons = LessonSerializer(many=True)
     lessonError = serializers.CharField()
+    confoundedBy = serializers.JSONField(
+        allow_null=True,
+        help_text="A lock-group sibling's change that landed inside the watch: {cycle, entity, group, what, pr, at}",
+    )
+    confoundedByEdit = serializers.JSONField(
+        allow_null=True,
+        help_text="A commit no cycle shipped that landed on the entity's files: {sha, author, subject, files}",
+    )
     remembered = RememberedSerializer(many=True)
     recalledBy = RecalledBySerializer(many=True)
     strength = serializers.CharField(allow_null=True)

@@ -54,6 +54,8 @@ def watch_measured(cycle: Cycle) -> bool:
     perMetric: an empty one reads as nothing measured. No record (judge
     unhealthy, a comparator that failed, watch.mode none) measured nothing.
     """
+    if getattr(cycle, "confounded_by", None) or getattr(cycle, "confounded_by_edit", None):
+        return False  # another change landed inside the window: it measured nothing of this one
     record = cycle.watch_verdict
     if not isinstance(record, dict):
         return False

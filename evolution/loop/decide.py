@@ -16,8 +16,8 @@ from datetime import datetime, timedelta
 from evolution.core import cycles
 from evolution.loop import cardtext
 from evolution.loop.steps import Move, Settle
-from evolution.models import Cycle, Round
-from evolution.steering import autonomy
+from evolution.models import Cycle, Idea, Round
+from evolution.steering import autonomy, groups
 from hitl.models import Card
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,11 @@ def mark_failed(rnd: Round, error: str, *, paths: list[str] | None = None) -> No
 
 
 def accept(rnd: Round, *, decided_by: str, now: datetime, acceptance: str = "person") -> Settle | Move:
-    """Accept a proposed round: take the entity's claim and move to the apply (a proposal with nothing to apply skips)."""
+    """Accept a proposed round: take the entity's claim and move to the apply (a proposal with nothing to apply skips).
+
+    Call inside a transaction: the lock groups' rows are locked while the holder is checked and the claim taken, so
+    of two members accepted at once exactly one wins; the loser is skipped naming the holder (its idea requeued).
+    """
     cycle = rnd.cycle
     rnd.decided_by, rnd.decided_at, rnd.acceptance = decided_by, now, acceptance
     Round.objects.filter(pk=rnd.pk).update(acceptance=acceptance)
@@ -144,6 +148,13 @@ def accept(rnd: Round, *, decided_by: str, now: datetime, acceptance: str = "per
         rnd.status = Round.Status.SKIPPED
         rnd.save(update_fields=["decided_by", "decided_at", "status"])
         return Settle(Cycle.Status.SKIPPED, "the proposal has nothing to apply")
+    groups.lock_rows(cycle.entity)  # the arbiter: two members accepted at once serialize here
+    holder = groups.held_by(cycle.entity, besides=cycle)
+    if holder is not None:
+        rnd.status = Round.Status.SKIPPED
+        rnd.save(update_fields=["decided_by", "decided_at", "status"])
+        _requeue_idea(cycle)
+        return Settle(Cycle.Status.SKIPPED, f"accepted, but {holder.sentence()}")
     if not cycles.take_claim(cycle):
         rnd.status = Round.Status.SKIPPED
         rnd.save(update_fields=["decided_by", "decided_at", "status"])
@@ -152,6 +163,12 @@ def accept(rnd: Round, *, decided_by: str, now: datetime, acceptance: str = "per
     rnd.status = Round.Status.ACCEPTED
     rnd.save(update_fields=["decided_by", "decided_at", "status"])
     return Move(Cycle.Phase.APPLYING, at=now)
+
+
+def _requeue_idea(cycle: Cycle) -> None:
+    """Nothing was applied, so the idea the cycle opened on was never tested: it goes back to its old place."""
+    if cycle.idea_id is not None:
+        Idea.objects.filter(pk=cycle.idea_id, status=Idea.Status.TAKEN).update(status=Idea.Status.QUEUED, cycle=None)
 
 
 # --- A person's answer ---------------------------------------------------------

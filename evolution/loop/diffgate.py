@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, TypedDict
 
+from evolution.steering.supervision import groups_of
 from grading.models import Entity
 from singularity.brain.frontmatter import FrontmatterError, parse, split
 from singularity.brain.git import GitError, git
@@ -228,6 +229,19 @@ class Surface:
     editable: tuple[Rule, ...]
     floor: tuple[Rule, ...]
     max_changed_lines: int
+    #: For a lock-group member: its own loop.editablePaths, the only way an existing shared file opens to it.
+    shared_opened_by: tuple[Rule, ...] | None = None
+
+    def shared_denial(self, path: str, *, new: bool) -> str | None:
+        """Why a group member may not rewrite ``path``, an existing file of a kind the group's members share."""
+        if self.shared_opened_by is None or new or not is_shared_kind(path):
+            return None
+        if any(rule.matches(path) for rule in self.shared_opened_by):
+            return None
+        return (
+            "a file the lock group's members share (a *.agent.md role, skills/**, constitution/Planner/**): only "
+            "this entity's own loop.editablePaths opens it"
+        )
 
     def denial(self, path: str) -> str | None:
         """Why ``path`` is closed to the change, or None when it is open."""
@@ -253,11 +267,30 @@ def surface(entity: Entity, targets: Iterable[str] = ()) -> Surface:
     editable = [Rule(path, "a file the proposal names", "exact") for path in targets]
     editable += [Rule.of(p, "loop.editablePaths") for p in loop.get("editablePaths") or [] if isinstance(p, str)]
     bound = loop.get("maxChangedLines")
+    own = tuple(Rule.of(p, "loop.editablePaths") for p in loop.get("editablePaths") or [] if isinstance(p, str))
     return Surface(
         editable=tuple(editable),
         floor=tuple(floor(entity)),
         max_changed_lines=DEFAULT_MAX_CHANGED_LINES if bound is None else int(bound),
+        shared_opened_by=own if groups_of(entity) else None,
     )
+
+
+#: The kinds of file a lock group's members share (seed 003, "What the loop may not touch").
+SHARED_PREFIXES = ("skills/", "constitution/Planner/")
+
+
+def is_shared_kind(path: str) -> bool:
+    return path.endswith(".agent.md") or path.startswith(SHARED_PREFIXES)
+
+
+#: The judge's and the loop's own words: no entity's change may rewrite its grader or its proposer (R10.3).
+JUDGE_AND_LOOP_FILES = (
+    ("constitution/Agents/system/role-evaluator.md", "the evaluator role (the judge's own prompt: engine floor)"),
+    ("constitution/Agents/system/role-general.md", "every role's grant, the judge's included (engine floor)"),
+    ("constitution/Agents/system/loop", "the loop's own roles (constitution/Agents/system/loop/**: engine floor)"),
+    ("constitution/Loop", "the loop's own prompts (constitution/Loop/**: engine floor)"),
+)
 
 
 def floor(entity: Entity) -> list[Rule]:
@@ -267,6 +300,8 @@ def floor(entity: Entity) -> list[Rule]:
         Rule("constitution/Evaluation", "the judge's files (constitution/Evaluation/**: engine floor)"),
         Rule("constitution/MANIFEST.yaml", "the brain's manifest (the loop's own settings: engine floor)", "exact"),
     ]
+    rules += [Rule(path, why) for path, why in JUDGE_AND_LOOP_FILES]
+    mine = set(groups_of(entity))
     proposers: set[str] = set()
     for other in Entity.objects.only("pk", "target_kind", "slug", "path", "pipeline_path", "loop_module_path", "terms"):
         pipeline = (((other.terms or {}).get("loop") or {}).get("proposer") or {}).get("pipeline")
@@ -278,6 +313,14 @@ def floor(entity: Entity) -> list[Rule]:
         for path in (other.path, other.pipeline_path, other.loop_module_path):
             if path:
                 rules.append(Rule(path, f"the definition of {label}, another entity (engine floor)", "exact"))
+        theirs = set(groups_of(other))
+        if theirs and not theirs & mine:
+            # What a lock-group member claims is closed to every entity that shares no group with it.
+            claimed = ((other.terms or {}).get("loop") or {}).get("editablePaths") or []
+            for path in claimed:
+                if isinstance(path, str) and path:
+                    why = f"claimed by {label}'s loop.editablePaths (lock group {', '.join(sorted(theirs))})"
+                    rules.append(Rule.of(path, why))
     for pipeline in sorted(proposers):
         why = f"the code of the proposer pipeline {pipeline} (engine floor)"
         rules.append(Rule(f"{pipeline}.pipeline.py", why, "name"))
@@ -365,7 +408,7 @@ def _path_problems(
     if why:
         return [why]
     problems = []
-    denial = gate.denial(path)
+    denial = gate.denial(path) or gate.shared_denial(path, new=change.status == "A")
     if denial:
         problems.append(denial)
     if change.new_mode == SYMLINK_MODE:

@@ -34,7 +34,7 @@ from evolution.loop import settle as settling
 from evolution.loop.steps import Fail, Move, Settle
 from evolution.models import Cycle, Round
 from evolution.presets.base import ComparatorFault
-from evolution.steering import autonomy, ideas
+from evolution.steering import autonomy, groups, ideas
 from grading.models import Grade
 from hitl.models import Card
 from singularity.errors import SingularityError
@@ -168,12 +168,13 @@ def _failed(rnd: Round, step: Fail, now: datetime) -> Round:
 
 def accept(rnd: Round, *, decided_by: str, now: datetime, acceptance: str = "person") -> None:
     """Accept a proposed round: take the entity's claim and start its apply (nothing to apply skips)."""
-    step = decide.accept(rnd, decided_by=decided_by, now=now, acceptance=acceptance)
-    if isinstance(step, Settle):
-        settle(rnd.cycle, step.status, reason=step.reason, now=now)
-        return
-    _move(rnd.cycle, step, now)
-    enqueue("apply", rnd.pk)
+    with transaction.atomic():
+        step = decide.accept(rnd, decided_by=decided_by, now=now, acceptance=acceptance)
+        if isinstance(step, Move):
+            _move(rnd.cycle, step, now)
+            enqueue("apply", rnd.pk)
+            return
+    settle(rnd.cycle, step.status, reason=step.reason, now=now)
 
 
 def on_card(card: Card) -> None:
@@ -314,6 +315,16 @@ def open_watch(cycle: Cycle, now: datetime, *, evaluated_at: datetime | None = N
 
 
 def _evaluate_locked(cycle: Cycle, now: datetime, closing: bool) -> str | None:
+    edit = watch.edit_confound(cycle)
+    if edit is not None:
+        Cycle.objects.filter(pk=cycle.pk).update(confounded_by_edit=edit)
+        cycle.confounded_by_edit = edit
+        reason = (
+            f"confounded: commit {edit['sha'][:12]} by {edit['author']} ({edit['subject']}) changed "
+            f"{', '.join(edit['files'])} during the watch; no cycle shipped it, so the watch cannot say which "
+            "change did what — nothing is undone"
+        )
+        return _settle(cycle, Cycle.Status.UNVALIDATED, reason=reason, now=now)
     seen = watch.observe(cycle, now)
     sick = watch.judge_unhealthy(cycle, seen, deciding=closing)
     if sick:
@@ -336,6 +347,22 @@ def _evaluate_locked(cycle: Cycle, now: datetime, closing: bool) -> str | None:
 
 
 def _settle_watch(cycle: Cycle, status: str, reason: str, record: dict[str, Any] | None, now: datetime) -> str:
+    """Settle the watch; a sibling's change that landed inside it confounds it (the reading kept, never acted on)."""
+    sibling = groups.sibling_change(cycle, now=now)
+    if sibling is not None:
+        Cycle.objects.filter(pk=cycle.pk).update(confounded_by=sibling)
+        cycle.confounded_by = sibling
+        pr = f", {sibling['pr']}" if sibling["pr"] else ""
+        reason = (
+            f"confounded: {sibling['entity']}'s change (cycle {sibling['cycle']}{pr}) was {sibling['what']} during "
+            f"this watch (lock group {sibling['group']}); the watch read {status} ({reason}), which is kept and "
+            "not acted on"
+        )
+        status = Cycle.Status.UNVALIDATED
+    return _settle(cycle, status, reason=reason, record=record, now=now)
+
+
+def _settle(cycle: Cycle, status: str, *, reason: str, now: datetime, record: dict[str, Any] | None = None) -> str:
     log.info("loop: cycle %s: the watch settles %s: %s", cycle.pk, status, reason)
     settle(cycle, status, reason=reason, watch_verdict=record, now=now)
     return status

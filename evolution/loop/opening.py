@@ -30,9 +30,11 @@ from evolution.core.cycles import (
 from evolution.loop.pipelines import refusal as proposer_refusal
 from evolution.models import Cycle, Round
 from evolution.presets.resolve import request_window
+from evolution.steering import groups
 from evolution.steering.ideas import next_idea, unsettled_refusal
 from evolution.steering.supervision import hold_refusal
-from grading.models import Entity, Execution, Grade
+from grading.current_judge import JudgeUnresolved, current_judge
+from grading.models import Entity, Execution
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,9 @@ def refusal(entity: Entity, *, origin: str, now: datetime, holder: Cycle | None 
     held = hold_refusal(entity)
     if held:
         return held
+    grouped = groups.refusal(entity)
+    if grouped:
+        return grouped
     if (loop_terms(entity).get("proposer") or {}).get("pipeline"):
         proposer = proposer_refusal(entity)
         if proposer:
@@ -122,17 +127,6 @@ def cycle_key(entity: Entity, origin: str, anchor: Execution | None, now: dateti
     return f"{entity.target_kind}:{entity.slug}:{origin}:{mark}"
 
 
-def pinned_judge(entity: Entity, anchor: Execution | None) -> dict[str, Any]:
-    """The judge the cycle pins: the anchor's grade's, else the entity's newest graded run's."""
-    grades = Grade.objects.filter(entity=entity, status=Grade.Status.GRADED)
-    if anchor is not None:
-        grade = grades.filter(execution_id=anchor.pk).only("judge").first()
-        if grade is not None:
-            return grade.judge or {}
-    newest = grades.order_by("-graded_at").only("judge").first()
-    return (newest.judge or {}) if newest is not None else {}
-
-
 def open_cycle(
     entity: Entity,
     *,
@@ -189,6 +183,10 @@ def open_cycle(
     if window is None:
         window = request_window(entity, now=now)
     try:
+        judge = current_judge(entity)
+    except JudgeUnresolved as exc:
+        return _judge_unresolved(entity, origin=origin, anchor=anchor, window=window, now=now, error=str(exc))
+    try:
         with transaction.atomic():
             cycle = Cycle.objects.create(
                 entity=entity,
@@ -199,7 +197,7 @@ def open_cycle(
                 analysed=True,
                 anchor=anchor,
                 window=window,
-                judge=pinned_judge(entity, anchor),
+                judge=judge,
                 terms=terms_of(entity),
                 requested_by=requested_by if getattr(requested_by, "pk", None) else None,
                 idea=idea,
@@ -235,3 +233,42 @@ def _take_idea(idea: Any, cycle: Cycle) -> bool:
     return bool(
         Idea.objects.filter(pk=idea.pk, status=Idea.Status.QUEUED).update(status=Idea.Status.TAKEN, cycle=cycle)
     )
+
+
+def _judge_unresolved(
+    entity: Entity, *, origin: str, anchor: Execution | None, window: dict[str, Any], now: datetime, error: str
+) -> Opened:
+    """A judge that cannot be resolved ends the proposal before anything is paid for or applied: the cycle's row
+    settles skipped and a notice names the file (seed 003, "The judge is pinned to the cycle").
+    """
+    from evolution.core.cycles import NOTICE_PRODUCER
+    from hitl.actions import post_notice
+
+    reason = f"{error} — a change the loop cannot measure is a change it will not make; nothing was proposed"
+    cycle, created = Cycle.objects.get_or_create(
+        key=f"{cycle_key(entity, origin, anchor, now)}:judge",
+        defaults={
+            "entity": entity,
+            "origin": origin,
+            "phase": Cycle.Phase.SETTLED,
+            "status": Cycle.Status.SKIPPED,
+            "reason": reason,
+            "analysed": False,
+            "anchor": anchor,
+            "window": window,
+            "started_at": now,
+            "completed_at": now,
+            "moved_at": now,
+        },
+    )
+    if not created:
+        return Opened(cycle, False, cycle.reason)
+    post_notice(
+        producer=NOTICE_PRODUCER,
+        kind="judge-unresolved",
+        title=f"{entity.name or entity.slug}: cycle {cycle.pk} set aside — its judge cannot be resolved",
+        text=reason,
+        subject=f"cycle {cycle.pk}",
+    )
+    log.warning("loop: %s: cycle %s skipped: %s", entity, cycle.pk, error)
+    return Opened(cycle, False, reason)

@@ -125,6 +125,8 @@ def due(cycle: Cycle) -> str | None:
     """Whether a settle opens a revert: "regressed", "policy" (watch.onInconclusive: revert on an unproven
     shipped change; not read under watch.mode: none) or None.
     """
+    if cycle.confounded_by or cycle.confounded_by_edit:
+        return None  # a confounded watch is never undone on a guess
     if cycle.status == Cycle.Status.REGRESSED:
         return REGRESSED
     if cycle.status != Cycle.Status.UNVALIDATED:

@@ -275,3 +275,76 @@ def frozen_judge(grade: Grade) -> dict[str, Any] | None:
     if run is None or run["loop_launched"] or not _short(cycle, run["started_at"], timezone.now()):
         return None
     return dict(cycle.judge)
+
+
+# --- Edits nobody's loop made ---------------------------------------------------------------
+
+
+def _own_paths(cycle: Cycle, rnd: Any) -> list[str]:
+    """The entity's own files and every file its change landed."""
+    entity = cycle.entity
+    paths = {p for p in (entity.path, entity.pipeline_path, entity.loop_module_path) if p}
+    paths |= {str(f.get("path")) for f in (rnd.files or []) if isinstance(f, dict) and f.get("path")}
+    return sorted(paths)
+
+
+def _only_loop_block(checkout: Any, sha: str, path: str) -> bool:
+    """Whether commit ``sha`` changed nothing of ``path`` but its frontmatter's ``loop:`` block (steering, not the entity)."""
+    from singularity.brain.frontmatter import FrontmatterError, parse
+    from singularity.brain.git import GitError
+
+    try:
+        before = parse(checkout.read_at(f"{sha}^", path).decode("utf-8"), path=path)
+        after = parse(checkout.read_at(sha, path).decode("utf-8"), path=path)
+    except (GitError, FrontmatterError, UnicodeDecodeError):
+        return False
+    (front_before, body_before), (front_after, body_after) = before, after
+    strip = lambda front: {k: v for k, v in (front or {}).items() if k != "loop"}  # noqa: E731
+    return body_before == body_after and strip(front_before) == strip(front_after)
+
+
+def edit_confound(cycle: Cycle, *, checkout: Any | None = None) -> dict[str, Any] | None:
+    """A commit no cycle shipped that landed on the entity's files since the change was cut, or None.
+
+    "Landed" is git reachability from the brain's synced head, not dates: commits reachable from the head and
+    from neither the change's base nor its own branch, touching the entity's files or the files the change
+    landed, other than this cycle's own merge. A commit that changed only the entity's ``loop:`` block does not
+    confound (the loop's settings steer the loop); ``evaluation:`` and ``enabled:`` do.
+    """
+    from evolution.core.cycles import merged_round
+    from evolution.forges.git import is_ancestor
+    from grading.methods import brain_checkout
+    from singularity.brain.git import GitError, git
+
+    rnd = merged_round(cycle)
+    if rnd is None or not rnd.merge_sha or not rnd.base_sha:
+        return None
+    repo = brain_checkout(checkout)
+    try:
+        head = repo.head()
+        if not is_ancestor(rnd.merge_sha, head, cwd=repo.path):
+            return None  # the merge has not reached this checkout yet: nothing after it can have landed
+        excluded = [f"^{rnd.base_sha}"] + ([f"^{rnd.head_sha}"] if rnd.head_sha else [])
+        paths = _own_paths(cycle, rnd)
+        listed = git("rev-list", "--reverse", head, *excluded, "--", *paths, cwd=repo.path).decode().split()
+        for sha in listed:
+            if sha == rnd.merge_sha:
+                continue
+            files = [
+                f
+                for f in git("diff-tree", "--no-commit-id", "--name-only", "-r", sha, "--", *paths, cwd=repo.path)
+                .decode()
+                .split("\n")
+                if f
+            ]
+            if not files:
+                continue
+            if files == [cycle.entity.path] and _only_loop_block(repo, sha, cycle.entity.path):
+                continue
+            author, _, subject = (
+                git("log", "-1", "--format=%an%x00%s", sha, cwd=repo.path).decode().strip().partition("\0")
+            )
+            return {"sha": sha, "author": author, "subject": subject, "files": files}
+    except GitError as exc:
+        log.warning("loop: cycle %s: the watch could not read the brain's history for edits: %s", cycle.pk, exc)
+    return None

@@ -17,6 +17,8 @@ from typing import Any
 
 from evolution.models import Cycle
 from evolution.presets.base import COUNT, UNIT, Answer, Observed, record, trigger_terms
+from evolution.steering import groups
+from evolution.steering.supervision import groups_of
 from grading.cards import observed
 from grading.metrics import is_bad
 from grading.models import Entity, Grade
@@ -35,9 +37,14 @@ WINDOW_FIELDS = (
 )
 
 
-def graded_window(entity: Entity, *, through: Grade | None, size: int, now: datetime) -> list[Grade]:
-    """The entity's last ``size`` graded runs through ``through`` (or now), newest first."""
+def graded_window(
+    entity: Entity, *, through: Grade | None, size: int, now: datetime, after: datetime | None = None
+) -> list[Grade]:
+    """The entity's last ``size`` graded runs through ``through`` (or now), newest first; only those graded after
+    ``after`` when given (a lock group's clean base)."""
     grades = Grade.objects.filter(entity=entity, status=Grade.Status.GRADED, execution__loop_launched=False)
+    if after is not None:
+        grades = grades.filter(graded_at__gt=after)
     if through is not None and through.graded_at is not None:
         grades = grades.filter(graded_at__lte=through.graded_at)
     grades = observed(grades, now=now)
@@ -131,16 +138,20 @@ def repair_window(
 ) -> dict[str, Any]:
     """The repair preset's window: the last windowRuns graded runs, ready (the count is the whole question).
 
-    ``runs`` is the window when a batch already read it (``windows_for``).
+    ``runs`` is the window when a batch already read it (``windows_for``, never for a lock-group member). For a
+    member of a lock group only runs graded after the group last changed count (the clean base: a sibling's
+    change, or its revert, is never answered by a repair of this entity for failures produced before it).
     """
     size = int(trigger_terms(terms.get("loop") or {})["windowRuns"])
-    if runs is None:
-        runs = graded_window(entity, through=anchor, size=size, now=now)
+    changed = groups.changed_at(entity)
+    if runs is None or changed is not None:
+        runs = graded_window(entity, through=anchor, size=size, now=now, after=changed)
     window = {
         "from": None,
         "to": now.isoformat(),
         "runIds": [str(g.execution_id) for g in reversed(runs)],
-        "reason": f"the last {size} graded runs",
+        "reason": f"the last {size} graded runs"
+        + (f" since lock group {', '.join(groups_of(entity))} last changed ({changed.isoformat()})" if changed else ""),
         "ready": True,
         "progress": {"have": len(runs), "need": size, "unit": "graded runs"},
         "metrics": [],

@@ -20,6 +20,7 @@ from django.utils.module_loading import import_string
 
 from evolution.presets.base import COMPARE, COUNT, SHOULD_OPEN, ComparatorFault, RuleError
 from evolution.presets.repair import repair_should_open, repair_window
+from evolution.steering import groups
 from grading.models import Entity, Grade
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ def ask_window(
         now=now,
         anchor={"id": str(anchor.execution_id), "createdAt": anchor.graded_at.isoformat()} if anchor else None,
         since=None,
-        groupChangedAt=None,
+        groupChangedAt=groups.changed_at(entity),
         terms=terms,
         preset=SimpleNamespace(window=lambda _ctx=None: dict(shown)),
     )

@@ -27,6 +27,7 @@ from evolution.reads.status import (
     entity_named,
     needs_you,
 )
+from evolution.steering import groups
 from grading.cards import observed
 from grading.metrics import is_bad
 from grading.models import Entity, Grade
@@ -193,6 +194,7 @@ def _row(
     now: datetime,
     paused: str = "",
     waits: list[dict[str, Any]] | None = None,
+    grouped: str = "",
 ) -> dict[str, Any]:
     """One entity's loop_status entry (see ``loop_status``); ``waits`` are its needs-you items."""
     needs = [item for cycle in live for item in needs_you(cycle)] if waits is None else waits
@@ -210,6 +212,8 @@ def _row(
         state, following = PHASE_STATE.get(primary.phase, "analysing"), _live_next(primary)
         if primary.phase == Cycle.Phase.ANALYSING and primary.window.get("ready") is False:
             state = "window"
+    elif grouped:
+        state, following = "held", f"{grouped[0].upper()}{grouped[1:]}; its next cycle opens once the group is free."
     else:
         state, following = _idle(entity, outcomes, now)
         window = next((item for item in needs if item["gate"] in WINDOW_GATES), None)
@@ -298,8 +302,17 @@ def _gather(
     for item in found:
         if item["_entity"] is not None:
             mine.setdefault(item["_entity"], []).append(item)
+    held_by_group = groups.holders_many(idle)
     rows = [
-        _row(e, live.get(e.pk, []), outcomes.get(e.pk), now, paused.get(e.pk, ""), waits_on.public(mine.get(e.pk, [])))
+        _row(
+            e,
+            live.get(e.pk, []),
+            outcomes.get(e.pk),
+            now,
+            paused.get(e.pk, ""),
+            waits_on.public(mine.get(e.pk, [])),
+            held_by_group.get(e.pk, ""),
+        )
         for e in listed
     ]
     return rows, waits_on.public(found)

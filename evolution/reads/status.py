@@ -34,6 +34,7 @@ STATES = {
     "watching": "watching",
     "reverting": "reverting",
     "paused": "paused",
+    "held": "held by its lock group",
 }
 
 

@@ -224,6 +224,8 @@ def cycle_detail(cycle: Cycle) -> dict[str, Any]:
         "ended": ended(cycle),
         "phase": cycle.phase,
         "reason": cycle.reason,
+        "confoundedBy": cycle.confounded_by,
+        "confoundedByEdit": cycle.confounded_by_edit,
         "analysed": cycle.analysed,
         "requestedBy": cycle.requested_by.get_username() if cycle.requested_by else "",
         "anchor": str(cycle.anchor_id) if cycle.anchor_id else None,

@@ -452,6 +452,9 @@ def _hear_back(cycle: Cycle) -> None:
     if not cycle.status or any(mark in (cycle.reason or "").lower() for mark in KILL_SWITCH_MARKS):
         return
     idea = cycle.idea
+    idea.refresh_from_db(fields=["status"])
+    if idea.status == Idea.Status.QUEUED:
+        return  # back in the queue (a lock group's Accept set its cycle aside): its next cycle answers
     title, text = hear_back_text(cycle)
     with transaction.atomic():
         post_notice(

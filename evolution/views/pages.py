@@ -22,6 +22,7 @@ from django.views.decorators.http import require_POST
 from evolution.models import Cycle, Lesson
 from evolution.reads import fleet as fleet_reads
 from evolution.reads import history, status, story
+from evolution.steering import groups
 from grading.metrics import aggregate, specs
 from grading.models import Entity
 from singularity.plots import HLine, Series, line_chart
@@ -84,6 +85,7 @@ def entity_cycles_context(entity: Entity) -> dict[str, Any]:
         "cycles": history.recent_cycles(entity, limit=ENTITY_CYCLES),
         "lessons": lessons,
         "ended": status.ENDED,
+        "groups": groups.overview(entity),
     }
 
 

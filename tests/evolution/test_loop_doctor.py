@@ -32,3 +32,31 @@ def test_a_watch_the_schedule_cannot_fill_before_its_deadline_is_named():
 def test_cadence_reads_cron_gaps():
     assert cadence("0 */2 * * *").total_seconds() == 7200
     assert cadence("not a cron") is None
+
+
+def test_a_group_the_manifest_does_not_declare_fails_and_a_group_of_one_warns():
+    manifest = {"loop": {"groups": {"audience": {}}}}
+    looped("layout", loop={"group": ["audience", "ghosts"]}, manifest=manifest)
+    found = lines("Loop groups")
+    assert any("[fail]" in line and "'ghosts'" in line and "joins nothing" in line for line in found), found
+    assert any("[warn]" in line and "lock group audience has fewer than two members" in line for line in found)
+
+
+def test_a_group_of_two_loop_members_is_healthy():
+    manifest = {"loop": {"groups": {"audience": {}}}}
+    looped("layout", loop={"group": ["audience"]}, manifest=manifest)
+    looped("publish", loop={"group": ["audience"]}, manifest=manifest)
+    assert lines("Loop groups") == []
+
+
+def test_a_role_evaluator_copy_that_declares_memory_fails(tmp_path):
+    from tests.grading.brain_helpers import Brain
+
+    role = "---\nname: evaluator\nmemory:\n  sources: [MEMORY.md]\n---\nGrade the run.\n"
+    brain = Brain(tmp_path, {"constitution/Agents/system/role-evaluator.md": role})
+    found = [f.line() for f in run_doctor(checkout=brain.checkout, only=["Loop role memory"]) if f.level != "pass"]
+    assert len(found) == 1 and "declares memory" in found[0] and "[fail]" in found[0]
+    healthy = Brain(
+        tmp_path / "healthy", {"constitution/Agents/system/role-evaluator.md": "---\nname: e\n---\nGrade.\n"}
+    )
+    assert [f for f in run_doctor(checkout=healthy.checkout, only=["Loop role memory"]) if f.level != "pass"] == []

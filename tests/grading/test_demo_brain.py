@@ -63,6 +63,7 @@ def test_the_demo_brain_loads_every_entity_without_an_error(demo_checkout: Check
     kinds = {entity.slug: entity.kind for entity in snapshot.entities}
     assert kinds == {
         "triage": "workflow",
+        "urgency": "workflow",
         "pricing": "pipeline",
         "pulse": "heartbeat",
         "helpdesk": "role",
@@ -70,6 +71,7 @@ def test_the_demo_brain_loads_every_entity_without_an_error(demo_checkout: Check
     }
     assert {entity.slug: entity.error for entity in snapshot.entities} == {
         "triage": "",
+        "urgency": "",
         "pricing": "",
         "pulse": "",
         "helpdesk": "",
@@ -87,6 +89,9 @@ def test_the_demo_brain_resolves_the_terms_it_declares(demo_checkout: Checkout) 
     assert triage["loop"]["enabled"] is True and triage["loop"]["preset"] == "repair"
     assert triage["loop"]["trigger"]["windowRuns"] == 5 and triage["loop"]["trigger"]["minFailures"] == 2
     assert entities["triage"].loop_module_path == "features/support/triage/triage.loop.py"
+    # Triage and urgency share an outcome: one lock group, declared in the manifest, that holds repairs too.
+    assert triage["loop"]["groups"] == {"support": {"lock": True, "repair": "wait"}}
+    assert triage["loop"]["group"] == ["support"] and entities["urgency"].terms["loop"]["group"] == ["support"]
     assert entities["pricing"].pipeline_path == "features/pricing/pricing.pipeline.py"
     assert entities["pricing"].terms["loop"]["preset"] == "evolve"
     assert entities["pulse"].schedule == "*/5 * * * *"

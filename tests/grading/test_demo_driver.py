@@ -46,7 +46,7 @@ def demo_runs(path: str) -> list[Execution]:
 
 def test_it_starts_a_triage_run_on_the_first_ticket_and_a_pricing_run_on_seed_zero(demo_settings) -> None:
     sync_brain()
-    assert drive_demo() == 2
+    assert drive_demo() == 3
     [triage] = demo_runs(TRIAGE_PATH)
     assert triage.input == TICKETS[0]
     assert triage.status == Execution.Status.SUCCEEDED
@@ -62,7 +62,7 @@ def test_each_interval_takes_the_next_ticket_and_the_next_seed(demo_settings) ->
     sync_brain()
     with time_machine.travel(timezone.now(), tick=False) as clock:
         for _ in range(4):
-            assert drive_demo() == 2
+            assert drive_demo() == 3
             clock.shift(timedelta(seconds=DEMO_EVERY_SECS))
     assert [run.input for run in demo_runs(TRIAGE_PATH)] == TICKETS[:4]
     assert [run.input for run in demo_runs(PRICING_PATH)] == [{"seed": n} for n in range(4)]
@@ -72,7 +72,7 @@ def test_each_interval_takes_the_next_ticket_and_the_next_seed(demo_settings) ->
 def test_a_second_call_within_the_interval_starts_nothing(demo_settings) -> None:
     sync_brain()
     with time_machine.travel(timezone.now(), tick=False) as clock:
-        assert drive_demo() == 2
+        assert drive_demo() == 3
         clock.shift(timedelta(seconds=DEMO_EVERY_SECS / 2 - 1))
         assert drive_demo() == 0
     assert len(demo_runs(TRIAGE_PATH)) == len(demo_runs(PRICING_PATH)) == 1
@@ -116,7 +116,7 @@ def test_missing_tickets_are_refused_by_name_after_pricing_ran(demo_settings, tm
 
 def test_the_task_drives_the_demo_and_is_scheduled_every_twenty_seconds_with_an_expiry(demo_settings) -> None:
     sync_brain()
-    assert drive_demo_task() == 2
+    assert drive_demo_task() == 3
     entry = BEAT_SCHEDULE["drive-demo"]
     assert (entry["task"], entry["schedule"]) == ("grading.tasks.drive_demo", DEMO_EVERY_SECS)
     assert 0 < entry["options"]["expires"] <= DEMO_EVERY_SECS
@@ -125,5 +125,12 @@ def test_the_task_drives_the_demo_and_is_scheduled_every_twenty_seconds_with_an_
 def test_make_run_syncs_the_brain_first_and_says_how_many_entities_loaded(demo_settings) -> None:
     out = StringIO()
     UpCommand(stdout=out)._sync_brain()
-    assert "5 entities loaded" in out.getvalue()
-    assert set(Entity.objects.values_list("slug", flat=True)) == {"triage", "pricing", "pulse", "helpdesk", "fixer"}
+    assert "6 entities loaded" in out.getvalue()
+    assert set(Entity.objects.values_list("slug", flat=True)) == {
+        "triage",
+        "urgency",
+        "pricing",
+        "pulse",
+        "helpdesk",
+        "fixer",
+    }
