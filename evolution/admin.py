@@ -156,8 +156,11 @@ class SupervisionForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["group"].choices = [("", "—")] + [(g, g) for g in sorted(supervision.declared_groups())]
-        self.fields["cycle"].queryset = supervision.failures_unread().select_related("entity")
+        # A row already written is shown read-only: its form has none of these fields.
+        if "group" in self.fields:
+            self.fields["group"].choices = [("", "—")] + [(g, g) for g in sorted(supervision.declared_groups())]
+        if "cycle" in self.fields:
+            self.fields["cycle"].queryset = supervision.failures_unread().select_related("entity")
 
     def clean(self) -> dict[str, Any]:
         """Check the move as the write will (target, reason, something to release or dismiss); write nothing."""

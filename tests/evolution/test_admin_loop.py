@@ -188,3 +188,24 @@ def test_an_issued_grant_cannot_be_edited(admin_client, triage):
     admin_client.post(f"/admin/evolution/autoacceptgrant/{grant.pk}/change/", {"max_calls": 99})
     grant.refresh_from_db()
     assert grant.max_calls == 1
+
+
+# --- Every list and change page opens (issue 15: Admin › Supervisions was a 500) ----------------
+
+
+def test_every_admin_list_and_change_page_opens(admin_client, triage):
+    from django.contrib import admin as django_admin
+
+    cycle = make_cycle(triage, phase=Cycle.Phase.SETTLED, status=Cycle.Status.VALIDATED)
+    make_lesson(make_round(cycle, summary="Ask for the invoice number first"))
+    add(admin_client, kind="hold", entity=str(triage.pk), reason="a person's freeze")
+    add(admin_client, kind="release", entity=str(triage.pk), reason="done")
+    add(admin_client, kind="hold", group="audience", reason="the whole group")
+    assert Supervision.objects.count() == 3
+    for model, model_admin in django_admin.site._registry.items():
+        meta = model._meta
+        listed = admin_client.get(f"/admin/{meta.app_label}/{meta.model_name}/")
+        assert listed.status_code == 200, f"{meta.label} list: {listed.status_code}"
+        for row in model_admin.get_queryset(listed.wsgi_request)[:3]:
+            page = admin_client.get(f"/admin/{meta.app_label}/{meta.model_name}/{row.pk}/change/")
+            assert page.status_code == 200, f"{meta.label} {row.pk}: {page.status_code}"
