@@ -92,6 +92,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
+    # How long a write waits for another process's lock before it fails (a state I/O error the being survives).
+    DATABASES["default"]["OPTIONS"]["timeout"] = env_float("SINGULARITY_SQLITE_TIMEOUT_SECS", 30.0)
     # A file, not memory, so subprocesses started by tests see the test database;
     # one per test run, so two runs side by side never share it.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-db-{os.getpid()}.sqlite3")}

@@ -5,6 +5,8 @@ Views, the API, commands and tasks all call these.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any
 
@@ -13,7 +15,9 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from singularity.being import lease
 from singularity.being.framing import DEFAULT_SYSTEM_PROMPT
+from singularity.being.lease import LeaseLost
 from singularity.being.store import Journal
 from singularity.errors import ConfigError, StateError
 from singularity.models import Being, Event, being_name_validator
@@ -68,17 +72,33 @@ def create_being(
         raise ConfigError(f"--name: a being named {name!r} already exists (use --resume to continue it)") from None
 
 
-def _journal_unleased(being: Being, kind: str, data: dict[str, Any], **fields: Any) -> None:
-    """Append one event and update ``fields`` while no runtime holds the being."""
+@contextmanager
+def _write_lock(being: Being, owner: str | None) -> Iterator[Being]:
+    """Yield the being's row locked for update, in a transaction, once the lease allows ``owner`` to write.
+
+    With an ``owner``: only while it holds the lease (``LeaseLost`` otherwise).
+    Without: only while no living process holds a lease (``StateError`` naming the holder).
+    """
     with transaction.atomic():
         locked = Being.objects.select_for_update().get(pk=being.pk)
-        journal = Journal(locked)
-        journal.emit(kind, data)
-        for name, value in fields.items():
-            setattr(locked, name, value)
-        locked.save(update_fields=["event_seq", "updated_at", *fields])
-        Event.objects.bulk_create(journal.pending)
-    being.refresh_from_db()
+        if owner is not None and locked.lease_owner != owner:
+            raise LeaseLost(being)
+        if owner is None and lease.is_live(locked):
+            raise StateError(
+                f"being {being.name} is held by {locked.lease_owner} until "
+                f"{locked.lease_until:%Y-%m-%d %H:%M:%S %Z}; nothing written"
+            )
+        yield locked
+
+
+def _append(locked: Being, kind: str, data: dict[str, Any], **fields: Any) -> None:
+    """Append one event to a locked being and update ``fields`` with it."""
+    journal = Journal(locked)
+    journal.emit(kind, data)
+    for name, value in fields.items():
+        setattr(locked, name, value)
+    locked.save(update_fields=["event_seq", "updated_at", *fields])
+    Event.objects.bulk_create(journal.pending)
 
 
 def start_on_workers(being: Being, *, by: str) -> Being:
@@ -87,38 +107,55 @@ def start_on_workers(being: Being, *, by: str) -> Being:
         raise StateError(f"being {being.name} is already running (on {being.get_host_display()})")
     if not being.solvent:
         raise StateError(f"being {being.name} is exhausted: its balance is {money_str(being.remaining)} USD")
-    _journal_unleased(
-        being,
-        Event.Kind.STARTED,
-        {"host": "worker", "by": by},
-        status=Being.Status.RUNNING,
-        host=Being.Host.WORKER,
-        next_cycle_at=timezone.now(),
-        last_error="",
-    )
+    with _write_lock(being, None) as locked:
+        _append(
+            locked,
+            Event.Kind.STARTED,
+            {"host": "worker", "by": by},
+            status=Being.Status.RUNNING,
+            host=Being.Host.WORKER,
+            next_cycle_at=timezone.now(),
+            last_error="",
+        )
+    being.refresh_from_db()
     return being
 
 
 def request_stop(being: Being, *, by: str) -> Being:
-    """Stop a being. If a process is in a cycle now it finishes the step and stops; otherwise it stops here."""
+    """Stop a being. If a process is in a cycle now it finishes the step and stops; otherwise it stops here.
+
+    A running process is only asked (its status becomes ``stopping``, which it
+    reads between rounds and between cycles); it writes its own final event.
+    """
     if being.status not in (Being.Status.RUNNING, Being.Status.STOPPING):
         raise StateError(f"being {being.name} is not running (status {being.status})")
     with transaction.atomic():
         locked = Being.objects.select_for_update().get(pk=being.pk)
-        busy = bool(locked.lease_owner) and locked.lease_until is not None and locked.lease_until > timezone.now()
-        if busy:
+        if lease.is_live(locked):
             Being.objects.filter(pk=being.pk).update(status=Being.Status.STOPPING)
-    if not busy:
-        finish_stopped(being, by=by)
+        else:
+            _append_stopped(locked, by=by)
     being.refresh_from_db()
     return being
 
 
-def finish_stopped(being: Being, *, by: str, reason: str = "") -> None:
-    """Persist the final status, stopped if still solvent, exhausted if not, with a final stopped event."""
+def finish_stopped(being: Being, *, by: str, reason: str = "", owner: str | None = None) -> None:
+    """Persist the final status, stopped if still solvent, exhausted if not, with a final stopped event.
+
+    ``owner`` is the process finishing its own run: it writes only while it
+    holds the lease (``LeaseLost`` otherwise); ``reason`` also becomes the row's
+    ``last_error``. Without an owner nobody may hold the lease.
+    """
+    with _write_lock(being, owner) as locked:
+        _append_stopped(locked, by=by, reason=reason)
     being.refresh_from_db()
-    final = Being.Status.STOPPED if being.solvent else Being.Status.EXHAUSTED
+
+
+def _append_stopped(locked: Being, *, by: str, reason: str = "") -> None:
+    final = Being.Status.STOPPED if locked.solvent else Being.Status.EXHAUSTED
     data = {"status": final, "by": by}
+    fields: dict[str, Any] = {"status": final, "host": Being.Host.NONE, "next_cycle_at": None}
     if reason:
         data["reason"] = reason
-    _journal_unleased(being, Event.Kind.STOPPED, data, status=final, host=Being.Host.NONE, next_cycle_at=None)
+        fields["last_error"] = reason
+    _append(locked, Event.Kind.STOPPED, data, **fields)

@@ -11,7 +11,20 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from singularity.errors import StateError
 from singularity.models import Being
+
+
+class LeaseLost(StateError):
+    """This process no longer holds the being's lease: another runs it now, and nothing was written."""
+
+    def __init__(self, being: Being) -> None:
+        super().__init__(f"being {being.name}: lease lost to another process; nothing saved")
+
+
+def stop_requested(being: Being) -> bool:
+    """True when a stop was asked for (the page, the API, the admin) since the being started."""
+    return Being.objects.filter(pk=being.pk, status=Being.Status.STOPPING).exists()
 
 
 def owner_id(kind: str) -> str:
@@ -33,6 +46,13 @@ def _holder_is_dead(owner: str) -> bool:
     except PermissionError:
         return False
     return False
+
+
+def is_live(being: Being) -> bool:
+    """True while a living process holds an unexpired lease on ``being`` (as last read)."""
+    if not being.lease_owner or being.lease_until is None or being.lease_until <= timezone.now():
+        return False
+    return not _holder_is_dead(being.lease_owner)
 
 
 def acquire(being: Being, owner: str, *, extra: Q | None = None) -> bool:

@@ -8,19 +8,23 @@ a crash loses at most the round in flight.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from singularity.agent import COMPLETED, ROUND_LIMIT, AgentHooks, AgentLoop, CatalogueLike, GatewayLike, Prices
 from singularity.being.framing import framing_message, system_message
-from singularity.being.ledger import apply_credit, apply_debit
+from singularity.being.lease import LeaseLost
+from singularity.being.ledger import CreditRefused, apply_credit, apply_debit
 from singularity.being.revenue import find_revenue
-from singularity.being.store import Journal
+from singularity.being.storable import StorableGateway, storable_outcome, storable_text
+from singularity.being.store import RUNTIME_FIELDS, Journal
 from singularity.errors import UpstreamError
 from singularity.models import RECENT_ACTIONS, Being, Cycle, Event
 from singularity.money import Debit, money_str
@@ -28,6 +32,8 @@ from singularity.money import Debit, money_str
 __all__ = ["ROUND_LIMIT_WARNING", "CatalogueLike", "CycleReport", "GatewayLike", "Prices", "Runtime"]
 
 ROUND_LIMIT_WARNING = "maximum tool rounds reached"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -39,7 +45,8 @@ class CycleReport:
     earned: Decimal
     net_profit: Decimal
     total_tokens: int
-    actions: list[dict[str, str]] = field(default_factory=list)
+    #: The tool names invoked this cycle, in order (the origin CLI's ``actions``).
+    actions: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         """The origin CLI's once report; money as decimal strings."""
@@ -77,9 +84,11 @@ class Runtime:
         self.prices = prices or Prices.from_settings()
         self.should_stop = should_stop
         self.journal = Journal(being)
+        #: A cycle that failed before its failure could be recorded: (number, error), recorded first thing next cycle.
+        self.unrecorded: tuple[int, Exception] | None = None
 
     # -- reporting ---------------------------------------------------------
-    def _report(self, cycle: Cycle | None, status: str, actions: list[dict[str, str]]) -> CycleReport:
+    def _report(self, cycle: Cycle | None, status: str, actions: list[str]) -> CycleReport:
         being = self.being
         return CycleReport(
             cycle=being.cycle,
@@ -93,7 +102,8 @@ class Runtime:
         )
 
     def _mark_exhausted(self) -> None:
-        Being.objects.filter(pk=self.being.pk).update(status=Being.Status.EXHAUSTED)
+        if not Being.objects.filter(pk=self.being.pk, lease_owner=self.owner).update(status=Being.Status.EXHAUSTED):
+            raise LeaseLost(self.being)
         self.being.status = Being.Status.EXHAUSTED
 
     def _finish(self, cycle: Cycle, status: str) -> None:
@@ -108,26 +118,68 @@ class Runtime:
 
     # -- the cycle ---------------------------------------------------------
     def run_cycle(self) -> CycleReport:
-        """Run one cycle. Raises UpstreamError for a gateway failure after recording the cycle as failed."""
+        """Run one cycle.
+
+        Raises UpstreamError for a gateway failure after recording the cycle as
+        failed, and LeaseLost (nothing written) when another process took the
+        being over. Any other error is recorded first — the round in flight
+        dropped, the cycle ``failed``, a ``warning`` journaled — and raised
+        again; when even that cannot be written (the database is away) it is
+        recorded at the start of the next cycle.
+        """
+        if self.unrecorded is not None:
+            self._record_failure()
+        number = self.being.cycle + 1
+        try:
+            return self._run_cycle()
+        except (UpstreamError, LeaseLost):
+            self.journal.discard()
+            raise
+        except Exception as exc:
+            self.unrecorded = (number, exc)
+            try:
+                self._record_failure()
+            except DatabaseError as again:
+                log.warning("being %s: cycle %d failed and cannot be recorded yet: %s", self.being.name, number, again)
+            raise
+
+    def _record_failure(self) -> None:
+        """Forget the unsaved step, reload the being as stored, mark the cycle failed and journal a warning."""
+        assert self.unrecorded is not None
+        number, exc = self.unrecorded
+        self.journal.discard()
+        self.being.refresh_from_db(fields=list(RUNTIME_FIELDS))
+        message = storable_text(f"cycle {number} failed: {type(exc).__name__}: {exc}")[:2000]
+        self.journal.emit(Event.Kind.WARNING, {"message": message}, cycle=number)
+        with transaction.atomic():
+            self.journal.save(owner=self.owner)
+            Cycle.objects.filter(being=self.being, number=number, status=Cycle.Status.RUNNING).update(
+                status=Cycle.Status.FAILED, error=message, finished_at=timezone.now()
+            )
+        self.unrecorded = None
+
+    def _run_cycle(self) -> CycleReport:
         being = self.being
-        actions: list[dict[str, str]] = []
+        actions: list[str] = []
         if not being.solvent:
             self._mark_exhausted()
             return self._report(None, Cycle.Status.BUDGET_EXHAUSTED, actions)
 
-        Cycle.objects.filter(being=being, status=Cycle.Status.RUNNING).update(
-            status=Cycle.Status.INTERRUPTED, finished_at=timezone.now()
-        )
         being.cycle += 1
         framing = framing_message(being, stimulus=being.stimulus)
         cycle = Cycle(being=being, number=being.cycle, started_at=timezone.now())
         self.journal.emit(Event.Kind.CYCLE_STARTED, {"balance": money_str(being.remaining), "model": being.model})
-        self.journal.save(owner=self.owner, cycle=cycle)
+        with transaction.atomic():
+            self.journal.save(owner=self.owner, cycle=cycle)
+            # A cycle a crashed process left running; its completions were debited and are never debited again.
+            Cycle.objects.filter(being=being, status=Cycle.Status.RUNNING).exclude(pk=cycle.pk).update(
+                status=Cycle.Status.INTERRUPTED, finished_at=timezone.now()
+            )
 
         loop = AgentLoop(
-            gateway=self.gateway,
+            gateway=StorableGateway(self.gateway),
             tools=self.catalogue.openai_tools(),
-            call_tool=lambda name, arguments: self.catalogue.call(being, name, arguments),
+            call_tool=lambda name, arguments: storable_outcome(self.catalogue.call(being, name, arguments)),
             model=lambda: being.model,
             system=lambda: system_message(being),
             prices=self.prices,
@@ -157,8 +209,8 @@ class Runtime:
         return None
 
     def _gateway_failed(self, cycle: Cycle, exc: UpstreamError) -> None:
-        cycle.error = str(exc)
-        self.journal.emit(Event.Kind.WARNING, {"message": str(exc), "permanent": exc.permanent})
+        cycle.error = storable_text(str(exc))
+        self.journal.emit(Event.Kind.WARNING, {"message": cycle.error, "permanent": exc.permanent})
         self._finish(cycle, Cycle.Status.FAILED)
 
     def _debit(self, cycle: Cycle, completion: Any, debit: Debit, round_number: int) -> None:
@@ -191,7 +243,7 @@ class Runtime:
         )
         self.journal.save(owner=self.owner, cycle=cycle, cycle_fields=("rounds", "spent", "messages"))
 
-    def _tool_finished(self, cycle: Cycle, call: Any, outcome: Any) -> dict[str, str]:
+    def _tool_finished(self, cycle: Cycle, call: Any, outcome: Any) -> str:
         being = self.being
         action = f"{call.name}:{outcome.status}"
         being.recent_actions = [*being.recent_actions, action][-RECENT_ACTIONS:]
@@ -203,7 +255,7 @@ class Runtime:
         if outcome.status == "success":
             self._credit(cycle, call.name, outcome.raw)
         self.journal.save(owner=self.owner, cycle=cycle, cycle_fields=("tool_calls", "messages", "earned"))
-        return {"tool": call.name, "status": outcome.status}
+        return call.name
 
     def _credit(self, cycle: Cycle, tool: str, raw: Any) -> None:
         finding = find_revenue(tool, raw)
@@ -212,18 +264,23 @@ class Runtime:
         if finding.amount is None:
             self.journal.emit(Event.Kind.WARNING, {"message": finding.problem, "tool": tool, "key": finding.key})
             return
-        apply_credit(self.being, finding.amount)
-        cycle.earned += finding.amount
+        try:
+            credited = apply_credit(self.being, finding.amount)
+        except CreditRefused as exc:
+            message = f"{tool}: {finding.key}: {exc}"
+            self.journal.emit(Event.Kind.WARNING, {"message": message, "tool": tool, "key": finding.key})
+            return
+        cycle.earned += credited
         self.journal.emit(
             Event.Kind.REVENUE_CREDITED,
-            {"amount": money_str(finding.amount), "source": tool, "key": finding.key},
+            {"amount": money_str(credited), "source": tool, "key": finding.key},
         )
 
 
 class _CycleHooks(AgentHooks):
     """The being-specific steps of a cycle: solvency and stop before each round, ledger and journal after each step."""
 
-    def __init__(self, runtime: Runtime, cycle: Cycle, actions: list[dict[str, str]]) -> None:
+    def __init__(self, runtime: Runtime, cycle: Cycle, actions: list[str]) -> None:
         self.runtime = runtime
         self.cycle = cycle
         self.actions = actions

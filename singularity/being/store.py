@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from singularity.errors import StateError
+from singularity.being.lease import LeaseLost
 from singularity.models import Being, Cycle, Event
 
 #: Columns a running being writes; ``status`` changes only through explicit transitions.
@@ -57,7 +57,10 @@ class Journal:
         return event
 
     def save(self, *, owner: str, cycle: Cycle | None = None, cycle_fields: tuple[str, ...] = ()) -> None:
-        """Write the being, the cycle and the pending events at once; refuse if ``owner`` lost the lease."""
+        """Write the being, the cycle and the pending events at once.
+
+        Raises ``LeaseLost`` (nothing written) when ``owner`` no longer holds the lease.
+        """
         being = self.being
         now = timezone.now()
         values = {name: getattr(being, name) for name in RUNTIME_FIELDS}
@@ -66,7 +69,7 @@ class Journal:
         with transaction.atomic():
             updated = Being.objects.filter(pk=being.pk, lease_owner=owner).update(**values)
             if updated != 1:
-                raise StateError(f"being {being.name}: lease lost to another process; nothing saved")
+                raise LeaseLost(being)
             if cycle is not None:
                 if cycle.pk is None:
                     cycle.save(force_insert=True)

@@ -12,6 +12,7 @@ from django.utils import timezone
 from singularity.being import lease
 from singularity.being.actions import finish_stopped
 from singularity.being.runtime import Runtime
+from singularity.being.storable import storable_text
 from singularity.errors import UpstreamError
 from singularity.models import Being, Cycle
 
@@ -51,7 +52,7 @@ def run_worker_cycle(being_id: int) -> bool:
     try:
         being.refresh_from_db()
         if being.status == Being.Status.STOPPING:
-            finish_stopped(being, by=owner)
+            finish_stopped(being, by=owner, owner=owner)
             return False
         with build_catalogue() as catalogue:
             runtime = Runtime(
@@ -59,23 +60,24 @@ def run_worker_cycle(being_id: int) -> bool:
                 gateway=get_gateway(),
                 catalogue=catalogue,
                 owner=owner,
-                should_stop=lambda: Being.objects.filter(pk=being_id, status=Being.Status.STOPPING).exists(),
+                should_stop=lambda: lease.stop_requested(being),
             )
             try:
                 report = runtime.run_cycle()
             except UpstreamError as exc:
                 if exc.permanent:
-                    Being.objects.filter(pk=being_id).update(last_error=str(exc)[:2000])
-                    finish_stopped(being, by=owner, reason=str(exc))
+                    finish_stopped(being, by=owner, reason=storable_text(str(exc))[:2000], owner=owner)
                     return True
                 log.warning("being %s: cycle failed, will retry next interval: %s", being.name, exc)
                 report = None
         being.refresh_from_db()
         if being.status == Being.Status.STOPPING or (report and report.status == Cycle.Status.BUDGET_EXHAUSTED):
-            finish_stopped(being, by=owner)
+            finish_stopped(being, by=owner, owner=owner)
         else:
             next_at = timezone.now() + timedelta(seconds=settings.SINGULARITY_CYCLE_INTERVAL_SECS)
-            Being.objects.filter(pk=being_id, status=Being.Status.RUNNING).update(next_cycle_at=next_at)
+            Being.objects.filter(pk=being_id, status=Being.Status.RUNNING, lease_owner=owner).update(
+                next_cycle_at=next_at
+            )
         return True
     finally:
         lease.release(being, owner)

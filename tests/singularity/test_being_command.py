@@ -57,7 +57,7 @@ def test_once_prints_the_report_and_the_ledger_matches_hand_arithmetic(fake_gate
         "earned_usd": "0.00",
         "net_profit_usd": "-0.0141",
         "total_tokens": 3100,
-        "actions": [{"tool": "self__remember", "status": "success"}],
+        "actions": ["self__remember"],
     }
     assert kinds("ada") == [
         "started",

@@ -48,6 +48,17 @@ def test_a_plain_reply_completes_the_cycle_with_it_as_final_content(fake_gateway
     assert Cycle.objects.get(being=being, number=1).status == "completed"
 
 
+def test_the_reports_actions_are_the_tool_names_invoked_this_cycle_in_order(fake_gateway, catalogue):
+    fake_gateway.script(
+        Reply(tool_calls=[REMEMBER, ("self__recall", {"key": "k"})]),
+        Reply(tool_calls=[("self__recall", {"key": "missing"})]),
+        Reply(content="done"),
+    )
+    report = make_runtime(make_being(), fake_gateway.gateway(), catalogue).run_cycle()
+    assert report.actions == ["self__remember", "self__recall", "self__recall"]  # a failed call is invoked too
+    assert report.as_json()["actions"] == ["self__remember", "self__recall", "self__recall"]
+
+
 def test_the_solvency_gate_refuses_a_cycle_at_zero_balance(fake_gateway, catalogue):
     being = make_being(starting="0")
     report = make_runtime(being, fake_gateway.gateway(), catalogue).run_cycle()
@@ -147,11 +158,7 @@ def test_tool_calls_run_in_order_and_their_outcomes_reach_the_model(fake_gateway
     )
     being = make_being()
     report = make_runtime(being, fake_gateway.gateway(), catalogue).run_cycle()
-    assert report.actions == [
-        {"tool": "self__remember", "status": "success"},
-        {"tool": "nope__missing", "status": "failed"},
-        {"tool": "self__recall", "status": "success"},
-    ]
+    assert report.actions == ["self__remember", "nope__missing", "self__recall"]
     finished = Event.objects.filter(being=being, kind="tool_finished").order_by("seq")
     assert [e.data["tool"] for e in finished] == ["self__remember", "nope__missing", "self__recall"]
     assert finished[1].data["error"].startswith("unknown_tool")

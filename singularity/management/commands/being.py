@@ -1,12 +1,15 @@
 """``python manage.py being run|once|tools|doctor|export`` — the origin CLI's semantics.
 
 Exit codes: 0 success, 2 configuration or bad input, 3 upstream (gateway or
-MCP), 4 state, 5 tool or runtime.
+MCP), 4 state, 5 tool or runtime. Our own errors print ``error: <message>``;
+anything unexpected exits 5 with ``singularity: <error>`` (no traceback; it
+is logged at debug level).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import sys
 import threading
@@ -21,6 +24,8 @@ from singularity.being.export import export_being
 from singularity.being.host import Host
 from singularity.errors import ConfigError, SingularityError, StateError
 from singularity.models import Being
+
+log = logging.getLogger(__name__)
 
 
 class Command(BaseCommand):
@@ -48,10 +53,18 @@ class Command(BaseCommand):
         action = options["action"]
         try:
             code = getattr(self, f"_{action}")(options)
-        except SingularityError as exc:
-            self.stderr.write(f"error: {exc}")
-            code = exc.exit_code
+        except Exception as exc:  # noqa: BLE001 - every error ends as its exit code and one line on stderr
+            code = self._report_error(exc)
         sys.exit(code)
+
+    def _report_error(self, exc: Exception) -> int:
+        """Print ``exc`` as one line on stderr and return its exit code."""
+        if isinstance(exc, SingularityError):
+            self.stderr.write(f"error: {exc}")
+            return exc.exit_code
+        log.debug("unexpected error", exc_info=exc)
+        self.stderr.write(f"singularity: {type(exc).__name__}: {exc}")
+        return 5
 
     # -- run / once ----------------------------------------------------------
     def _load_being(self, options: dict[str, Any]) -> Being:
@@ -90,8 +103,7 @@ class Command(BaseCommand):
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         if outcome.error is not None:
-            self.stderr.write(f"error: {outcome.error}")
-            return getattr(outcome.error, "exit_code", 5), outcome.report
+            return self._report_error(outcome.error), outcome.report
         return 0, outcome.report
 
     def _run(self, options: dict[str, Any]) -> int:
