@@ -145,6 +145,8 @@ class Event(models.Model):
         REVENUE_CREDITED = "revenue_credited"
         WARNING = "warning"
         STOPPED = "stopped"
+        #: Money moved between a parent and the child it funds; journaled on both sides.
+        TRANSFER = "transfer"
 
     being = models.ForeignKey(Being, on_delete=models.CASCADE, related_name="events")
     seq = models.PositiveBigIntegerField()

@@ -2,7 +2,8 @@
 
 Tools change the being's mind fields in memory only; the caller saves the
 being after every tool. The one exception is ``self__spawn_child``, which
-creates (and so saves) a new being. A tool signals a refusal by raising
+creates (and so saves) a new being and the parent's transfer to it
+(``singularity.being.children``). A tool signals a refusal by raising
 ``ToolFailure``; the catalogue turns it into a ``failed`` outcome.
 """
 
@@ -18,7 +19,7 @@ from typing import Any
 
 from django.conf import settings
 
-from singularity.errors import ConfigError
+from singularity.errors import SingularityError
 from singularity.money import money_str
 
 MAX_MEMORIES = 200
@@ -265,17 +266,21 @@ def write_file(being: Any, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def spawn_child(being: Any, args: dict[str, Any]) -> dict[str, Any]:
-    """Create a child being with its own prompt and the configured starting balance; return its name and balance."""
-    from singularity.being.actions import create_being
+    """Create a child being with its own prompt, funded from the parent's balance (or as configured).
+
+    Returns the child's name, its starting balance and the parent's balance after.
+    """
+    from singularity.being import children
+    from singularity.being.lease import LeaseLost
 
     prompt = _bounded_text(args["prompt"], "prompt")
     try:
-        child = create_being(
-            args["name"], parent=being, system_prompt=prompt, starting=settings.SINGULARITY_CHILD_STARTING_BALANCE_USD
-        )
-    except ConfigError as exc:
+        child = children.spawn_child(being, name=args["name"], prompt=prompt, balance_usd=args.get("balance_usd"))
+    except LeaseLost:
+        raise
+    except SingularityError as exc:
         raise ToolFailure(str(exc)) from exc
-    return {"child": child.name, "starting_usd": money_str(child.starting)}
+    return {"child": child.name, "starting_usd": money_str(child.starting), "remaining_usd": money_str(being.remaining)}
 
 
 BUILTINS: tuple[Builtin, ...] = (
@@ -341,9 +346,15 @@ BUILTINS: tuple[Builtin, ...] = (
     ),
     Builtin(
         "self__spawn_child",
-        "Create a child being with its own system prompt and the configured starting balance.",
+        "Create a child being with its own system prompt. It is funded by moving balance_usd (a decimal "
+        "string) from your remaining balance to it; refused when you cannot pay or already have the most "
+        "live children allowed.",
         _schema(
-            {"name": _string("The child's unique name"), "prompt": _string("The child's system prompt")},
+            {
+                "name": _string("The child's unique name"),
+                "prompt": _string("The child's system prompt"),
+                "balance_usd": _string('What you give the child from your balance, e.g. "2.50"'),
+            },
             ["name", "prompt"],
         ),
         spawn_child,

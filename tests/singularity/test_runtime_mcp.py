@@ -84,11 +84,12 @@ def test_a_secret_in_a_tool_result_is_replaced_before_the_model_sees_it(fake_gat
     assert '"x"' not in tool_message["content"]
 
 
-def test_children_spawned_by_a_being_are_recorded_in_its_mind(fake_gateway, catalogue, settings):
-    settings.SINGULARITY_CHILD_STARTING_BALANCE_USD = Decimal("2.5")
+def test_children_spawned_by_a_being_are_recorded_in_its_mind(fake_gateway, catalogue):
     being, _ = run_with_tools(
-        fake_gateway, catalogue, ("self__spawn_child", {"name": "ada-jr", "prompt": "Sell lemonade."})
+        fake_gateway,
+        catalogue,
+        ("self__spawn_child", {"name": "ada-jr", "prompt": "Sell lemonade.", "balance_usd": "2.5"}),
     )
     child = Being.objects.get(name="ada-jr")
     assert child.parent == being and child.starting == Decimal("2.5") and child.system_prompt == "Sell lemonade."
-    assert being.remaining == Decimal(10)  # the child's balance comes from configuration, not the parent
+    assert being.remaining == Decimal("7.5")  # the child's balance came from its parent

@@ -479,12 +479,9 @@ def test_files_over_one_mib_are_refused(builtins: ToolCatalogue, being: Being, s
     assert "not UTF-8 text" in _refused(builtins, being, "self__read_file", path="bin")
 
 
-def test_spawn_child_creates_a_child_being(builtins: ToolCatalogue, being: Being, settings: Any) -> None:
-    settings.SINGULARITY_CHILD_STARTING_BALANCE_USD = Decimal("2.5")
-    assert _ok(builtins, being, "self__spawn_child", name="alpha-jr", prompt="Trade carefully.") == {
-        "child": "alpha-jr",
-        "starting_usd": "2.50",
-    }
+def test_spawn_child_creates_a_child_being_funded_by_its_parent(builtins: ToolCatalogue, being: Being) -> None:
+    result = _ok(builtins, being, "self__spawn_child", name="alpha-jr", prompt="Trade carefully.", balance_usd="2.5")
+    assert result == {"child": "alpha-jr", "starting_usd": "2.50", "remaining_usd": "7.50"}
     child = Being.objects.get(name="alpha-jr")
     assert (child.parent_id, child.system_prompt, child.starting, child.remaining) == (
         being.pk,
@@ -492,6 +489,19 @@ def test_spawn_child_creates_a_child_being(builtins: ToolCatalogue, being: Being
         Decimal("2.5"),
         Decimal("2.5"),
     )
-    assert "alpha-jr" in _refused(builtins, being, "self__spawn_child", name="alpha-jr", prompt="again")
-    assert "not a valid being name" in _refused(builtins, being, "self__spawn_child", name="bad name!", prompt="p")
-    assert Being.objects.count() == 2
+    assert being.remaining == Decimal("7.5")
+    assert "alpha-jr" in _refused(
+        builtins, being, "self__spawn_child", name="alpha-jr", prompt="again", balance_usd="1"
+    )
+    assert "not a valid being name" in _refused(
+        builtins, being, "self__spawn_child", name="bad name!", prompt="p", balance_usd="1"
+    )
+    assert Being.objects.count() == 2 and being.remaining == Decimal("7.5")
+
+
+def test_spawn_child_with_fresh_balances_configured(builtins: ToolCatalogue, being: Being, settings: Any) -> None:
+    settings.SINGULARITY_CHILD_FRESH_BALANCE = True
+    settings.SINGULARITY_CHILD_STARTING_BALANCE_USD = Decimal("2.5")
+    result = _ok(builtins, being, "self__spawn_child", name="alpha-jr", prompt="Trade carefully.")
+    assert result == {"child": "alpha-jr", "starting_usd": "2.50", "remaining_usd": "10.00"}
+    assert Being.objects.get(name="alpha-jr").remaining == Decimal("2.5")
