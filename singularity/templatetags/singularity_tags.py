@@ -122,6 +122,22 @@ def ago(value: datetime | None) -> SafeString:
 
 
 @register.filter
+def local(url: Any) -> str:
+    """A link on the dashboard as a path: the SINGULARITY_PUBLIC_URL prefix a card or a notice carries is dropped.
+
+    Links sent elsewhere (Telegram, PR bodies) need the public address; a page the person is already on keeps
+    their own host, so the session cookie goes with the click. Other hosts' links are left as they are.
+    """
+    from django.conf import settings
+
+    text = str(url or "")
+    base = (getattr(settings, "SINGULARITY_PUBLIC_URL", "") or "").rstrip("/")
+    if base and (text == base or text.startswith(base + "/")):
+        return text[len(base) :] or "/"
+    return text
+
+
+@register.filter
 def sign_class(value: Any) -> str:
     """Return "pos", "neg" or "zero" for colouring an amount."""
     amount = _amount(value)
