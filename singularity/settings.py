@@ -14,6 +14,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from singularity.env import env_bool, env_decimal, env_float, env_int, env_secret, env_str
+from singularity.forge_env import git_remote, read_forge
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("SINGULARITY_VAR_DIR", str(BASE_DIR / "var")))
@@ -216,8 +217,30 @@ BRAIN_BRANCH = env_str("BRAIN_BRANCH", "main")
 BRAIN_CHECKOUT = Path(env_str("BRAIN_CHECKOUT", str(VAR_DIR / "brain")))
 BRAIN_SYNC_SECS = env_float("BRAIN_SYNC_SECS", 60.0)
 DEMO_BRAIN_DIR = BASE_DIR / "demo_brain"
-#: Where the loop's pull requests live: "local" (a bare repository plus rows; the embedded default).
-LOOP_FORGE = env_str("LOOP_FORGE", "local")
+#: Where the loop's pull requests live: "local" (a bare repository plus rows; the embedded default) or "github".
+#: GitHub: GITHUB_REPOSITORY (owner/name), GITHUB_API_URL (GHES: https://<host>/api/v3), a credential —
+#: GITHUB_TOKEN / GITHUB_TOKEN_FILE first, or a GitHub App (GITHUB_APP_ID, GITHUB_APP_PRIVATE_KEY_FILE,
+#: GITHUB_APP_INSTALLATION_ID) — and GITHUB_WEBHOOK_SECRET / _FILE for /github/webhook/ (singularity.forge_env).
+_forge = read_forge()
+LOOP_FORGE: str = _forge["LOOP_FORGE"]
+GITHUB_API_URL: str = _forge["GITHUB_API_URL"]
+GITHUB_REPOSITORY: str = _forge["GITHUB_REPOSITORY"]
+GITHUB_TOKEN: str = _forge["GITHUB_TOKEN"]
+GITHUB_APP_ID: int = _forge["GITHUB_APP_ID"]
+GITHUB_APP_PRIVATE_KEY_FILE: str = _forge["GITHUB_APP_PRIVATE_KEY_FILE"]
+GITHUB_APP_INSTALLATION_ID: int = _forge["GITHUB_APP_INSTALLATION_ID"]
+GITHUB_WEBHOOK_SECRET: str = _forge["GITHUB_WEBHOOK_SECRET"]
+#: The GitHub client's patience: a request's timeout; how many times (and from how long a first wait, doubling) a
+#: temporary failure is retried; the longest Retry-After honoured in place (a longer one fails the step as temporary).
+GITHUB_TIMEOUT_SECS: float = _forge["GITHUB_TIMEOUT_SECS"]
+GITHUB_RETRIES: int = _forge["GITHUB_RETRIES"]
+GITHUB_RETRY_BACKOFF_SECS: float = _forge["GITHUB_RETRY_BACKOFF_SECS"]
+GITHUB_RETRY_MAX_WAIT_SECS: float = _forge["GITHUB_RETRY_MAX_WAIT_SECS"]
+#: GitHub asks integrators to space writes (secondary rate limits); reads are not spaced.
+GITHUB_SECONDS_BETWEEN_WRITES: float = _forge["GITHUB_SECONDS_BETWEEN_WRITES"]
+if LOOP_FORGE == "github" and not BRAIN_REPO:
+    #: The checkout follows the GitHub repository the loop opens its pull requests on.
+    BRAIN_REPO = git_remote(GITHUB_API_URL, GITHUB_REPOSITORY)
 #: The local forge's branch protection: the commit statuses a pull request needs before a person may merge it.
 LOCAL_FORGE_REQUIRED_STATUSES = [
     s.strip() for s in env_str("LOCAL_FORGE_REQUIRED_STATUSES", "singularity/diff-gate").split(",") if s.strip()
@@ -269,6 +292,8 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
         "httpx": {"level": "WARNING"},
+        # PyGithub logs whole responses at DEBUG, an App's installation token among them: never below INFO.
+        "github": {"level": "INFO"},
         "mcp": {"level": "WARNING"},
         "celery.beat": {"filters": ["quiet_ticks"]},
         "celery.worker.strategy": {"filters": ["quiet_ticks"]},
