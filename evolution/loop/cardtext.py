@@ -24,6 +24,7 @@ from django.db.models import Count
 from django.template.loader import render_to_string
 from django.utils import timezone
 
+from evolution.core.diffs import excerpt, file_diffs
 from evolution.core.links import cycle_path, file_change
 from evolution.models import Cycle, Round
 from grading.metrics import aggregate, run_value, specs, to_number
@@ -225,6 +226,9 @@ def decide_card(rnd: Round) -> dict[str, str]:
         "files": [file_change(f) for f in rnd.files or [] if isinstance(f, dict)],
         "link": link,
     }
+    diffs = file_diffs(rnd)
+    context["diffs"] = diffs
+    context["diff_lines"], context["diff_more"] = excerpt(diffs)
     headline = rnd.summary.strip().splitlines()[0] if rnd.summary.strip() else "a proposal"
     return {
         "title": _title(f"{_name(entity)}: {headline}"),

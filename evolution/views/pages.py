@@ -19,6 +19,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from evolution.core.diffs import file_diffs
 from evolution.models import Cycle, Lesson
 from evolution.reads import fleet as fleet_reads
 from evolution.reads import history, status, story
@@ -187,6 +188,10 @@ def cycle_story(request: HttpRequest, pk: int) -> HttpResponse:
 
     cycle = get_object_or_404(Cycle.objects.select_related("entity", "requested_by", "anchor"), pk=pk)
     detail = story.cycle_detail(cycle)
+    rounds = {rnd.number: rnd for rnd in cycle.rounds.select_related("cycle__entity")}
+    for shown in detail["rounds"]:
+        rnd = rounds.get(shown["number"])
+        shown["diffs"] = file_diffs(rnd) if rnd is not None and rnd.files else []
     set_aside = next((r for r in reversed(detail["rounds"]) if r["rejection"]), None)
     context = {
         "cycle": cycle,

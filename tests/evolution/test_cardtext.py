@@ -51,7 +51,9 @@ def test_the_decide_card_carries_what_a_reviewer_needs(public) -> None:
     assert "🛡 Guarding: quality ↑ not measured in its window" in text
     assert "Recent runs: 1 of the last 3 graded passed." in text
     assert "Spend so far: $0.0123" in text
-    assert "• features/digest/digest.scenario.md — 2 lines" in text and "• old.md — deleted" in text
+    assert "• features/digest/digest.scenario.md — new, 2 lines" in text and "• old.md — deleted" in text
+    assert "The change:\n--- a/features/digest/digest.scenario.md\n+++ b/features/digest/digest.scenario.md" in text
+    assert "\n+one\n+two\n" in text
     link = f"{PUBLIC.rstrip('/')}/evolution/go/cycle:{rnd.cycle_id}/?proposal=1"
     assert f"Full proposal: {link}" in text and card["subject_url"] == link
     assert "Shared failure" not in text

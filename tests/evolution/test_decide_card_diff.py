@@ -1,0 +1,41 @@
+"""The decide card shows the change before anyone accepts it (issue 15): the real diff, its real line counts.
+
+On the demo brain the fixer adds a keyword or two to the triage's 31-line
+file: the card says "+1 −1" (or so), not "31 lines", and carries the diff.
+"""
+
+from __future__ import annotations
+
+import pytest
+import time_machine
+from django.utils import timezone
+
+from grading.demo import TRIAGE_PATH
+from tests.evolution.demo_helpers import drive_until_card, tickets
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+def test_the_demo_decide_card_carries_the_diff_and_its_changed_line_count(embedded):
+    with time_machine.travel(timezone.now(), tick=True):
+        card, _failed = drive_until_card(tickets())
+    text = card.text
+    line = next(row for row in text.splitlines() if row.startswith(f"• {TRIAGE_PATH} — "))
+    added, removed = (int(part.strip("+−")) for part in line.rsplit(" — ", 1)[1].split())
+    assert 1 <= added <= 3 and removed <= 2, line  # a keyword or two, not the file's length
+    assert "The change:" in text and f"--- a/{TRIAGE_PATH}" in text
+    changed = [row for row in text.splitlines() if row.startswith(("+-", "--")) and "->" in row]
+    assert changed, text  # the rule lines that moved are on the card
+
+
+def test_the_full_proposal_page_shows_the_whole_diff_and_the_hypothesis(embedded, client, alice):
+    from evolution.models import Cycle
+
+    with time_machine.travel(timezone.now(), tick=True):
+        drive_until_card(tickets())
+    cycle = Cycle.objects.get(analysed=True)
+    client.force_login(alice)
+    page = client.get(f"/evolution/go/cycle:{cycle.pk}/?proposal=1", follow=True).content.decode()
+    rnd = cycle.rounds.get(number=1)
+    assert "The change" in page and f"a/{TRIAGE_PATH}" in page and 'class="diff-add"' in page
+    assert rnd.hypothesis[:30] in page
