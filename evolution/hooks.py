@@ -6,7 +6,7 @@
   under which pinned judge.
 - hitl calls the loop back when a decide, retry, grant or widen card closes;
   the Telegram channel hands it ``/idea``.
-- a forge tells the machine when a pull request moved.
+- a forge tells the machine when a pull request moved; git commands carry the forge's credential.
 - the machine starts its steps through the Celery tasks.
 """
 
@@ -58,6 +58,7 @@ def _pull_moved(number: int) -> None:
 def connect() -> None:
     """Register the loop's listeners with grading, its card handlers with hitl, and its steps with Celery."""
     from evolution import doctor, tasks  # noqa: F401 - registers the doctor's sections and the machine's steps
+    from evolution.forges import git_env
     from evolution.forges.base import listen_to_pulls
     from evolution.loop import intake
     from evolution.steering import ideas, supervision
@@ -67,6 +68,7 @@ def connect() -> None:
     from hitl import registry
     from hitl.channels.telegram import register_message_handler
     from hitl.models import Card
+    from singularity.brain.git import add_env_source
 
     grade.register_landed(_landed)
     booking.register_exemption(_exempt)
@@ -78,3 +80,4 @@ def connect() -> None:
     register_message_handler(ideas_telegram.on_message)  # /idea in Telegram
     registry.register(settings_writes.PRODUCER, Card.Kind.WIDEN, settings_writes.on_widen_card)
     listen_to_pulls(_pull_moved)
+    add_env_source(git_env)  # the forge's git credential (GitHub: an HTTPS header, never on argv or disk)

@@ -443,3 +443,52 @@ class GroupLock(models.Model):
 
     def __str__(self) -> str:
         return f"lock group {self.group}"
+
+
+# --- The GitHub forge (issue 17) ------------------------------------------------------
+
+
+class GitHubPull(models.Model):
+    """What the GitHub forge last read of one pull request, the arm it made, and the outcome of its last call.
+
+    ``etag`` and ``data`` make a poll conditional: GitHub answers an unchanged
+    request 304, which it does not count against the rate limit, and the kept
+    fields answer the read. ``armed_sha`` is the commit the loop armed
+    auto-merge on: a head that moved past it has the arm taken out.
+    ``last_error`` / ``attempts`` say how the last call went (attempts counts
+    consecutive failures; a success resets both).
+    """
+
+    repository = models.CharField(max_length=140)
+    number = models.PositiveIntegerField()
+    etag = models.CharField(max_length=200, blank=True, default="")
+    data = models.JSONField(default=dict, blank=True)
+    read_at = models.DateTimeField(null=True, blank=True)
+    armed_sha = models.CharField(max_length=40, blank=True, default="")
+    armed_method = models.CharField(max_length=10, blank=True, default="")
+    armed_by = models.CharField(max_length=200, blank=True, default="")
+    armed_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    attempts = models.PositiveIntegerField(default=0)
+    failed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["repository", "number"], name="evolution_github_pull_once")]
+
+    def __str__(self) -> str:
+        return f"{self.repository}#{self.number}"
+
+
+class GitHubDelivery(models.Model):
+    """One webhook delivery GitHub made to /github/webhook/, by its X-GitHub-Delivery id: a redelivery does nothing."""
+
+    delivery = models.CharField(max_length=100, unique=True)
+    event = models.CharField(max_length=60)
+    action = models.CharField(max_length=60, blank=True, default="")
+    number = models.PositiveIntegerField(null=True, blank=True)
+    #: What the receiver did with it, in words ("woke the wait of PR #12", "ignored: …").
+    outcome = models.CharField(max_length=300, blank=True, default="")
+    received_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    def __str__(self) -> str:
+        return f"{self.event} delivery {self.delivery}"

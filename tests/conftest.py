@@ -9,6 +9,7 @@ pytest_plugins = [
     "tests.fakes.fixtures",
     "tests.fakes.mcp_fixtures",
     "tests.fakes.telegram_fixtures",
+    "tests.fakes.github_fixtures",
     "tests.evolution.demo_helpers",
 ]
 

@@ -1,14 +1,15 @@
 """Where the loop's pull requests live: the local forge (embedded default) or GitHub.
 
 ``get_forge()`` returns the configured one. Everything else in the loop talks
-to the ``Forge`` interface only.
+to the ``Forge`` interface only. ``git_env()`` is what every git command adds
+to its environment for the configured forge (GitHub: the HTTPS credential).
 """
 
 from __future__ import annotations
 
 from evolution.forges.base import Forge, ForgeError, PullInfo
 
-__all__ = ["Forge", "ForgeError", "PullInfo", "get_forge"]
+__all__ = ["Forge", "ForgeError", "PullInfo", "get_forge", "git_env"]
 
 
 def get_forge() -> Forge:
@@ -20,6 +21,21 @@ def get_forge() -> Forge:
         from evolution.forges.local import LocalForge
 
         return LocalForge()
+    if name == "github":
+        from evolution.forges.github import GitHubForge
+
+        return GitHubForge()
     from singularity.errors import ConfigError
 
-    raise ConfigError(f"LOOP_FORGE: {name!r} is not a forge this build has (local)")
+    raise ConfigError(f"LOOP_FORGE: {name!r} is not a forge this build has (local, github)")
+
+
+def git_env() -> dict[str, str]:
+    """Environment for a git command under the configured forge: {} for the local forge, GitHub's credential header."""
+    from django.conf import settings
+
+    if getattr(settings, "LOOP_FORGE", "local") != "github":
+        return {}
+    from evolution.forges.github import git_env as github_git_env
+
+    return github_git_env()

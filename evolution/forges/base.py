@@ -37,6 +37,10 @@ class PullInfo:
     closed_at: datetime | None = None
     #: The armed auto-merge, when one stands: {"method": ..., "sha": ...}; empty otherwise.
     auto_merge: dict | None = None
+    title: str = ""
+    #: GitHub's word for whether it would merge now (clean, blocked, behind, dirty, unstable, unknown); "" elsewhere.
+    mergeable_state: str = ""
+    opened_at: datetime | None = None
 
 
 class Forge(Protocol):
@@ -62,6 +66,15 @@ class Forge(Protocol):
 
     def pull_url(self, number: int) -> str:
         """Where a person reads (and, on the local forge, merges) the request."""
+
+    def arm_auto_merge(self, number: int, *, method: str, sha: str, by: str) -> PullInfo:
+        """Arm the forge's own auto-merge bound to head ``sha`` (merge: auto); ForgeError with the refusal's reason."""
+
+    def disarm_auto_merge(self, number: int) -> PullInfo:
+        """Take an armed auto-merge back out (nothing when none stands)."""
+
+    def list_pulls(self, *, limit: int = 100) -> list[PullInfo]:
+        """The forge's pull requests, newest first (the dashboard's list)."""
 
 
 # --- Who hears a pull request move --------------------------------------------------------

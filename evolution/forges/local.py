@@ -349,6 +349,10 @@ class LocalForge:
             raise refused(f"PR #{number}: the diff cannot be read: {exc}") from None
         return out.decode(errors="replace")
 
+    def list_pulls(self, *, limit: int = 100) -> list[PullInfo]:
+        """The local forge's pull requests, newest first, at most ``limit``."""
+        return [self._info(row) for row in PullRequest.objects.order_by("-number")[:limit]]
+
     def pull_url(self, number: int) -> str:
         """The dashboard page where a person reads and merges the request."""
         return settings.SINGULARITY_PUBLIC_URL.rstrip("/") + reverse("evolution:pull", args=[number])
@@ -366,6 +370,8 @@ class LocalForge:
             merged_by=row.merged_by,
             closed_at=row.closed_at,
             auto_merge=dict(row.auto_merge) or None,
+            title=row.title,
+            opened_at=row.created_at,
         )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,17 @@ GIT_ENV = {
 }
 
 
+#: Extra environment for every git command, asked for each one: a forge's HTTPS credential travels this way
+#: (``GIT_CONFIG_*`` variables), so it is never on a command line, in a remote URL, in an error or on disk.
+ENV_SOURCES: list[Callable[[], dict[str, str]]] = []
+
+
+def add_env_source(source: Callable[[], dict[str, str]]) -> None:
+    """Call ``source()`` before every git command and add what it returns to the command's environment."""
+    if source not in ENV_SOURCES:
+        ENV_SOURCES.append(source)
+
+
 class GitError(UpstreamError):
     """A git command failed; the message carries the command and git's own words."""
 
@@ -33,6 +45,8 @@ class GitError(UpstreamError):
 def git(*args: str, cwd: Path | str | None = None, input: bytes | None = None, timeout: float = 120) -> bytes:
     """Run ``git args`` and return its standard output; raise GitError with git's message on failure."""
     env = {**os.environ, **GIT_ENV}
+    for source in ENV_SOURCES:
+        env.update(source())
     try:
         proc = subprocess.run(
             ["git", *args], cwd=cwd, input=input, capture_output=True, timeout=timeout, env=env, check=False
