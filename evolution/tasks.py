@@ -30,6 +30,14 @@ def tick() -> dict[str, int]:
 
 
 @shared_task(ignore_result=True)
+def pull_moved(number: int) -> None:
+    """A forge said PR ``number`` moved (GitHub's webhook): wake the wait that follows it, which reads it."""
+    from evolution.forges.base import pull_event
+
+    pull_event(number)
+
+
+@shared_task(ignore_result=True)
 def sweep_lessons() -> int:
     """Delete lessons older than the brain-wide lessons.retentionDays."""
     from evolution.loop import lessons
