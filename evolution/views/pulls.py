@@ -1,4 +1,7 @@
-"""The local forge's pages: its pull requests, one request with its diff and statuses, Merge and Close.
+"""The pull requests page, whichever forge it is; the local forge's request pages with its diff, Merge and Close.
+
+On GitHub the list is the repository's newest requests, each linking to its
+page on GitHub (where a person merges); ``/evolution/pulls/<n>/`` sends there.
 
 Merging goes through ``LocalForge.merge_pull`` — the one door, with branch
 protection — and a refusal is shown on the request's page in the forge's own
@@ -19,6 +22,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from evolution.forges import get_forge
 from evolution.forges.base import ForgeError
 from evolution.forges.local import LocalForge, go_live
 from evolution.models import CommitStatus, PullRequest
@@ -28,11 +32,16 @@ log = logging.getLogger(__name__)
 
 #: The diff shows at most this many lines; the rest is named, not drawn.
 DIFF_LINES = 5000
+#: How many of a remote forge's newest pull requests the list shows.
+REMOTE_LIMIT = 100
 
 
 @login_required
 def pull_list(request: HttpRequest) -> HttpResponse:
-    """Every pull request on the local forge: open ones first, newest first within a state."""
+    """The forge's pull requests: the local forge's rows (open first) or, on GitHub, the repository's newest."""
+    forge = get_forge()
+    if forge.name != "local":
+        return _remote_list(request, forge)
     pulls = list(
         PullRequest.objects.annotate(
             open_first=Case(
@@ -48,9 +57,27 @@ def pull_list(request: HttpRequest) -> HttpResponse:
     return render(request, "evolution/pull_list.html", {"rows": rows, "required": required})
 
 
+def _remote_list(request: HttpRequest, forge: Any) -> HttpResponse:
+    """The pull requests a remote forge lists (GitHub: newest first), each linking to its page there."""
+    problem = ""
+    pulls: list[Any] = []
+    try:
+        pulls = forge.list_pulls(limit=REMOTE_LIMIT)
+    except SingularityError as exc:
+        problem = str(exc)
+    context = {"pulls": pulls, "forge": forge.name, "problem": problem, "limit": REMOTE_LIMIT}
+    return render(request, "evolution/pull_list_remote.html", context)
+
+
 @login_required
 def pull_detail(request: HttpRequest, number: int) -> HttpResponse:
-    """One pull request: its body, branches, statuses (required ones marked), diff, and Merge / Close for staff."""
+    """One pull request: its body, branches, statuses (required ones marked), diff, and Merge / Close for staff.
+
+    On a remote forge the request lives there: this address sends the person to its page.
+    """
+    remote = get_forge()
+    if remote.name != "local":
+        return redirect(remote.pull_url(number))
     forge = LocalForge()
     pull = get_object_or_404(PullRequest, number=number)
     problem = ""
