@@ -257,6 +257,9 @@ def _retried(rnd: Round, card: Card, now: datetime) -> Settle | Refine:
     rnd.save(update_fields=["decided_by", "decided_at", "decision_note"])
     if choice == SKIP:
         return Settle(Cycle.Status.FAILED, f"{rnd.error}; {who} skipped the retry")
+    if choice == Card.REFINE:
+        # A reply to either card is a refinement, which the cooldown never holds (R7.10).
+        return Refine(answered.get("refinement", ""), rnd)
     # A Retry is a re-analysis spent from the same recurrence budget: the cooldown holds it (R7.11).
     refused = cycles.ceiling_refusal(cycle.entity, now=now) if cycle.origin not in cycles.EXEMPT_ORIGINS else None
     if refused:

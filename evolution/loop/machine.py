@@ -114,21 +114,41 @@ def analyse(round_id: int, *, now: datetime | None = None) -> Round | None:
     if off is not None:
         settle(cycle, off.status, reason=off.reason, lesson=off.lesson)
         return rnd
+    unattended = autonomy.gates(cycle.entity, now=now).decide == autonomy.AUTO
     spent = proposer.budget_refusal(cycle)
     if spent:
-        return fail(rnd, spent)
+        # A retry spends from the same run budget, so it cannot help: unattended, the run closes at once.
+        return fail(rnd, f"{spent}; a retry would spend from the same budget", now=now, unattended=unattended)
     try:
         documents = briefs.build_brief(cycle, rnd)
         proposal = proposer.propose(cycle, rnd, documents)
     except SingularityError as exc:
         cycles.add_spend(cycle, getattr(exc, "cost_usd", None))
-        unattended = autonomy.gates(cycle.entity, now=now).decide == autonomy.AUTO
         return fail(rnd, f"the analysis failed: {exc}", now=now, unattended=unattended)
+    # The proposer waited on something outside: the switch and the holds are read again before its answer counts.
+    cycle.entity.refresh_from_db(fields=["loop_enabled", "terms"])
+    stopped = proposer.switched_off(rnd) or _held_meanwhile(rnd)
+    if stopped is not None:
+        cycles.add_spend(cycle, getattr(proposal, "cost_usd", None))
+        settle(cycle, stopped.status, reason=stopped.reason, lesson=stopped.lesson)
+        return rnd
     skipped = proposer.record(rnd, proposal, documents.documents, now)
     if skipped is not None:
         settle(cycle, skipped.status, reason=skipped.reason, now=now)
         return rnd
     return decide_gate(rnd, now=now)
+
+
+def _held_meanwhile(rnd: Round) -> Settle | None:
+    """A hold placed while the proposer worked: its answer is set aside (skipped, no card, no lesson)."""
+    from evolution.steering.supervision import hold_refusal
+
+    held = hold_refusal(rnd.cycle.entity)
+    if held is None:
+        return None
+    rnd.status = Round.Status.SKIPPED
+    rnd.save(update_fields=["status"])
+    return Settle(Cycle.Status.SKIPPED, f"set aside: {held} (placed while the proposer worked)", lesson=False)
 
 
 def decide_gate(rnd: Round, *, now: datetime) -> Round:
@@ -201,7 +221,11 @@ def apply(round_id: int, *, now: datetime | None = None) -> Round | None:
     rnd = applying.accepted(round_id)
     if rnd is None:
         return None
-    failed = applying.apply(rnd, now=now)
+    try:
+        failed = applying.apply(rnd, now=now)
+    except Exception as exc:  # noqa: BLE001 - any failure of the stage fails its round with the reason, never strands it
+        log.exception("loop: cycle %s: the apply of round %s broke", rnd.cycle_id, rnd.number)
+        failed = Fail(f"the apply failed: {type(exc).__name__}: {exc}", paths=[], unattended=autonomy.unattended(rnd))
     if failed is not None:
         return _failed(rnd, failed, now or timezone.now())
     now = now or timezone.now()
