@@ -87,3 +87,27 @@ def test_an_evaluation_edit_confounds(embedded, alice, tmp_path):
     run(failed[0])
     cycle.refresh_from_db()
     assert cycle.confounded_by_edit is not None and cycle.status == Cycle.Status.UNVALIDATED
+
+
+def test_a_backdated_commit_merged_during_the_watch_confounds(embedded, alice, tmp_path):
+    """Landed is reachability, not dates: a commit written last week and pushed now counts."""
+    import os
+
+    from singularity.brain.git import clone, git
+
+    cycle, failed = _watching(embedded, alice)
+    work = clone(str(Path(embedded.VAR_DIR) / "brain.git"), tmp_path / "backdated")
+    target = work.path / TRIAGE_PATH
+    target.write_text(
+        target.read_text().replace("- otherwise -> general", "- login -> technical\n- otherwise -> general")
+    )
+    week_ago = "2026-01-01T09:00:00+00:00"
+    env = {**os.environ, "GIT_AUTHOR_DATE": week_ago, "GIT_COMMITTER_DATE": week_ago}
+    import subprocess
+
+    subprocess.run(["git", "commit", "--quiet", "-am", "An old branch's fix"], cwd=work.path, env=env, check=True)
+    git("push", "--quiet", "origin", "main", cwd=work.path)
+    sync_brain()
+    run(failed[0])
+    cycle.refresh_from_db()
+    assert cycle.confounded_by_edit is not None and cycle.confounded_by_edit["subject"] == "An old branch's fix"

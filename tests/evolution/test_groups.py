@@ -336,3 +336,12 @@ def test_of_two_members_accepted_at_once_exactly_one_wins(monkeypatch):
     losers = [c for c in cycles if c.status == Cycle.Status.SKIPPED]
     assert len(winners) == 1 and len(losers) == 1
     assert "lock group audience is held" in losers[0].reason and f"cycle {winners[0].pk}" in losers[0].reason
+
+
+def test_a_siblings_revert_merge_moves_the_clean_base():
+    layout, publish = member("layout"), member("publish")
+    now = timezone.now()
+    regressed = _sibling_merged(publish, now - HOUR)
+    reverted_at = now - 10 * MINUTE
+    Round.objects.filter(cycle=regressed).update(revert_pr_number=12, revert_merged_at=reverted_at)
+    assert groups.changed_at(layout) == reverted_at
