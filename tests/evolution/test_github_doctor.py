@@ -79,12 +79,17 @@ def test_a_credential_that_may_post_and_a_branch_requiring_both_statuses_pass(hu
 
 
 def test_a_branch_missing_a_status_is_named(human, github_on):
-    github_on.protection = [DIFF_GATE]
-    warned = lines("warn")
-    assert any(m.startswith(f"main does not require {VALIDATION}: anyone can merge") for m in warned)
+    github_on.protection = [VALIDATION]
+    assert any(m.startswith(f"main does not require {DIFF_GATE}: anyone can merge") for m in lines("warn"))
     github_on.protection = None
     warned = lines("warn")
     assert any(f"does not require {DIFF_GATE} and {VALIDATION}" in m and "holds no auto-merge" in m for m in warned)
+
+
+def test_a_branch_missing_only_the_validation_no_stage_posts_yet_is_a_hint(human, github_on):
+    github_on.protection = [DIFF_GATE]
+    assert not any("does not require" in m for m in lines("warn"))
+    assert any(m.startswith(f"hint: main requires {DIFF_GATE} but not {VALIDATION}") for m in lines("pass"))
 
 
 def test_a_private_repository_on_a_plan_without_branch_rules_is_named(auto, github_on):
