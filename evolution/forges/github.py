@@ -198,7 +198,8 @@ def git_env() -> dict[str, str]:
     remote = remote_url()
     if not remote.startswith(("https://", "http://")):
         return {}
-    token = connection().credential.token()
+    credential = connection().credential
+    token = call("mint the credential git sends", credential.token, credential=credential.label)
     basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
     count = int(os.environ.get("GIT_CONFIG_COUNT", "0") or 0)
     return {
@@ -245,8 +246,11 @@ def _wait_asked(headers: dict[str, Any]) -> float | None:
     if after:
         if after.isdigit():
             return float(after)
-        when = email.utils.parsedate_to_datetime(after) if after else None
-        if when is not None:
+        try:
+            when = email.utils.parsedate_to_datetime(after)
+        except (TypeError, ValueError):
+            when = None
+        if when is not None and when.tzinfo is not None:
             return max(0.0, (when - timezone.now()).total_seconds())
     if str(headers.get("x-ratelimit-remaining", "")).strip() == "0":
         reset = str(headers.get("x-ratelimit-reset") or "").strip()

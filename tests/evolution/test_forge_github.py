@@ -407,3 +407,16 @@ def app_key(tmp_path):
     path = tmp_path / "app.pem"
     path.write_bytes(pem)
     return path, key.public_key()
+
+
+def test_an_installation_token_github_will_not_mint_fails_the_git_command_as_ours(
+    tmp_path, settings, github_on, app_key
+):
+    key_file, _public = app_key
+    settings.GITHUB_TOKEN = ""
+    settings.GITHUB_APP_ID, settings.GITHUB_APP_INSTALLATION_ID = 1234, 5678
+    settings.GITHUB_APP_PRIVATE_KEY_FILE = str(key_file)
+    with pytest.raises(GitHubError) as refused:  # the fake knows no App: the JWT is refused
+        git("ls-remote", github_on.git_url)
+    assert refused.value.permanent and refused.value.status == 401
+    assert "the GitHub App 1234 (installation 5678)" in str(refused.value)
