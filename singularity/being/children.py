@@ -21,7 +21,7 @@ from singularity.being.ledger import ledger_limit
 from singularity.being.store import Journal
 from singularity.errors import ConfigError, StateError
 from singularity.models import Being, Event
-from singularity.money import MoneyError, money_str, parse_money, quantize
+from singularity.money import EXACT, MoneyError, money_str, parse_money, quantize
 
 
 def _transfer_amount(value: str | None) -> Decimal:
@@ -76,7 +76,8 @@ def spawn_child(parent: Being, *, name: str, prompt: str, balance_usd: str | Non
 def _spawn_funded(parent: Being, *, name: str, prompt: str, amount: Decimal) -> Being:
     """Create the child and move ``amount`` to it in one transaction guarded by the parent's lease."""
     journal = Journal(parent)
-    parent.remaining -= amount
+    before = parent.remaining
+    parent.remaining = EXACT.subtract(before, amount)
     try:
         with transaction.atomic():
             child = create_being(name, parent=parent, system_prompt=prompt, starting=amount)
@@ -98,7 +99,7 @@ def _spawn_funded(parent: Being, *, name: str, prompt: str, amount: Decimal) -> 
             )
             journal.save(owner=parent.lease_owner)
     except BaseException:
-        parent.remaining += amount
+        parent.remaining = before
         journal.discard()
         raise
     return child

@@ -27,9 +27,10 @@ def add_tokens(total: int, more: int) -> int:
 
 
 def apply_debit(being: Being, debit: Debit, tokens: int) -> None:
-    being.api_spent += debit.api
-    being.instance_spent += debit.instance
-    being.remaining -= debit.total
+    # The exact context: the default one keeps 28 digits, fewer than a 30-digit money column.
+    being.api_spent = EXACT.add(being.api_spent, debit.api)
+    being.instance_spent = EXACT.add(being.instance_spent, debit.instance)
+    being.remaining = EXACT.subtract(being.remaining, EXACT.add(debit.api, debit.instance))
     being.total_tokens = add_tokens(being.total_tokens, tokens)
 
 
@@ -52,6 +53,6 @@ def apply_credit(being: Being, amount: Decimal) -> Decimal:
     rounded = quantize(amount)
     if rounded == 0:
         raise CreditRefused(f"a credit of {amount} USD rounds to 0 at the ledger's quantum of {QUANTUM} USD")
-    being.earned += rounded
-    being.remaining += rounded
+    being.earned = EXACT.add(being.earned, rounded)
+    being.remaining = EXACT.add(being.remaining, rounded)
     return rounded

@@ -27,7 +27,7 @@ from singularity.being.storable import StorableGateway, storable_outcome, storab
 from singularity.being.store import RUNTIME_FIELDS, Journal
 from singularity.errors import UpstreamError
 from singularity.models import RECENT_ACTIONS, Being, Cycle, Event
-from singularity.money import Debit, money_str
+from singularity.money import EXACT, Debit, money_str
 
 __all__ = ["ROUND_LIMIT_WARNING", "CatalogueLike", "CycleReport", "GatewayLike", "Prices", "Runtime"]
 
@@ -217,7 +217,7 @@ class Runtime:
         usage = completion.usage
         apply_debit(self.being, debit, usage.prompt_tokens + usage.completion_tokens)
         cycle.rounds = round_number
-        cycle.spent += debit.total
+        cycle.spent = EXACT.add(cycle.spent, debit.total)
         self.journal.emit(
             Event.Kind.MODEL_COMPLETED,
             {
@@ -270,7 +270,7 @@ class Runtime:
             message = f"{tool}: {finding.key}: {exc}"
             self.journal.emit(Event.Kind.WARNING, {"message": message, "tool": tool, "key": finding.key})
             return
-        cycle.earned += credited
+        cycle.earned = EXACT.add(cycle.earned, credited)
         self.journal.emit(
             Event.Kind.REVENUE_CREDITED,
             {"amount": money_str(credited), "source": tool, "key": finding.key},

@@ -10,6 +10,7 @@ import pytest
 from singularity.being.actions import create_being
 from singularity.being.ledger import CreditRefused, apply_credit, ledger_limit
 from singularity.models import Being, Event
+from singularity.money import EXACT
 from singularity.tools import build_catalogue
 from tests.fakes.gateway import Reply
 from tests.fakes.mcp_fixtures import stdio_entry
@@ -67,11 +68,11 @@ def test_a_credit_that_would_leave_the_ledgers_range_is_refused_and_changes_noth
     being = create_being("ledger")
     limit = ledger_limit()
     with pytest.raises(CreditRefused, match="beyond the ledger's range"):
-        apply_credit(being, limit - Decimal(5))  # fits alone, but not on top of the 10 already there
+        apply_credit(being, EXACT.subtract(limit, Decimal(5)))  # fits alone, but not on top of the 10 already there
     with pytest.raises(CreditRefused, match="beyond the ledger's range"):
         apply_credit(being, Decimal("1e999999999"))  # past the decimal context's exponent range
     assert being.earned == 0 and being.remaining == Decimal(10)
-    apply_credit(being, limit - Decimal(10))
+    apply_credit(being, EXACT.subtract(limit, Decimal(10)))
     being.save()
     being.refresh_from_db()
     assert being.remaining == limit

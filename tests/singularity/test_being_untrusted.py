@@ -114,7 +114,7 @@ def test_an_unexpected_error_exits_5_leaves_no_cycle_running_and_resume_goes_on(
     )
     proc = once(fake_gateway, tmp_path, BRAMA_INPUT_PRICE_USD_PER_MILLION="1000000")
     assert proc.returncode == 5, proc.stderr
-    assert proc.stderr.strip().splitlines()[-1].startswith("singularity: ")
+    assert proc.stderr.strip().splitlines()[-1].startswith("singularity: ")  # one line, the last
     assert "Traceback" not in proc.stderr
     being = Being.objects.get(name="ada")
     assert being.status == "stopped" and being.remaining == Decimal(10) and being.lease_owner == ""

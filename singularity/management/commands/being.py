@@ -63,7 +63,8 @@ class Command(BaseCommand):
             self.stderr.write(f"error: {exc}")
             return exc.exit_code
         log.debug("unexpected error", exc_info=exc)
-        self.stderr.write(f"singularity: {type(exc).__name__}: {exc}")
+        # One line, even for a driver's multi-line message (Postgres adds DETAIL: lines).
+        self.stderr.write(f"singularity: {type(exc).__name__}: {' '.join(str(exc).split())}")
         return 5
 
     # -- run / once ----------------------------------------------------------
