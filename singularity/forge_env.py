@@ -78,7 +78,9 @@ def read_forge(environ: dict[str, str] | None = None) -> dict[str, Any]:
         raise ImproperlyConfigured(f"LOOP_FORGE: expected one of {', '.join(FORGES)}, got {forge!r}")
     repository = env_str("GITHUB_REPOSITORY", "", environ)
     if repository and not _REPOSITORY.fullmatch(repository):
-        raise ImproperlyConfigured(f"GITHUB_REPOSITORY: expected owner/name (the brain's repository), got {repository!r}")
+        raise ImproperlyConfigured(
+            f"GITHUB_REPOSITORY: expected owner/name (the brain's repository), got {repository!r}"
+        )
     token = env_secret("GITHUB_TOKEN", "", environ)
     if any(ch.isspace() for ch in token):
         raise ImproperlyConfigured("GITHUB_TOKEN: the token has whitespace inside it (a pasted line break?)")
@@ -100,7 +102,9 @@ def read_forge(environ: dict[str, str] | None = None) -> dict[str, Any]:
     }
     if forge == "github":
         if not repository:
-            raise ImproperlyConfigured("GITHUB_REPOSITORY: LOOP_FORGE=github needs the brain's repository as owner/name")
+            raise ImproperlyConfigured(
+                "GITHUB_REPOSITORY: LOOP_FORGE=github needs the brain's repository as owner/name"
+            )
         if not token and not app_id:
             raise ImproperlyConfigured(
                 "GITHUB_TOKEN: LOOP_FORGE=github needs a credential — GITHUB_TOKEN (or GITHUB_TOKEN_FILE), or a "
