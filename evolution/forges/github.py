@@ -729,8 +729,8 @@ class GitHubForge:
                 lambda: self.requester.requestJsonAndCheck("GET", f"/repos/{self.repository}/branches/{escaped}"),
             )
             checks = ((data or {}).get("protection") or {}).get("required_status_checks") or {}
-            classic = set(checks.get("contexts") or []) | {
-                c.get("context") for c in checks.get("checks") or [] if isinstance(c, dict) and c.get("context")
+            classic = {str(c) for c in checks.get("contexts") or []} | {
+                str(c["context"]) for c in checks.get("checks") or [] if isinstance(c, dict) and c.get("context")
             }
             if classic:
                 contexts |= classic
@@ -742,7 +742,7 @@ class GitHubForge:
                 if rule.get("type") != "required_status_checks":
                     continue
                 found = {
-                    c.get("context")
+                    str(c["context"])
                     for c in (rule.get("parameters") or {}).get("required_status_checks") or []
                     if isinstance(c, dict) and c.get("context")
                 }

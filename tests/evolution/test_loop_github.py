@@ -147,7 +147,10 @@ def test_a_webhook_over_http_moves_the_cycle_within_seconds(on_github, alice, li
     noticed = time.monotonic() - merged_at
     assert cycle.phase == Cycle.Phase.WATCHING, [d.answered for d in on_github.outbox]
     assert noticed < 10
-    assert [d.answered for d in on_github.outbox if d.sent] == [200]
+    sent = [d for d in on_github.outbox if d.sent]
+    while any(d.answered is None for d in sent) and time.monotonic() - merged_at < 30:
+        time.sleep(0.05)  # the cycle moved inside the delivery's request; its answer is on its way back
+    assert [d.answered for d in sent] == [200]
 
 
 # --- merge: auto ---------------------------------------------------------------------------------

@@ -194,11 +194,12 @@ class FakeGitHub:
         self._thread: threading.Thread | None = None
         self._sender: threading.Thread | None = None
         self._sending: queue.Queue[Delivery | None] = queue.Queue()
+        self._tips: dict[str, str] | None = None
 
     # --- The server -----------------------------------------------------------------------------
 
-    def start(self) -> Self:
-        httpd = _Server(("127.0.0.1", 0), _Handler)
+    def start(self, port: int = 0) -> Self:
+        httpd = _Server(("127.0.0.1", port), _Handler)
         httpd.owner = self
         self._httpd = httpd
         self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -258,12 +259,22 @@ class FakeGitHub:
         _git("--work-tree", str(source), "--git-dir", str(work / ".git"), "commit", "--quiet", "-m", "Initial brain")
         _git("--git-dir", str(work / ".git"), "push", "--quiet", str(self.repo_path), f"{branch}:{branch}")
         _git("config", "http.receivepack", "true", cwd=self.repo_path)
+        self.refs_changed()
 
     def tip(self, branch: str) -> str | None:
-        try:
-            return _git("rev-parse", "--verify", "--quiet", f"refs/heads/{branch}^{{commit}}", cwd=self.repo_path)
-        except subprocess.CalledProcessError:
-            return None
+        """The commit ``branch`` points at in the bare repository now (None: no such branch)."""
+        with self._lock:
+            if self._tips is None:
+                listed = _git(
+                    "for-each-ref", "--format=%(refname:short) %(objectname)", "refs/heads", cwd=self.repo_path
+                )
+                self._tips = dict(line.rsplit(" ", 1) for line in listed.splitlines() if line.strip())
+            return self._tips.get(branch)
+
+    def refs_changed(self) -> None:
+        """Forget the branch tips read so far (after a write to the repository that did not come through the fake)."""
+        with self._lock:
+            self._tips = None
 
     def show(self, commit: str, path: str) -> str:
         return _git("show", f"{commit}:{path}", cwd=self.repo_path)
@@ -707,6 +718,7 @@ class FakeGitHub:
             parents = ["-p", base_tip]
         commit = _git("commit-tree", tree, *parents, "-m", message, cwd=self.repo_path)
         _git("update-ref", f"refs/heads/{pull.base}", commit, base_tip, cwd=self.repo_path)
+        self.refs_changed()
         pull.state, pull.merged, pull.merged_at, pull.closed_at = "closed", True, _now(), _now()
         pull.merged_by, pull.merge_commit_sha, pull.auto_merge = by, commit, None
         self._emit("closed", pull, by)
@@ -720,6 +732,7 @@ class FakeGitHub:
     def _refresh_heads(self) -> None:
         """After a push: every open request follows its branch (a writer's push keeps an arm, as on GitHub)."""
         with self._lock:
+            self.refs_changed()
             for pull in self._state.pulls.values():
                 if pull.state != "open":
                     continue
@@ -987,3 +1000,45 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     owner: FakeGitHub
+
+
+def main() -> None:
+    """Serve a fake GitHub holding a brain until Ctrl-C, and print the environment that points Singularity at it."""
+    import argparse
+    import tempfile
+    import time
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--seed", default="demo_brain", help="the folder whose files are the repository's main")
+    parser.add_argument("--require", default="singularity/diff-gate", help="required contexts on main, comma-separated")
+    parser.add_argument("--webhook", default="http://127.0.0.1:8000/github/webhook/", help="where deliveries go")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="fake-github-"))
+    fake = FakeGitHub(root).start(args.port)
+    fake.seed(Path(args.seed).resolve())
+    fake.protection = [c.strip() for c in args.require.split(",") if c.strip()] or None
+    fake.webhook_url = args.webhook
+    print(f"# A fake GitHub on {fake.origin}, the repository {fake.full_name} seeded from {args.seed}; deliveries")
+    print(f"# go to {args.webhook}. Export these where the dashboard, the worker and beat run:")
+    print("export LOOP_FORGE=github")
+    print(f"export GITHUB_API_URL={fake.api_url}")
+    print(f"export GITHUB_REPOSITORY={fake.full_name}")
+    print(f"export GITHUB_TOKEN={TOKEN}")
+    print(f"export GITHUB_WEBHOOK_SECRET={fake.webhook_secret}")
+    print(f"export BRAIN_CHECKOUT={root / 'checkout'}")
+    print("# A person merges PR 1 (or a CI posts a status) with:")
+    print(f"#   curl -X PUT -H 'Authorization: token {TOKEN}' {fake.api_url}/repos/{fake.full_name}/pulls/1/merge")
+    print(
+        f'#   curl -X POST -H \'Authorization: token {TOKEN}\' -d \'{{"state": "success", "context": '
+        f'"ci/tests"}}\' {fake.api_url}/repos/{fake.full_name}/statuses/<sha>'
+    )
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        fake.stop()
+
+
+if __name__ == "__main__":
+    main()
