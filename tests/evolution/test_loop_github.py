@@ -238,3 +238,36 @@ def test_a_regressed_change_under_merge_auto_is_reverted_by_an_auto_merged_rever
     assert rnd.revert_outcome == "merged" and rnd.revert_merged_at is not None
     assert cycle.phase == Cycle.Phase.SETTLED and cycle.claim is None
     assert on_github.show("main", TRIAGE_PATH) == on_github.show(rnd.base_sha, TRIAGE_PATH)
+
+
+def test_a_person_disabling_the_auto_merge_on_github_hands_the_round_to_a_person(on_github, tmp_path):
+    on_github.protection = [DIFF_GATE, CI]
+    go_autonomous(on_github, tmp_path)
+    cycle, _ = until_cycle(tickets())
+    rnd = cycle.rounds.get(number=1)
+    assert rnd.merge_gate == "auto"
+    on_github.disable_auto_merge(rnd.pr_number, by="bob")
+    on_github.deliver(Client())  # auto_merge_disabled wakes the wait; the read finds no arm
+    rnd.refresh_from_db()
+    cycle.refresh_from_db()
+    assert rnd.merge_gate == "human" and "no longer stands" in rnd.gate_note
+    assert cycle.phase == Cycle.Phase.MERGE_WAIT
+    on_github.post_status(rnd.head_sha, CI, "success")
+    assert on_github.pull(rnd.pr_number).state == "open"  # nobody re-armed it: a person merges
+
+
+def test_an_armed_pr_past_its_deadline_is_disarmed_before_it_is_closed(on_github, tmp_path):
+    on_github.protection = [DIFF_GATE, CI]
+    go_autonomous(on_github, tmp_path)
+    cycle, _ = until_cycle(tickets())
+    rnd = cycle.rounds.get(number=1)
+    with time_machine.travel(cycle.merge_deadline + timedelta(seconds=1), tick=True):
+        machine.poll_due()
+    cycle.refresh_from_db()
+    assert cycle.status == Cycle.Status.UNVALIDATED and "the loop closed it" in cycle.reason
+    pull = on_github.pull(rnd.pr_number)
+    assert pull.state == "closed" and not pull.merged and pull.auto_merge is None
+    actions = [d.action for d in on_github.outbox]
+    assert actions.index("auto_merge_disabled") < actions.index("closed")
+    on_github.post_status(rnd.head_sha, CI, "success")  # a check that greens later merges nothing
+    assert not on_github.pull(rnd.pr_number).merged
