@@ -37,7 +37,7 @@ def test_a_person_accepts_merges_and_reads_the_lesson(page, live_server, alice, 
 
     cycle = Cycle.objects.get(entity=triage(), analysed=True)
     rnd = cycle.rounds.get(number=1)
-    for _ in range(100):  # the apply runs on the live server's thread: wait for it (a loaded machine is slow)
+    for _ in range(600):  # the apply runs on the live server's thread: wait for it (a loaded machine is slow)
         rnd.refresh_from_db()
         if rnd.status != Round.Status.ACCEPTED:
             break
