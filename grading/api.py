@@ -13,7 +13,7 @@ from typing import Any, cast
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import generics, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -132,14 +132,18 @@ class EntityCalibration(APIView):
         return Response(CalibrationSerializer(calibration(_get_entity(target_kind, slug)), many=True).data)
 
 
-@extend_schema(
-    summary="List runs, newest first",
-    parameters=[
-        ENTITY_PARAM,
-        OpenApiParameter("status", OpenApiTypes.STR, enum=Execution.Status.values),
-        OpenApiParameter("graded", OpenApiTypes.BOOL, description="true: only graded runs; false: only the others."),
-    ],
-    responses={200: RunSerializer(many=True), 400: INVALID},
+@extend_schema_view(
+    get=extend_schema(
+        summary="List runs, newest first",
+        parameters=[
+            ENTITY_PARAM,
+            OpenApiParameter("status", OpenApiTypes.STR, enum=Execution.Status.values),
+            OpenApiParameter(
+                "graded", OpenApiTypes.BOOL, description="true: only graded runs; false: only the others."
+            ),
+        ],
+        responses={200: RunSerializer(many=True), 400: INVALID},
+    )
 )
 class RunList(FilteredList):
     serializer_class = RunSerializer
@@ -276,7 +280,10 @@ class Ratings(APIView):
         request=RateRequestSerializer,
         responses={
             200: RateAnswerSerializer,
-            400: OpenApiResponse(RateAnswerSerializer, description="invalid: off the scale, unknown metric, …"),
+            400: OpenApiResponse(
+                ErrorSerializer,
+                description="invalid: off the scale, unknown metric, … (the door's answer adds ok, code and written).",
+            ),
             403: OpenApiResponse(RateAnswerSerializer, description="refused: an agent, or a loop replay."),
             404: OpenApiResponse(RateAnswerSerializer, description="not_found: no such run."),
             409: OpenApiResponse(RateAnswerSerializer, description="precondition: still running, or grading off."),

@@ -68,7 +68,11 @@ class RefusalSerializer(serializers.Serializer):
     """A refused answer or cancel: the API's error shape, with ``code`` (the same) kept for older scripts."""
 
     error = serializers.ChoiceField(choices=["unauthorized_responder", "already_closed", "invalid", "not_found"])
-    code = serializers.ChoiceField(choices=["unauthorized_responder", "already_closed", "invalid", "not_found"])
+    code = serializers.ChoiceField(
+        choices=["unauthorized_responder", "already_closed", "invalid", "not_found"],
+        required=False,
+        help_text="The same as error, on the door's own refusals (not on a body that does not validate).",
+    )
     detail = serializers.CharField()
 
 

@@ -40,10 +40,13 @@ class NullableMoneyString(MoneyString):
 
 
 class ErrorSerializer(serializers.Serializer):
-    """The body of every refusal: a short code and a sentence for people."""
+    """The body of every refusal: a short code and a sentence for people (some refusals add fields)."""
 
-    error = serializers.CharField(help_text="refused, conflict or invalid")
-    detail = serializers.CharField()
+    error = serializers.CharField(
+        help_text="invalid, refused, not_found, conflict, precondition, not_authenticated, authentication_failed, "
+        "method_not_allowed, unsupported_media_type, …"
+    )
+    detail = serializers.CharField(help_text="What was refused and why; names the field or parameter at fault.")
 
 
 class BeingSummarySerializer(serializers.ModelSerializer):

@@ -135,14 +135,11 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "singularity.apikit.schema.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "singularity.apikit.pagination.LimitOffset",
     "PAGE_SIZE": 50,
-    "DEFAULT_PARSER_CLASSES": [
-        "singularity.apikit.parsers.StrictJSONParser",
-        "singularity.apikit.parsers.StrictFormParser",
-        "singularity.apikit.parsers.StrictMultiPartParser",
-    ],
+    # The API is for scripts: JSON bodies only, read within bounds.
+    "DEFAULT_PARSER_CLASSES": ["singularity.apikit.parsers.StrictJSONParser"],
     "EXCEPTION_HANDLER": "singularity.apikit.errors.exception_handler",
     "COERCE_DECIMAL_TO_STRING": True,
 }
@@ -162,7 +159,14 @@ SPECTACULAR_SETTINGS = {
         "GradeStatusEnum": "grading.models.Grade.Status",
         "CalibrationStatusEnum": ["ok", "low"],
         "EntityLoadStatusEnum": ["ok", "error"],
+        "CardRefusalEnum": ["unauthorized_responder", "already_closed", "invalid", "not_found"],
+        "EpisodeStatusEnum": ["open", "closed"],
     },
+    # Every operation documents the errors the shared machinery can answer (singularity.apikit.schema).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "singularity.apikit.schema.document_errors",
+    ],
 }
 
 # --- Celery ---------------------------------------------------------------
