@@ -31,7 +31,7 @@ def check_storable(amount: Decimal, *, what: str, vendor: str | None = None) -> 
     row past the column's range fails only when it is saved.
     """
     most = MOST.get(vendor or connection.vendor, MOST["postgresql"])
-    if not amount.is_finite() or abs(amount) > most:
+    if not amount.is_finite() or amount.copy_abs() > most:  # copy_abs: abs() rounds to the context
         raise MoneyError(f"{what}: {amount} is over {most}, the most this database's money column holds")
 
 
