@@ -35,6 +35,7 @@ class Cycle(models.Model):
         ANALYSING = "analysing"
         DECIDING = "deciding"  # a round waits on a person (decide or retry card)
         APPLYING = "applying"
+        CHECKING = "checking"  # the PR is open; the pre-merge check replays and judges it before any merge
         MERGE_WAIT = "merge_wait"  # the PR is open; the merge gate decides
         WATCHING = "watching"
         REVERTING = "reverting"  # settled regressed (or reverted by policy); following the revert PR
@@ -90,6 +91,8 @@ class Cycle(models.Model):
     #: Last movement (opened, advanced a stage, settled): loop_history's ``since`` compares with it.
     moved_at = models.DateTimeField(default=timezone.now, db_index=True)
 
+    #: The pre-merge check's deadline (check.deadlineHours, read once as the check starts).
+    check_deadline = models.DateTimeField(null=True, blank=True)
     #: The merge wait's deadline (watch.deadlineHours read once the change shipped) and the poll's clock.
     merge_deadline = models.DateTimeField(null=True, blank=True)
     next_poll_at = models.DateTimeField(null=True, blank=True, db_index=True)
@@ -216,6 +219,41 @@ class Round(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("evolution:cycle", args=[self.cycle_id]) + f"?proposal={self.number}"
+
+
+class Replay(models.Model):
+    """One side of one pair of a round's pre-merge check: a frozen slot, a trial, replayed at a pinned commit.
+
+    The candidate runs at the PR's checked head, the incumbent at the frozen
+    base commit. ``execution`` is created with the row (its id is on the round
+    before the wait opens) and run by a worker; ``started_at`` is the worker's
+    claim, so a lost message or a dead worker is picked up again by the sweep.
+    """
+
+    class Side(models.TextChoices):
+        CANDIDATE = "candidate"
+        INCUMBENT = "incumbent"
+
+    round = models.ForeignKey(Round, on_delete=models.CASCADE, related_name="replays")
+    side = models.CharField(max_length=10, choices=Side.choices)
+    #: The frozen slot's index in ``cycle.frozen["slots"]``.
+    slot = models.PositiveSmallIntegerField()
+    trial = models.PositiveSmallIntegerField(default=1)
+    commit = models.CharField(max_length=40)
+    execution = models.OneToOneField(
+        "grading.Execution", null=True, blank=True, on_delete=models.SET_NULL, related_name="replay"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    #: When a worker took it (null: due). A claim older than the lease is taken again.
+    started_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["round_id", "slot", "trial", "side"]
+        constraints = [models.UniqueConstraint(fields=["round", "side", "slot", "trial"], name="evolution_replay_once")]
+
+    def __str__(self) -> str:
+        return f"{self.round} {self.side} slot {self.slot} trial {self.trial}"
 
 
 class Lesson(models.Model):
