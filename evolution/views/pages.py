@@ -186,7 +186,7 @@ def cycle_story(request: HttpRequest, pk: int) -> HttpResponse:
     """A cycle's story: the window, Hypothesize, Ship, Watch and Learn."""
     from evolution.core import outcomes as verdicts
 
-    cycle = get_object_or_404(Cycle.objects.select_related("entity", "requested_by", "anchor"), pk=pk)
+    cycle = get_object_or_404(Cycle.objects.select_related("entity", "requested_by", "anchor", "idea"), pk=pk)
     detail = story.cycle_detail(cycle)
     rounds = {rnd.number: rnd for rnd in cycle.rounds.select_related("cycle__entity")}
     for shown in detail["rounds"]:
@@ -202,6 +202,7 @@ def cycle_story(request: HttpRequest, pk: int) -> HttpResponse:
         "status_words": verdicts.status_label(cycle),
         "status_badge": STATUS_BADGE.get(cycle.status, ""),
         "set_aside": set_aside,
+        "idea": cycle.idea,
         "shipped": [r for r in detail["rounds"] if r["pr"] or r["gate"] or r["checkVerdict"]],
     }
     return render(request, "evolution/cycle.html", context)

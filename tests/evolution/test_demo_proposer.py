@@ -183,3 +183,117 @@ def test_the_fixer_never_adds_a_word_a_person_turned_down_and_cites_that_lesson(
     again = fixer().run(None, brief_for(text, [ticket], lessons))
     assert "crashes" not in again["summary"]
     assert again["citedLessons"] == [4, 9]
+
+
+# --- Ideas and refinements: what a person wrote reaches the change ------------------------------------
+
+
+def rules_of(text: str) -> list[str]:
+    return [line for line in split(text)[1].split("## Rules", 1)[1].splitlines() if line.startswith("- ")]
+
+
+def test_an_idea_naming_keywords_and_a_label_is_what_the_fixer_proposes_and_its_summary_says_so():
+    text = (BRAIN / TRIAGE_PATH).read_text()
+    ticket = {"text": "The app crashes as soon as I upload a photo from my phone.", "_expected": "technical"}
+    brief = brief_for(text, [ticket])
+    brief["idea"] = {"id": 3, "text": "refunds, overcharged, receipt -> billing", "author": "alice", "postedAt": ""}
+    answer = fixer().run(None, brief)
+    assert answer is not None
+    assert "From the idea" in answer["summary"]
+    assert "'refunds', 'overcharged', 'receipt' → billing" in answer["summary"]
+    assert "crashes" not in answer["summary"]  # an idea cycle answers the idea, not the bad runs
+    assert (
+        rules_of(answer["files"][0]["content"])[0]
+        == "- refund, charged twice, invoice, refunds, overcharged, receipt -> billing"
+    )
+    assert "refunds, overcharged, receipt -> billing" in answer["hypothesis"]
+    # The tickets it names are labelled billing now.
+    body = split(answer["files"][0]["content"])[1]
+    assert label(body, {"text": "I was overcharged on my last statement by about forty dollars."}) == "billing"
+    assert label(body, {"text": "Can you send me a receipt for the payment I made on the 3rd?"}) == "billing"
+
+
+def test_an_idea_in_a_sentence_finds_the_label_it_names_and_the_words_it_lists():
+    text = (BRAIN / TRIAGE_PATH).read_text()
+    brief = brief_for(text, [])
+    brief["idea"] = {
+        "id": 4,
+        "text": "Tickets about refunds, overcharged statements or a missing receipt should go to billing.",
+        "author": "alice",
+        "postedAt": "",
+    }
+    answer = fixer().run(None, brief)
+    assert answer is not None
+    for word in ("refunds", "overcharged", "receipt"):
+        assert f"'{word}'" in answer["summary"]
+    assert "→ billing" in answer["summary"]
+    for word in ("tickets", "about", "should"):
+        assert f"'{word}'" not in answer["summary"]
+
+
+def test_an_idea_the_fixer_cannot_read_says_so_and_falls_back_to_the_bad_runs():
+    text = (BRAIN / TRIAGE_PATH).read_text()
+    ticket = {"text": "The app crashes as soon as I upload a photo from my phone.", "_expected": "technical"}
+    brief = brief_for(text, [ticket])
+    brief["idea"] = {"id": 5, "text": "Make it smarter.", "author": "alice", "postedAt": ""}
+    answer = fixer().run(None, brief)
+    assert answer is not None
+    assert "could not read a keyword and a label in the idea" in answer["summary"]
+    assert "billing, technical, general" in answer["summary"]
+    assert "'crashes' → technical" in answer["summary"]
+
+
+def test_a_refinement_changes_the_proposal_and_the_summary_says_what_it_took_from_the_reply():
+    text = (BRAIN / TRIAGE_PATH).read_text()
+    ticket = {"text": "The app crashes as soon as I upload a photo from my phone.", "_expected": "technical"}
+    first = fixer().run(None, brief_for(text, [ticket]))
+    assert "'crashes' → technical" in first["summary"]
+    brief = brief_for(text, [ticket])
+    brief["refinement"] = "Not 'crashes' — use upload, photo -> technical instead."
+    again = fixer().run(None, brief)
+    assert again is not None and again["files"] != first["files"]
+    assert "From your reply" in again["summary"]
+    assert "'upload', 'photo' → technical" in again["summary"]
+    assert "left out 'crashes'" in again["summary"]
+    assert "crashes" not in rules_of(again["files"][0]["content"])[1]
+    assert "upload, photo" in rules_of(again["files"][0]["content"])[1]
+
+
+def test_a_label_no_rule_gives_is_named_as_unknown_and_nothing_is_taught_for_it():
+    text = (BRAIN / TRIAGE_PATH).read_text()
+    brief = brief_for(text, [])
+    brief["idea"] = {"id": 6, "text": "password, login -> accounts", "author": "alice", "postedAt": ""}
+    assert fixer().run(None, brief) is None  # nothing to teach: no rule labels 'accounts', and no run is bad
+    brief["idea"]["text"] = "password, login -> accounts; receipt -> billing"
+    answer = fixer().run(None, brief)
+    assert "'receipt' → billing" in answer["summary"]
+    assert "'accounts' is not a label of these rules" in answer["summary"]
+
+
+def test_an_idea_cycle_on_the_demo_triage_hands_the_idea_to_the_fixer_and_the_proposal_answers_it(demo):
+    from evolution.models import Idea
+
+    graded_demo_runs(3)
+    triage = Entity.objects.get(path=TRIAGE_PATH)
+    idea = Idea.objects.create(entity=triage, text="Refunds, overcharged, receipt -> billing", author="alice")
+    cycle = Cycle.objects.create(
+        entity=triage, key=f"test:{uuid.uuid4()}", origin=Cycle.Origin.IDEA, idea=idea, window={"runIds": []}
+    )
+    rnd = Round.objects.create(cycle=cycle, number=1)
+    checkout = current_checkout()
+    brief = build_brief(cycle, rnd, checkout=checkout)
+    assert brief.data["idea"]["text"] == idea.text
+
+    proposal = propose(cycle, rnd, brief, checkout=checkout)
+
+    assert proposal is not None
+    assert "From the idea: 'refunds', 'overcharged', 'receipt' → billing." in proposal.summary
+    [changed] = proposal.files
+    assert "refunds, overcharged, receipt -> billing" in changed["content"]
+
+    # A reply on the card is a refinement round: its words change the next proposal.
+    refined = Round.objects.create(cycle=cycle, number=2, parent=rnd, refinement="not receipt; invoices -> billing")
+    again = propose(cycle, refined, build_brief(cycle, refined, checkout=checkout), checkout=checkout)
+    assert again is not None and again.files != proposal.files
+    assert "From your reply: 'invoices' → billing; left out 'receipt'." in again.summary
+    assert "receipt" not in again.files[0]["content"].split("## Rules")[1]

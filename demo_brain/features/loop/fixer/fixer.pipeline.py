@@ -11,6 +11,16 @@ an earlier round. The answer is the scenario's whole new file with its
 frontmatter byte for byte as it was; None when no run is bad or nothing can
 be learnt.
 
+What a person wrote comes first. On a cycle opened on an idea, the idea's
+text is read for keywords and the label they belong to — ``refunds,
+overcharged, receipt -> billing``, or a sentence naming one of the rules'
+labels ("tickets about a refund or a receipt go to billing") — and those
+words are what the round teaches; the bad runs are read only when the idea
+names nothing the fixer can use, and the summary says so. A refinement (a
+person's reply to the card) is read the same way, and words it turns down
+("not 'password'", "drop crashes") are left out. The summary says what was
+taken from each.
+
 It writes nothing anywhere, so a loop-launched invocation (``ctx.loop_launched``)
 needs no different path. (Plain classes, no dataclasses: the engine builds a
 brain module outside ``sys.modules``, where a dataclass cannot read its fields.)
@@ -27,6 +37,23 @@ RULE_LINE = re.compile(r"^(?P<lead>\s*[-*]\s+)(?P<keywords>.+?)\s*(?P<arrow>->|�
 WORD = re.compile(r"[a-z][a-z0-9]*(?:[-'][a-z0-9]+)*")
 QUOTED = re.compile(r"'([^']+)'")
 MIN_WORD = 4
+#: A clause ``a, b or c -> label`` (or →, =>) of an idea or a reply.
+ARROW_CLAUSE = re.compile(r"(?P<keywords>[^.;:!?\n]+?)\s*(?:->|→|=>)\s*['\"“”‘’]?(?P<label>[A-Za-z][\w-]*)")
+#: Words a person turns down in a reply: "not 'password'", "drop crashes", "without refund".
+TURNED_DOWN = re.compile(
+    r"\b(?:not|no|without|drop|remove|never|avoid|instead of)\s+['\"“‘]?(?P<word>[a-z][a-z0-9'-]*)", re.IGNORECASE
+)
+QUOTED_ANY = re.compile(r"['\"“‘]([^'\"”’]+)['\"”’]")
+SENTENCE = re.compile(r"[^.;!?\n]+")
+#: Words of a sentence about tickets that say nothing about which ones: never taken as keywords.
+_META_TEXT = """
+    ticket tickets label labels labelled rule rules route routed routing should goes going sort sorted
+    customer customers mention mentions mentioning word words keyword keywords treat treated classify
+    mark marked send belong belongs missing wrong issue issues problem problems question questions
+    message messages anything everything people person user users idea add added adding teach use using
+    instead also please
+"""
+META = frozenset(_META_TEXT.split())
 
 #: Words that say nothing about a ticket's kind.
 _STOPWORDS_TEXT = """
@@ -229,6 +256,123 @@ def _with_word(lines: list[str], rules: list[Rule], case: Case, word: str) -> tu
     return (new_lines, new_rules) if new_rules is not None else None
 
 
+# --- What a person wrote: an idea, a reply ------------------------------------------------------
+
+
+class Asked:
+    """What one text of a person asks for: (word, label) pairs to teach, words to leave out, labels no rule gives."""
+
+    def __init__(self) -> None:
+        self.teach: list[tuple[str, str]] = []
+        self.avoid: list[str] = []
+        self.unknown: list[str] = []
+
+    def add(self, word: str, label: str) -> None:
+        if word and (word, label) not in self.teach:
+            self.teach.append((word, label))
+
+
+def _keywords(text: str) -> list[str]:
+    """The keywords of a list "a, b or c": each item cleaned of quotes; a phrase keeps its spaces."""
+    items = re.split(r",|\bor\b|\band\b|/|\+", text, flags=re.IGNORECASE)
+    out = []
+    for item in items:
+        word = item.strip().strip("'\"“”‘’`").strip().lower()
+        word = re.sub(r"^(?:use|add|teach|also|words?|keywords?|like|e\.g\.?)\s+", "", word)
+        word = " ".join(WORD.findall(word))[:40]
+        if word and word not in out:
+            out.append(word)
+    return out
+
+
+def _sentence_words(sentence: str, labels: set[str]) -> list[str]:
+    """The words of a sentence worth a rule: quoted ones if any, else every distinctive word."""
+    quoted = [q.strip().lower() for q in QUOTED_ANY.findall(sentence) if q.strip().lower() not in labels]
+    if quoted:
+        return quoted
+    words = []
+    for word in WORD.findall(sentence.lower()):
+        word = word.removesuffix("'s")
+        if len(word) < MIN_WORD or word in STOPWORDS or word in META or word in labels or word in words:
+            continue
+        words.append(word)
+    return words
+
+
+def read_asked(text: str, labels: list[str]) -> Asked:
+    """Read ``text`` (an idea, a reply) for the keywords and labels it names and the words it turns down."""
+    asked = Asked()
+    known = {label.lower() for label in labels}
+    for match in TURNED_DOWN.finditer(text):
+        word = match["word"].lower().strip("'")
+        if word not in known and word not in STOPWORDS and word not in asked.avoid:
+            asked.avoid.append(word)
+    rest = text
+    for clause in ARROW_CLAUSE.finditer(text):
+        label = clause["label"].lower()
+        if label not in known:
+            if label not in asked.unknown:
+                asked.unknown.append(label)
+        else:
+            keywords = clause["keywords"]
+            keywords = re.split(r"\b(?:use|add|teach|instead)\b|[—–]", keywords)[-1]
+            for word in _keywords(keywords):
+                if word not in asked.avoid and word not in known:
+                    asked.add(word, label)
+        rest = rest.replace(clause.group(0), " ")
+    for sentence in SENTENCE.findall(rest):
+        named = [label for label in labels if re.search(rf"(?<!\w){re.escape(label)}(?!\w)", sentence, re.IGNORECASE)]
+        if len(named) != 1:
+            continue
+        for word in _sentence_words(sentence, known):
+            if word not in asked.avoid:
+                asked.add(word, named[0].lower())
+    return asked
+
+
+def teach_asked(lines: list[str], rules: list[Rule], asked: Asked) -> tuple[list[tuple[str, str]], list[str]]:
+    """Teach each (word, label) a person asked for, in place; return (what was added, words a rule already gives)."""
+    added: list[tuple[str, str]] = []
+    already: list[str] = []
+    for word, label in asked.teach:
+        if label_of(rules, word) == label and fired(rules, word) is not None:
+            already.append(word)
+            continue
+        trial = _with_word(lines, rules, Case(word, label, True), word)
+        if trial is None:
+            continue
+        lines[:], rules[:] = trial
+        added.append((word, label))
+    return added, already
+
+
+def _pairs(added: list[tuple[str, str]]) -> str:
+    """Words grouped by label, in the order taught: "'a', 'b' → billing; 'c' → technical"."""
+    by_label: dict[str, list[str]] = {}
+    for word, label in added:
+        by_label.setdefault(label, []).append(f"'{word}'")
+    return "; ".join(f"{', '.join(words)} → {label}" for label, words in by_label.items())
+
+
+def _taken(who: str, added: list[tuple[str, str]], asked: Asked, already: list[str]) -> str:
+    """One sentence saying what was taken from a person's text."""
+    parts = []
+    if added:
+        parts.append(_pairs(added))
+    if already:
+        parts.append("already there: " + ", ".join(f"'{w}'" for w in already))
+    if asked.avoid:
+        parts.append("left out " + ", ".join(f"'{w}'" for w in asked.avoid))
+    for label in asked.unknown:
+        parts.append(f"'{label}' is not a label of these rules")
+    return f"From {who}: " + "; ".join(parts) + "." if parts else ""
+
+
+def _quote(text: str, limit: int = 120) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
 def run(ctx: Any, brief: dict[str, Any]) -> dict[str, Any] | None:
     """Return {summary, hypothesis, files: [the scenario's whole new file], citedLessons}; None when nothing is to be learnt."""
     definition = brief.get("definition") or {}
@@ -236,28 +380,66 @@ def run(ctx: Any, brief: dict[str, Any]) -> dict[str, Any] | None:
     if not isinstance(path, str) or not isinstance(text, str):
         return None
     cases = cases_of(brief)
-    if not any(c.bad for c in cases):
-        return None
     head, body = split_frontmatter(text)
     lines = body.splitlines(keepends=True)
     rules = read_rules(lines)
     if rules is None:
         return None
+    labels = list(dict.fromkeys(rule.label for rule in rules))
     avoid, declined_ids = turned_down(brief)
-    added = teach(lines, rules, cases, avoid)
-    if not added:
+    said: list[str] = []
+    hypotheses: list[str] = []
+    from_people: list[tuple[str, str]] = []
+
+    idea = brief.get("idea") if isinstance(brief.get("idea"), dict) else None
+    idea_text = idea.get("text") if idea and isinstance(idea.get("text"), str) else ""
+    reply = brief.get("refinement") if isinstance(brief.get("refinement"), str) else ""
+    # A reply overrules the idea it refines: what it turns down is left out of both.
+    texts = [
+        (who, written, read_asked(written, labels)) for who, written in (("the idea", idea_text), ("your reply", reply))
+    ]
+    for _, _, asked in texts:
+        avoid |= set(asked.avoid)
+    for who, written, asked in texts:
+        if not written.strip():
+            continue
+        asked.teach = [(w, lab) for w, lab in asked.teach if w not in avoid]
+        added, already = teach_asked(lines, rules, asked)
+        from_people += added
+        sentence = _taken(who, added, asked, already)
+        if sentence:
+            said.append(sentence)
+        if added:
+            hypotheses.append(
+                f"{who[0].upper()}{who[1:]} (“{_quote(written)}”) says tickets using {_pairs(added)}; "
+                "adding those words to the rule of that label labels such tickets that way."
+            )
+    if idea_text.strip() and not from_people:
+        said.insert(
+            0,
+            "I could not read a keyword and a label in the idea (the labels here: "
+            f"{', '.join(labels)}; write, say, “refund, receipt -> billing”), so this round reads the bad runs.",
+        )
+
+    learnt: list[tuple[str, str]] = []
+    if not from_people or not idea_text.strip():
+        learnt = teach(lines, rules, cases, avoid | {w for w, _ in from_people})
+    if not learnt and not from_people:
         return None
-    if ctx is not None and hasattr(ctx, "log"):
-        ctx.log("taught " + ", ".join(f"{word} -> {label}" for word, label in added))
-    bad = sum(1 for c in cases if c.bad)
-    taught = ", ".join(f"'{word}' → {label}" for word, label in added)
-    return {
-        "summary": f"Teach the triage rules {len(added)} missing keyword{'s' if len(added) != 1 else ''}: {taught}.",
-        "hypothesis": (
-            f"{len(added)} of the {bad} bad runs in the brief got the wrong label because no rule named a word "
+    if learnt:
+        bad = sum(1 for c in cases if c.bad)
+        taught = ", ".join(f"'{word}' → {label}" for word, label in learnt)
+        said.append(f"Teach the triage rules {len(learnt)} missing keyword{'s' if len(learnt) != 1 else ''}: {taught}.")
+        hypotheses.append(
+            f"{len(learnt)} of the {bad} bad runs in the brief got the wrong label because no rule named a word "
             "they use; one distinctive word of each, added to the rule of its right label, labels them right "
             "and relabels no run the brief shows as right."
-        ),
+        )
+    if ctx is not None and hasattr(ctx, "log"):
+        ctx.log("taught " + ", ".join(f"{word} -> {label}" for word, label in from_people + learnt))
+    return {
+        "summary": " ".join(said),
+        "hypothesis": " ".join(hypotheses),
         "files": [{"path": path, "content": head + "".join(lines)}],
         "citedLessons": sorted(set(worked_before(brief, path)) | set(declined_ids)),
     }
