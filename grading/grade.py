@@ -40,6 +40,8 @@ from grading.metrics import (
 )
 from grading.models import Entity, Execution, Grade
 from grading.pin import changed, snapshot
+from singularity.brain import deadline
+from singularity.brain.deadline import BrainDeadline
 from singularity.errors import SingularityError
 from singularity.gateway import Gateway
 from singularity.queue import enqueue
@@ -415,7 +417,9 @@ def _measure_many(
     raw: dict[Any, Any] = {}
     for execution in executions:
         try:
-            raw[execution.pk] = function(run_info(execution))
+            raw[execution.pk] = deadline.call(function, run_info(execution), path=loaded.path, name="measure")
+        except BrainDeadline as exc:
+            results[execution.pk] = MeasureError(str(exc))
         except Exception as exc:  # noqa: BLE001 - the brain's own code: any failure fails this measurement, named
             results[execution.pk] = MeasureError(f"{loaded.path}: measure() raised {type(exc).__name__}: {exc}")
     if raw:

@@ -18,6 +18,8 @@ from typing import Any
 
 from grading.methods import brain_checkout
 from grading.models import Entity, Execution
+from singularity.brain import deadline
+from singularity.brain.deadline import BrainDeadline
 from singularity.brain.git import GitError
 from singularity.brain.modules import BrainModule, BrainModuleError, load_at, sha256
 from singularity.errors import ConfigError
@@ -156,7 +158,9 @@ def measure(entity: Entity, execution: Execution, *, checkout: Any | None = None
             raise MeasureError(f"{loaded.path} has no measure(): {', '.join(wanted)} not measured")
         return Measured(loop_hash=loaded.sha256)
     try:
-        raw = function(run_info(execution))
+        raw = deadline.call(function, run_info(execution), path=loaded.path, name="measure")
+    except BrainDeadline as exc:
+        raise MeasureError(str(exc)) from exc
     except Exception as exc:  # noqa: BLE001 - the brain's own code: any failure fails this measurement, named
         raise MeasureError(f"{loaded.path}: measure() raised {type(exc).__name__}: {exc}") from exc
     _check_unchanged(entity, repo, loaded)

@@ -220,6 +220,10 @@ BRAIN_REPO = env_str("BRAIN_REPO", "")
 BRAIN_BRANCH = env_str("BRAIN_BRANCH", "main")
 BRAIN_CHECKOUT = Path(env_str("BRAIN_CHECKOUT", str(VAR_DIR / "brain")))
 BRAIN_SYNC_SECS = env_float("BRAIN_SYNC_SECS", 60.0)
+#: How long the brain's own functions (window, should_open, compare, verdict, measure) may take to answer.
+BRAIN_CODE_DEADLINE_SECS = env_float("BRAIN_CODE_DEADLINE_SECS", 60.0, minimum=0.001)
+#: How long a proposer pipeline's run(ctx, brief) may take (never past the round's review deadline).
+LOOP_PIPELINE_DEADLINE_SECS = env_float("LOOP_PIPELINE_DEADLINE_SECS", 900.0, minimum=0.001)
 DEMO_BRAIN_DIR = BASE_DIR / "demo_brain"
 #: Where the loop's pull requests live: "local" (a bare repository plus rows; the embedded default) or "github".
 #: GitHub: GITHUB_REPOSITORY (owner/name), GITHUB_API_URL (GHES: https://<host>/api/v3), a credential —

@@ -166,11 +166,28 @@ def _cited(value: Any, who: str) -> list[int]:
 # --- The pipeline ------------------------------------------------------------------------------
 
 
-def _pipeline_answer(pipeline: Entity, brief: Brief, who: str, checkout: Any | None) -> Any:
-    """Run the pipeline once as a loop-launched run of its own and return what ``run`` answered."""
+def pipeline_deadline(until: datetime | None, now: datetime | None = None) -> float:
+    """Return how many seconds a proposer pipeline may run: ``LOOP_PIPELINE_DEADLINE_SECS``, never past ``until``."""
+    from django.utils import timezone
+
+    limit = float(settings.LOOP_PIPELINE_DEADLINE_SECS)
+    if until is not None:
+        limit = min(limit, max((until - (now or timezone.now())).total_seconds(), 0.001))
+    return limit
+
+
+def _pipeline_answer(
+    pipeline: Entity, brief: Brief, who: str, checkout: Any | None, until: datetime | None = None
+) -> Any:
+    """Run the pipeline once as a loop-launched run of its own and return what ``run`` answered.
+
+    ``run`` answers within ``pipeline_deadline(until)`` or its run fails naming the deadline (the thread is
+    abandoned; what it does after is nobody's answer).
+    """
     from grading.executions import finish_execution, start_execution
     from grading.runners.context import PipelineContext, RunRecorder, _Resources
     from grading.runners.pipeline import default_checkout, error_summary, params_of
+    from singularity.brain import deadline
     from singularity.brain.modules import BrainModuleError, load_at
 
     try:
@@ -186,8 +203,17 @@ def _pipeline_answer(pipeline: Entity, brief: Brief, who: str, checkout: Any | N
     ctx = PipelineContext(recorder, entity=pipeline.slug, params=params_of(pipeline))
     status, output, error = Execution.Status.SUCCEEDED, None, ""
     try:
-        answer = run(ctx, copy.deepcopy(brief.data))
+        answer = deadline.call(
+            run,
+            ctx,
+            copy.deepcopy(brief.data),
+            path=pipeline.pipeline_path,
+            name="run",
+            seconds=pipeline_deadline(until),
+        )
         output = _json_copy(answer)
+    except deadline.BrainDeadline as exc:
+        status, error = Execution.Status.FAILED, str(exc)
     except _NotJSON as exc:
         status, error = Execution.Status.FAILED, f"run() answered something that is not JSON: {exc}"
     except Exception as exc:  # noqa: BLE001 - the brain's code failing is the round failing, recorded on its run
@@ -219,7 +245,9 @@ def _json_copy(value: Any) -> Any:
         raise _NotJSON(str(exc)) from exc
 
 
-def propose_by_pipeline(entity: Entity, brief: Brief, *, checkout: Any | None = None) -> Proposal | None:
+def propose_by_pipeline(
+    entity: Entity, brief: Brief, *, checkout: Any | None = None, until: datetime | None = None
+) -> Proposal | None:
     """Ask the entity's proposer pipeline; None when it answers None. ProposalFailed for any other failure.
 
     The pipeline's spend is its own (on its run), never the loop's: the proposal costs 0 here.
@@ -230,7 +258,7 @@ def propose_by_pipeline(entity: Entity, brief: Brief, *, checkout: Any | None = 
     served = served_pipeline(pipeline)
     if served is None:
         raise ProposalFailed(refusal_sentence(pipeline), author=who)
-    answer = _pipeline_answer(served, brief, who, checkout)
+    answer = _pipeline_answer(served, brief, who, checkout, until)
     if answer is None:
         return None
     summary, hypothesis, files, cited = validate_answer(answer, who=who, allow_decline=False)
@@ -343,7 +371,7 @@ def propose(
     """
     entity = cycle.entity
     if pipeline_id(entity) is not None:
-        proposal = propose_by_pipeline(entity, brief, checkout=checkout)
+        proposal = propose_by_pipeline(entity, brief, checkout=checkout, until=round.review_deadline)
     else:
         proposal = propose_by_agent(entity, brief, gateway=gateway, checkout=checkout)
     log.info(

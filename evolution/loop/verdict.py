@@ -35,6 +35,7 @@ from evolution.presets.resolve import comparator
 from grading.metrics import aggregate
 from grading.models import Grade
 from grading.pin import comparable
+from singularity.brain.deadline import BrainDeadline
 
 __all__ = ["ComparatorFault", "answer", "closed_short", "comparator"]
 
@@ -52,6 +53,8 @@ def ask_should_open(cycle: Cycle, seen: Observed, rule: Callable[..., Any]) -> A
         window = outcomes(reversed(seen.window[:upto]), terms)  # newest first, as the trigger asks
         try:
             answer = rule(window=window, trigger=trigger)
+        except BrainDeadline as exc:
+            raise ComparatorFault(str(exc)) from exc
         except Exception as exc:  # noqa: BLE001 - the brain's rule: any failure settles unvalidated, named
             raise ComparatorFault(f"should_open raised {type(exc).__name__}: {exc}") from exc
         if isinstance(answer, bool) or not isinstance(answer, dict) or not isinstance(answer.get("open"), bool):
@@ -134,6 +137,8 @@ def ask_compare(cycle: Cycle, seen: Observed, compare: Callable[..., Any], windo
         raise ComparatorFault("compare must answer synchronously; it is declared async")
     try:
         result = compare(before=before_side(cycle), after=after_side(cycle, seen, window), terms=cycle.entity.terms)
+    except BrainDeadline as exc:
+        raise ComparatorFault(str(exc)) from exc
     except Exception as exc:  # noqa: BLE001 - the brain's comparator: any failure settles unvalidated, named
         raise ComparatorFault(f"compare raised {type(exc).__name__}: {exc}") from exc
     checked = _checked(result)

@@ -22,6 +22,7 @@ from evolution.presets.base import COMPARE, COUNT, SHOULD_OPEN, ComparatorFault,
 from evolution.presets.repair import repair_should_open, repair_window
 from evolution.steering import groups
 from grading.models import Entity, Grade
+from singularity.brain import deadline
 
 log = logging.getLogger(__name__)
 
@@ -34,12 +35,13 @@ def module_function(entity: Entity, name: str) -> Callable[..., Any] | None:
     from singularity.brain.modules import load_at
 
     loaded = load_at(brain_checkout(None), entity.commit, entity.loop_module_path)
-    return getattr(loaded.module, name, None)
+    function = getattr(loaded.module, name, None)
+    return deadline.bounded(function, path=loaded.path, name=name) if callable(function) else function
 
 
 def project_rule() -> Callable[..., Any] | None:
     path = getattr(settings, "LOOP_SHOULD_OPEN", "")
-    return import_string(path) if path else None
+    return deadline.bounded(import_string(path), path=path, name="should_open") if path else None
 
 
 def ask_should_open(entity: Entity, window: list[dict[str, Any]], trigger: dict[str, Any]) -> dict[str, Any]:
@@ -138,12 +140,15 @@ def checked_module_function(entity: Entity, name: str) -> Callable[..., Any] | N
     except SingularityError as exc:
         raise ComparatorFault(f"loop module {entity.loop_module_path} would not load: {exc}") from exc
     function = getattr(loaded.module, name, None)
-    return function if callable(function) else None
+    return deadline.bounded(function, path=loaded.path, name=name) if callable(function) else None
 
 
 def _project_function(setting: str) -> Callable[..., Any] | None:
     path = getattr(settings, setting, "")
-    return import_string(path) if path else None
+    if not path:
+        return None
+    name = "compare" if setting == "LOOP_COMPARE" else "should_open"
+    return deadline.bounded(import_string(path), path=path, name=name)
 
 
 def comparator(entity: Entity) -> tuple[str, Callable[..., Any] | None]:

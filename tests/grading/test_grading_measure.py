@@ -172,6 +172,7 @@ def test_an_edited_loop_module_is_used_by_the_next_grading_without_a_restart(bra
     assert second.judge["loop_hash"] == hashlib.sha256(edited.encode()).hexdigest() != first.judge["loop_hash"]
 
 
+@pytest.mark.django_db(transaction=True)  # measure() runs on its own thread and connection: the sync's write commits
 def test_a_module_changing_while_a_run_is_graded_fails_that_attempt_and_the_retry_reads_it_again(brain):
     checkout, _ = brain
     entity = outreach(brain, metrics={"replied": REPLIED})
