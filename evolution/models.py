@@ -209,6 +209,9 @@ class Round(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     proposed_at = models.DateTimeField(null=True, blank=True)
     decided_at = models.DateTimeField(null=True, blank=True)
+    #: When a worker took this round's apply (a conditional UPDATE): another delivery of the step does nothing,
+    #: and a claim older than the apply's lease (its worker died) is taken again (evolution.loop.recovery).
+    apply_claimed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["cycle_id", "number"]
