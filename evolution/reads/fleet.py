@@ -9,12 +9,12 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from django.db.models import F, OuterRef, QuerySet, Subquery, Window
-from django.db.models.functions import RowNumber
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
 from evolution.core.cycles import cooldown, when
 from evolution.models import Cycle
+from evolution.reads import recent
 from evolution.reads.status import (
     CARD_GATES,
     PHASE_STATE,
@@ -28,9 +28,8 @@ from evolution.reads.status import (
     needs_you,
 )
 from evolution.steering import groups
-from grading.cards import observed
 from grading.metrics import is_bad
-from grading.models import Entity, Grade
+from grading.models import Entity
 
 
 def _with_last_settle(entities: QuerySet[Entity]) -> QuerySet[Entity]:
@@ -60,7 +59,8 @@ def recent_outcomes(entities: Iterable[Entity], *, now: datetime) -> dict[int, l
     """For each repair entity, whether each of its last ``trigger.windowRuns`` graded runs is bad (newest first).
 
     The trigger's own count over the runs its window would read (observed, no
-    loop replays), for every entity in two queries: the ranked grades and
+    loop replays), for every entity in two queries: each entity's newest runs
+    read by index, bounded by its window (``evolution.reads.recent``), and
     people's ratings of them.
     """
     from grading.ratings import people_values
@@ -69,23 +69,14 @@ def recent_outcomes(entities: Iterable[Entity], *, now: datetime) -> dict[int, l
     if not by_id:
         return {}
     sizes = {pk: int(_trigger(e)["windowRuns"]) for pk, e in by_id.items()}
-    grades = observed(
-        Grade.objects.filter(entity_id__in=list(by_id), status=Grade.Status.GRADED, execution__loop_launched=False),
-        now=now,
-    ).annotate(
-        rank=Window(
-            RowNumber(), partition_by=[F("entity_id")], order_by=[F("graded_at").desc(), F("execution_id").desc()]
-        )
-    )
-    ranked = list(grades.filter(rank__lte=max(sizes.values())).order_by("entity_id", "rank"))
-    people = people_values([g.execution_id for g in ranked]) if ranked else {}
-    answer: dict[int, list[bool]] = {pk: [] for pk in by_id}
-    for grade in ranked:
-        entity = by_id[grade.entity_id]
-        if len(answer[entity.pk]) >= sizes[entity.pk]:
-            continue
-        grade.entity = entity
-        answer[entity.pk].append(is_bad(grade, entity.terms or {}, people.get(str(grade.execution_id), {})))
+    newest = recent.newest_graded(sizes, now=now)
+    ids = [g.execution_id for grades in newest.values() for g in grades]
+    people = people_values(ids) if ids else {}
+    answer: dict[int, list[bool]] = {}
+    for pk, entity in by_id.items():
+        grades = newest.get(pk, [])
+        recent.attach(grades, by_id)
+        answer[pk] = [is_bad(g, entity.terms or {}, people.get(str(g.execution_id), {})) for g in grades]
     return answer
 
 
