@@ -212,6 +212,8 @@ class Round(models.Model):
     #: When a worker took this round's apply (a conditional UPDATE): another delivery of the step does nothing,
     #: and a claim older than the apply's lease (its worker died) is taken again (evolution.loop.recovery).
     apply_claimed_at = models.DateTimeField(null=True, blank=True)
+    #: When the due-step sweep last handed this round's apply to a worker again (its message was lost).
+    apply_sent_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["cycle_id", "number"]
