@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from evolution.models import AutoAcceptGrant, Cycle, Round, Supervision
@@ -56,32 +56,38 @@ def policy(entity: Entity) -> dict[str, Any]:
 # --- The breaker ----------------------------------------------------------------
 
 
-def _rearms(entity_ids: list[int]) -> dict[int, datetime]:
-    rows = (
-        Supervision.objects.filter(entity_id__in=entity_ids, kind=Supervision.Kind.REARM)
-        .order_by("entity_id", "-created_at")
-        .values_list("entity_id", "created_at")
+def _settles(entity_ids: list[int], *, bounded: bool = False) -> dict[int, list[Cycle]]:
+    """Each entity's shipped settles after its last re-arm, newest first, with their rounds prefetched.
+
+    One statement whatever the number of entities (the re-arm is a correlated subquery, not a ``Q`` per
+    entity). ``bounded`` keeps only the settles the breaker can still read: those from the entity's newest
+    validated one on (the regression streak stops there) and any shipped through an autonomous merge (the
+    unmeasured rule reads every one since the re-arm) — what ``_pause_of`` answers is the same.
+    """
+    rearm = (
+        Supervision.objects.filter(entity_id=OuterRef("entity_id"), kind=Supervision.Kind.REARM)
+        .order_by("-created_at")
+        .values("created_at")[:1]
     )
-    last: dict[int, datetime] = {}
-    for entity_id, at in rows:
-        last.setdefault(entity_id, at)
-    return last
-
-
-def _settles(entity_ids: list[int], since: dict[int, datetime]) -> dict[int, list[Cycle]]:
-    """Each entity's shipped settles after its last re-arm, newest first, with their rounds prefetched."""
-    q = Q()
-    for entity_id in entity_ids:
-        after = since.get(entity_id)
-        q |= Q(entity_id=entity_id, completed_at__gt=after) if after else Q(entity_id=entity_id)
     cycles = (
-        Cycle.objects.filter(q, status__in=SHIPPED, analysed=True)
+        Cycle.objects.filter(entity_id__in=entity_ids, status__in=SHIPPED, analysed=True)
         .exclude(merged_at=None)
-        .prefetch_related("rounds")
-        .order_by("-completed_at", "-id")
+        .annotate(rearmed_at=Subquery(rearm))
+        .filter(Q(rearmed_at=None) | Q(completed_at__gt=F("rearmed_at")))
     )
+    if bounded:
+        validated = (
+            Cycle.objects.filter(entity_id=OuterRef("entity_id"), status=Cycle.Status.VALIDATED, analysed=True)
+            .exclude(merged_at=None)
+            .order_by("-completed_at", "-id")
+            .values("completed_at")[:1]
+        )
+        autonomous = Round.objects.filter(cycle=OuterRef("pk"), merge_gate=AUTO).exclude(merge_sha="")
+        cycles = cycles.annotate(validated_at=Subquery(validated)).filter(
+            Q(validated_at=None) | Q(completed_at__gte=F("validated_at")) | Exists(autonomous)
+        )
     by_entity: dict[int, list[Cycle]] = {}
-    for cycle in cycles:
+    for cycle in cycles.prefetch_related("rounds").order_by("-completed_at", "-id"):
         by_entity.setdefault(cycle.entity_id, []).append(cycle)
     return by_entity
 
@@ -119,8 +125,7 @@ def paused_many(entities: list[Entity]) -> dict[int, str]:
     ids = [e.pk for e in entities]
     if not ids:
         return {}
-    since = _rearms(ids)
-    settles = _settles(ids, since)
+    settles = _settles(ids, bounded=True)
     answers: dict[int, str] = {}
     for entity in entities:
         why = _pause_of(entity, settles.get(entity.pk, []))
@@ -136,9 +141,8 @@ def paused(entity: Entity) -> str | None:
 
 def streak(entity: Entity) -> int:
     """Regressed settles in a row since the last validated one (and the last re-arm)."""
-    since = _rearms([entity.pk])
     count = 0
-    for cycle in _settles([entity.pk], since).get(entity.pk, []):
+    for cycle in _settles([entity.pk]).get(entity.pk, []):
         if cycle.status == Cycle.Status.VALIDATED:
             break
         if cycle.status == Cycle.Status.REGRESSED and not cycle.reverted_by_policy:
@@ -152,8 +156,7 @@ def announce_if_crossed(cycle: Cycle) -> bool:
     now_paused = paused(entity)
     if not now_paused:
         return False
-    since = _rearms([entity.pk])
-    before = [c for c in _settles([entity.pk], since).get(entity.pk, []) if c.pk != cycle.pk]
+    before = [c for c in _settles([entity.pk]).get(entity.pk, []) if c.pk != cycle.pk]
     if _pause_of(entity, before):
         return False  # already paused before this settle: nothing further is announced
     from hitl.actions import post_notice
