@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from celery import shared_task
+import logging
+from typing import Any
 
-from evolution.loop import machine
+from celery import shared_task
+from kombu.exceptions import OperationalError as BrokerError
+
+from evolution.loop import machine, recovery
+
+log = logging.getLogger(__name__)
 
 
 @shared_task(ignore_result=True)
@@ -15,18 +21,36 @@ def analyse_round(round_id: int) -> bool:
 
 @shared_task(ignore_result=True)
 def apply_round(round_id: int) -> bool:
-    """Apply one accepted round: diff gate, commit, pull request."""
-    return machine.apply(round_id) is not None
+    """Apply one accepted round once this worker holds its claim: diff gate, commit, pull request."""
+    return recovery.run_apply(round_id) is not None
 
 
-machine.register_step("analyse", lambda round_id: analyse_round.delay(round_id))
-machine.register_step("apply", lambda round_id: apply_round.delay(round_id))
+def hand_over(task: Any, name: str, round_id: int) -> bool:
+    """Send ``task`` for ``round_id``; a broker that cannot be reached is logged, never raised.
+
+    The step is already due in the database (the transaction that asked for it
+    committed), so the tick's due-step sweep (``evolution.loop.recovery``)
+    hands it over once the broker answers again: an Accept answered while the
+    broker is down is not a failed Accept.
+    """
+    try:
+        task.delay(round_id)
+    except (BrokerError, OSError) as exc:
+        log.warning("loop: %s %s could not reach the broker (%s); the tick's sweep resends it", name, round_id, exc)
+        return False
+    return True
+
+
+machine.register_step("analyse", lambda round_id: hand_over(analyse_round, "analyse", round_id))
+machine.register_step("apply", lambda round_id: hand_over(apply_round, "apply", round_id))
 
 
 @shared_task(ignore_result=True)
 def tick() -> dict[str, int]:
-    """The loop's clock: poll pull requests that are due, read every watch, recover lost rounds."""
-    return machine.tick()
+    """The loop's clock: poll pull requests that are due, read every watch, recover lost rounds and lost steps."""
+    counts = dict(machine.tick())
+    counts["resent"] = recovery.sweep()
+    return counts
 
 
 @shared_task(ignore_result=True)

@@ -224,6 +224,8 @@ BRAIN_SYNC_SECS = env_float("BRAIN_SYNC_SECS", 60.0)
 BRAIN_CODE_DEADLINE_SECS = env_float("BRAIN_CODE_DEADLINE_SECS", 60.0, minimum=0.001)
 #: How long a proposer pipeline's run(ctx, brief) may take (never past the round's review deadline).
 LOOP_PIPELINE_DEADLINE_SECS = env_float("LOOP_PIPELINE_DEADLINE_SECS", 900.0, minimum=0.001)
+#: How long a worker holds a round's apply before the due-step sweep hands it to another (its worker died).
+LOOP_APPLY_LEASE_SECS = env_float("LOOP_APPLY_LEASE_SECS", 900.0, minimum=1.0)
 DEMO_BRAIN_DIR = BASE_DIR / "demo_brain"
 #: Where the loop's pull requests live: "local" (a bare repository plus rows; the embedded default) or "github".
 #: GitHub: GITHUB_REPOSITORY (owner/name), GITHUB_API_URL (GHES: https://<host>/api/v3), a credential —

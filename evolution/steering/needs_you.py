@@ -21,7 +21,10 @@ daily digest are built on. One query per source, whatever the fleet holds:
   person's move the window named (``awaitingPerson``), else a window whose
   count stopped moving (never both);
 - failure: a failed cycle nobody dismissed (``supervision.failures_unread``);
-- config: an entity in the loop whose definition does not load.
+- config: an entity in the loop whose definition does not load;
+- stuck: a step of a live cycle that has been due with no worker on it for
+  longer than a few ticks (``evolution.core.due``): an accepted change
+  nobody is applying, an analysis nobody has started.
 
 A wait past its own bound (``until``) is over and is not listed. Each item
 is {gate, targetKind, targetId, name, cycleId, round, since, until, cardId,
@@ -39,6 +42,7 @@ from typing import Any
 from django.db.models import OuterRef, Prefetch, Q, Subquery
 from django.utils import timezone
 
+from evolution.core import due
 from evolution.core.cycles import when
 from evolution.core.links import absolute, cycle_path
 from evolution.models import Cycle, Idea, Round
@@ -54,7 +58,7 @@ GRANT_PRODUCERS = ("loop-idea", "loop-supervise", "loop-settings")
 LOOP = "loop"
 CARD_GATES = (Card.Kind.DECIDE, Card.Kind.RETRY)
 #: The order a page lists gates in when two waits started at the same instant.
-GATES = ("decide", "retry", "grant", "merge", "revert", "rearm", "window", "stall", "failure", "config")
+GATES = ("decide", "retry", "grant", "merge", "revert", "rearm", "window", "stall", "failure", "config", "stuck")
 PAGE_PATH = "/evolution/needs-you/"
 DIGEST_KIND = "needs-you-digest"
 #: A digest posted this recently is not posted again (a beat that fires twice in a day posts once).
@@ -161,6 +165,9 @@ def cycle_items(cycle: Cycle, rounds: list[Round], now: datetime) -> list[dict[s
         return []
     found = []
     for rnd in rounds:
+        since = due.stuck_since(cycle, rnd, now)
+        if since is not None:
+            found.append(stuck_item(cycle, rnd, since, now))
         card = rnd.card
         if card is not None and card.is_pending and card.kind in CARD_GATES and _open(card.expires_at, now):
             found.append(card_item(cycle, rnd, card))
@@ -207,6 +214,24 @@ def _rearm_item(entity: Entity, reason: str) -> dict[str, Any]:
         clause=reason,
         next=f"a person re-arms {entity} (its page's Supervision section, or the admin) once they have read why: "
         f"{reason}",
+    )
+
+
+def stuck_item(cycle: Cycle, rnd: Round, since: datetime, now: datetime) -> dict[str, Any]:
+    """A step due with no worker on it: the loop hands it over on every tick, so the workers are what is wrong."""
+    url = absolute(cycle_path(cycle.pk))
+    what = "the accepted change" if rnd.status == Round.Status.ACCEPTED else "the analysis"
+    waited = max(int((now - since).total_seconds() // 60), 1)
+    return _item(
+        "stuck",
+        cycle.entity,
+        cycle_id=cycle.pk,
+        round=rnd.number,
+        since=since,
+        url=url,
+        clause=f"{what} of cycle {cycle.pk} · r{rnd.number} has waited {waited} min for a worker",
+        next=f"a person checks that the dashboard's worker and its message broker are running "
+        f"(the loop hands {what} over again on every tick): {url}",
     )
 
 

@@ -1,0 +1,85 @@
+"""Steps the loop handed to a worker that are due in the database and that no worker has (still) got.
+
+The transactional outbox, read off the rows the step's own transaction
+wrote: an accepted round of a live cycle ``applying`` is an apply that is
+due. A worker takes it by a conditional UPDATE of ``Round.apply_claimed_at``
+(``claim_apply``), so one worker applies a round however often its message
+is delivered; a claim older than the apply's lease (``LOOP_APPLY_LEASE_SECS``)
+is a worker that died, and the round is due again. ``evolution.loop.recovery``
+hands what is due to a worker again; the needs-you list shows what has been
+due for longer than ``STUCK_AFTER``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Q, QuerySet
+
+from evolution.models import Cycle, Round
+
+#: How long an apply may wait for its first worker before the sweep hands it over again (two ticks).
+RESEND_AFTER = timedelta(seconds=60)
+#: How often the sweep hands the same due apply over again while no worker takes it.
+RESEND_EVERY = timedelta(minutes=5)
+#: A step due for longer than this (ten ticks) is listed for a person: the workers are not taking it.
+STUCK_AFTER = timedelta(minutes=5)
+
+
+def apply_lease() -> timedelta:
+    """How long a worker holds a round's apply before another may take it (``LOOP_APPLY_LEASE_SECS``, 15 min)."""
+    return timedelta(seconds=float(getattr(settings, "LOOP_APPLY_LEASE_SECS", 900)))
+
+
+def _unclaimed(now: datetime) -> Q:
+    return Q(apply_claimed_at__isnull=True) | Q(apply_claimed_at__lt=now - apply_lease())
+
+
+def applies_due(now: datetime) -> QuerySet[Round]:
+    """Accepted rounds of live cycles ``applying`` that no worker holds (never taken, or its lease ran out)."""
+    return Round.objects.filter(
+        _unclaimed(now), status=Round.Status.ACCEPTED, cycle__status="", cycle__phase=Cycle.Phase.APPLYING
+    )
+
+
+def due_since(rnd: Round, cycle: Cycle | None = None) -> datetime:
+    """When ``rnd``'s apply became due: the cycle's move to ``applying``, or the end of a dead worker's lease."""
+    moved = (cycle or rnd.cycle).moved_at
+    if rnd.apply_claimed_at is not None:
+        return max(moved, rnd.apply_claimed_at + apply_lease())
+    return moved
+
+
+def stuck_since(cycle: Cycle, rnd: Round, now: datetime) -> datetime | None:
+    """Since when ``rnd``'s step has been due with no worker on it, when that is longer than STUCK_AFTER; else None.
+
+    Read from rows already loaded (no query): an apply nobody holds, or an
+    analysis no worker has claimed.
+    """
+    if cycle.status:
+        return None
+    if cycle.phase == Cycle.Phase.APPLYING and rnd.status == Round.Status.ACCEPTED:
+        if rnd.apply_claimed_at is not None and rnd.apply_claimed_at >= now - apply_lease():
+            return None
+        since = due_since(rnd, cycle)
+    elif cycle.phase == Cycle.Phase.ANALYSING and rnd.status == Round.Status.ANALYSING and not rnd.brief:
+        since = cycle.moved_at
+    else:
+        return None
+    return since if since < now - STUCK_AFTER else None
+
+
+def take_resend(round_id: int, now: datetime) -> bool:
+    """Take the right to hand ``round_id``'s apply over again now (one sweep at a time; at most every RESEND_EVERY)."""
+    return bool(
+        applies_due(now)
+        .filter(pk=round_id, cycle__moved_at__lt=now - RESEND_AFTER)
+        .filter(Q(apply_sent_at__isnull=True) | Q(apply_sent_at__lt=now - RESEND_EVERY))
+        .update(apply_sent_at=now)
+    )
+
+
+def claim_apply(round_id: int, now: datetime) -> bool:
+    """Take round ``round_id``'s apply for this worker: False when another holds it, or it is not due at all."""
+    return bool(applies_due(now).filter(pk=round_id).update(apply_claimed_at=now))
