@@ -24,8 +24,10 @@ from typing import Any
 from django.utils import timezone
 
 from evolution.core import cycles
+from evolution.core.cycles import UNREAD
 from evolution.loop import intake, machine, opening
 from evolution.models import Cycle
+from evolution.presets import evolve
 from evolution.presets.base import RuleError, outcomes, trigger_terms
 from evolution.presets.repair import repair_window, windows_for
 from evolution.presets.resolve import (
@@ -33,6 +35,7 @@ from evolution.presets.resolve import (
     ask_window,
     module_function,
     preset_counts,
+    preset_of,
     project_rule,
     request_window,
 )
@@ -46,15 +49,21 @@ __all__ = ["RuleError", "analyze_now", "decide", "look", "on_landed", "sweep"]
 
 
 def decide(
-    entity: Entity, grade: Grade, *, now: datetime, idea_queued: bool = False, runs: list[Grade] | None = None
+    entity: Entity,
+    grade: Grade,
+    *,
+    now: datetime,
+    idea_queued: bool = False,
+    runs: list[Grade] | None = None,
+    ready: Any = UNREAD,
 ) -> tuple[dict[str, Any] | None, str]:
     """Ask whether ``grade`` opens a cycle; return (the window to open on, or None, and the reason)."""
     terms = cycles.terms_of(entity)
     loop = terms.get("loop") or {}
     if not entity.loop_enabled or not loop.get("enabled", entity.loop_enabled):
         return None, "the loop is off"
-    if (loop.get("preset") or "repair") != "repair":
-        return None, f"preset {loop.get('preset')} opens on its cadence, not on a bad run"
+    if (loop.get("preset") or "repair") == "evolve":
+        return decide_evolve(entity, grade, terms, now=now, idea_queued=idea_queued, ready=ready)
     if idea_queued:
         # A queued idea outranks the rule (never the gates): should_open is not asked.
         window = repair_window(entity, terms, anchor=grade, now=now)
@@ -75,6 +84,38 @@ def decide(
     if not own_window and grades[0].execution_id != grade.execution_id:
         return None, "the landed run is not the newest graded run of its window"
     answer = ask_should_open(entity, outcomes(grades, terms), trigger_terms(loop))
+    window["reason"] = answer["reason"] or window["reason"]
+    return (window if answer["open"] else None), answer["reason"]
+
+
+def decide_evolve(
+    entity: Entity, grade: Grade, terms: dict[str, Any], *, now: datetime, idea_queued: bool, ready: Any = UNREAD
+) -> tuple[dict[str, Any] | None, str]:
+    """The evolve trigger at a landing: the window is every grade since the previous cycle's mark; the preset
+    opens when it holds trigger.windowRuns (``ready``: when the batch read it became ready, or UNREAD); the
+    entity's own window() and should_open() replace the preset's."""
+    own_rule = bool(entity.loop_module_path) and module_function(entity, "should_open") is not None
+    own_window = bool(entity.loop_module_path) and module_function(entity, "window") is not None
+    if not (idea_queued or own_rule or own_window or project_rule()):
+        if ready is UNREAD:
+            ready = evolve.ready_at({entity.pk: entity}, now=now)[entity.pk]
+        if ready is None or grade.graded_at is None or grade.graded_at < ready:
+            size = evolve.cadence(terms)
+            return None, f"fewer than {size} graded runs since the previous cycle's window (the cadence is {size})"
+    since = evolve.mark(entity)
+    window = evolve.evolve_window(entity, terms, now=now, since=since)
+    grades = window.pop("_grades")
+    if idea_queued:
+        return window, "an idea is queued"
+    if own_window:
+        window, grades = ask_window(entity, terms, window, grades, anchor=grade, now=now, since=since)
+    if not window.get("ready", True):
+        return None, window.get("reason") or "the window is not ready"
+    if not grades:
+        return None, "the window names no graded run"
+    every = ((terms.get("loop") or {}).get("trigger") or {}).get("every")
+    trigger = {"windowRuns": evolve.cadence(terms), "every": every}
+    answer = ask_should_open(entity, outcomes(grades, terms), trigger)
     window["reason"] = answer["reason"] or window["reason"]
     return (window if answer["open"] else None), answer["reason"]
 
@@ -117,6 +158,14 @@ def on_landed(grade_ids: list[Any], *, now: datetime | None = None) -> int:
         g for g in considered if g.entity_id not in queued and preset_counts(g.entity) and is_bad(g, g.entity.terms)
     ]
     runs = windows_for(counted, entities, now=now)
+    # Evolve entities the preset's cadence decides: when each window became ready, one short read each.
+    cadenced = {
+        g.entity_id: g.entity
+        for g in considered
+        if g.entity_id not in queued and preset_of(g.entity) == "evolve" and not _own_functions(g.entity)
+    }
+    ready = evolve.ready_at(cadenced, now=now) if cadenced else {}
+    counted += [g for g in considered if g.entity_id in ready and _is_ready(g, ready[g.entity_id])]
     holders = (
         {c.claim: c for c in Cycle.objects.filter(claim__in=sorted({g.entity_id for g in counted}))} if counted else {}
     )
@@ -124,7 +173,24 @@ def on_landed(grade_ids: list[Any], *, now: datetime | None = None) -> int:
     for grade in considered:
         entity = entities[grade.entity_id]
         try:
-            window, reason = decide(entity, grade, now=now, idea_queued=entity.pk in queued, runs=runs.get(grade.pk))
+            if entity.pk in ready and _is_ready(grade, ready[entity.pk]) and holders.get(entity.pk) is not None:
+                # A live cycle holds the entity: the opening refuses (folded) before it would read the window.
+                machine.open_cycle(
+                    entity,
+                    origin=Cycle.Origin.GRADE,
+                    anchor=grade.execution,
+                    now=now,
+                    known={"holder": holders.get(entity.pk), "idea_checked": True},
+                )
+                continue
+            window, reason = decide(
+                entity,
+                grade,
+                now=now,
+                idea_queued=entity.pk in queued,
+                runs=runs.get(grade.pk),
+                ready=ready.get(entity.pk, UNREAD),
+            )
         except Exception as exc:  # noqa: BLE001 - the brain's rule failed: the grade stands, the next one asks again
             log.warning("loop: %s: the trigger withheld run %s: %s", entity, grade.execution_id, exc)
             continue
@@ -132,7 +198,7 @@ def on_landed(grade_ids: list[Any], *, now: datetime | None = None) -> int:
             log.debug("loop: %s: run %s opens nothing: %s", entity, grade.execution_id, reason)
             continue
         known: dict[str, Any] = {}
-        if grade.pk in runs and entity.pk not in queued:
+        if (grade.pk in runs or entity.pk in ready) and entity.pk not in queued:
             known = {"holder": holders.get(entity.pk), "idea_checked": True}
         result = machine.open_cycle(
             entity, origin=Cycle.Origin.GRADE, anchor=grade.execution, window=window, now=now, known=known
@@ -143,12 +209,40 @@ def on_landed(grade_ids: list[Any], *, now: datetime | None = None) -> int:
     return opened
 
 
+def _own_functions(entity: Entity) -> bool:
+    """Whether the entity's loop module (or the project) answers window() or should_open() itself."""
+    if project_rule():
+        return True
+    if not entity.loop_module_path:
+        return False
+    return module_function(entity, "should_open") is not None or module_function(entity, "window") is not None
+
+
+def _is_ready(grade: Grade, ready: datetime | None) -> bool:
+    return ready is not None and grade.graded_at is not None and grade.graded_at >= ready
+
+
+def sample(entity: Entity, *, now: datetime) -> dict[str, Any]:
+    """The window a look with no grade behind it reads: the entity's own window() over the preset's, when it
+    declares one (RuleError or the brain's own exception when that fails), else the preset's."""
+    window = request_window(entity, now=now)
+    if not (entity.loop_module_path and module_function(entity, "window") is not None):
+        return window
+    terms = cycles.terms_of(entity)
+    since = evolve.mark(entity)
+    answered, _grades = ask_window(entity, terms, window, [], anchor=None, now=now, since=since)
+    return answered
+
+
 def analyze_now(entity: Entity, *, user: Any | None = None, now: datetime | None = None) -> cycles.Opened:
     """Open a cycle on request (the dashboard's Analyze now, the API, the command): exempt from the ceilings."""
     now = now or timezone.now()
-    return machine.open_cycle(
-        entity, origin=Cycle.Origin.REQUEST, window=request_window(entity, now=now), requested_by=user, now=now
-    )
+    try:
+        window = sample(entity, now=now)
+    except Exception as exc:  # noqa: BLE001 - the brain's window() failed: a person asked, so the preset's answers
+        log.warning("loop: %s: window() failed for Analyze now, the preset's window is read: %s", entity, exc)
+        window = request_window(entity, now=now)
+    return machine.open_cycle(entity, origin=Cycle.Origin.REQUEST, window=window, requested_by=user, now=now)
 
 
 # --- The cadence ------------------------------------------------------------
@@ -187,7 +281,7 @@ def look(entity: Entity, *, now: datetime | None = None) -> bool:
         log.info("loop: %s: the scheduled look opens nothing: the loop is off", entity)
         return False
     try:
-        window = request_window(entity, now=now)
+        window = sample(entity, now=now)
         record_window(entity, window, now)
         if window.get("ready") is False:
             reason = f"the window is not ready ({window.get('reason') or 'no reason given'})"

@@ -17,9 +17,13 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from django.utils import timezone
+
 from evolution.models import Cycle, as_json
+from evolution.presets import evolve
 from evolution.presets.base import (
     COMPARE,
+    EVOLVE,
     SHOULD_OPEN,
     UNIT,
     VERDICTS,
@@ -30,9 +34,10 @@ from evolution.presets.base import (
     record,
     trigger_terms,
 )
+from evolution.presets.readings import how, overlay_people
 from evolution.presets.repair import count
-from evolution.presets.resolve import comparator
-from grading.metrics import aggregate
+from evolution.presets.resolve import ask_watch_window, comparator
+from grading.metrics import aggregate, specs
 from grading.models import Grade
 from grading.pin import comparable
 from singularity.brain.deadline import BrainDeadline
@@ -77,10 +82,19 @@ def ask_should_open(cycle: Cycle, seen: Observed, rule: Callable[..., Any]) -> A
     )
 
 
-def _vector(grades: list[Grade], period: Any) -> dict[str, Any]:
-    """Per-metric median of the grades' vectors, the window's own period metrics laid over it."""
-    ids = sorted({metric for grade in grades for metric in (grade.metrics or {})})
-    vector = {metric: aggregate((grade.metrics or {}).get(metric) for grade in grades) for metric in ids}
+def _vector(grades: list[Grade], period: Any, terms: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Per-metric median (mean for ``aggregate: mean``) of the grades' vectors, people's ratings over the judge's,
+    the window's own period metrics laid over it."""
+    terms = terms or {}
+    metric_specs = specs(terms)
+    vectors = overlay_people(grades, terms)
+    ids = sorted({metric for vector in vectors.values() for metric in vector})
+    vector = {
+        metric: aggregate(
+            (vectors[str(g.execution_id)].get(metric) for g in grades), how(metric_specs.get(metric) or {})
+        )
+        for metric in ids
+    }
     if isinstance(period, dict):
         vector.update(period)
     elif isinstance(period, list):
@@ -100,13 +114,37 @@ def before_side(cycle: Cycle) -> dict[str, Any]:
         if comparable(cycle.judge, grade.judge)
     ]
     terms = cycle.entity.terms or {}
-    return {"window": window, "vector": _vector(grades, window.get("metrics")), "outcomes": outcomes(grades, terms)}
+    return {
+        "window": window,
+        "vector": _vector(grades, window.get("metrics"), terms),
+        "outcomes": outcomes(grades, terms),
+    }
 
 
 def after_side(cycle: Cycle, seen: Observed, window: dict[str, Any]) -> dict[str, Any]:
     """The window the watch sampled, as compare reads it (oldest first)."""
     terms = cycle.entity.terms or {}
-    return {"window": window, "vector": _vector(seen.window, None), "outcomes": outcomes(seen.window, terms)}
+    return {
+        "window": window,
+        "vector": _vector(seen.window, window.get("metrics"), terms),
+        "outcomes": outcomes(seen.window, terms),
+    }
+
+
+def compare_arguments(compare: Callable[..., Any], arguments: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """What to call the brain's compare with: the seed's arguments it names (targetKind, targetId, spec, before,
+    after, terms), all of them to a ``**kwargs``, or the whole record to a function of one other parameter (the
+    seed's ``compare({ before, after })``)."""
+    try:
+        parameters = list(inspect.signature(compare).parameters.values())
+    except (TypeError, ValueError):
+        return [], arguments
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return [], arguments
+    named = {p.name: arguments[p.name] for p in parameters if p.name in arguments and p.kind is not p.VAR_POSITIONAL}
+    if not named and len([p for p in parameters if p.default is p.empty]) == 1:
+        return [arguments], {}
+    return [], named
 
 
 def _checked(result: Any) -> dict[str, Any] | None:
@@ -135,8 +173,18 @@ def ask_compare(cycle: Cycle, seen: Observed, compare: Callable[..., Any], windo
     runs = [str(g.execution_id) for g in seen.window]
     if inspect.iscoroutinefunction(compare):
         raise ComparatorFault("compare must answer synchronously; it is declared async")
+    entity = cycle.entity
+    arguments = {
+        "targetKind": entity.target_kind,
+        "targetId": entity.slug,
+        "spec": specs(entity.terms or {}),
+        "before": before_side(cycle),
+        "after": after_side(cycle, seen, ask_watch_window(cycle, window, now=timezone.now())),
+        "terms": entity.terms,
+    }
+    args, kwargs = compare_arguments(compare, arguments)
     try:
-        result = compare(before=before_side(cycle), after=after_side(cycle, seen, window), terms=cycle.entity.terms)
+        result = compare(*args, **kwargs)
     except BrainDeadline as exc:
         raise ComparatorFault(str(exc)) from exc
     except Exception as exc:  # noqa: BLE001 - the brain's comparator: any failure settles unvalidated, named
@@ -160,6 +208,10 @@ def answer(
     if which == SHOULD_OPEN:
         assert function is not None
         return ask_should_open(cycle, seen, function)
+    if which == EVOLVE:
+        if not seen.full:
+            return evolve.compare(cycle, seen, window)
+        return evolve.compare(cycle, seen, ask_watch_window(cycle, window, now=timezone.now()))
     return count(cycle, seen)
 
 

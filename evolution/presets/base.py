@@ -18,7 +18,7 @@ from grading.models import Grade
 
 UNIT = "graded runs"
 VERDICTS = ("validated", "regressed", "unvalidated")
-COUNT, SHOULD_OPEN, COMPARE = "count", "should_open", "compare"
+COUNT, SHOULD_OPEN, COMPARE, EVOLVE = "count", "should_open", "compare", "evolve"
 
 
 class ComparatorFault(Exception):

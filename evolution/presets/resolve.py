@@ -18,7 +18,8 @@ from typing import Any
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from evolution.presets.base import COMPARE, COUNT, SHOULD_OPEN, ComparatorFault, RuleError
+from evolution.presets.base import COMPARE, COUNT, EVOLVE, SHOULD_OPEN, ComparatorFault, RuleError
+from evolution.presets.evolve import evolve_should_open, evolve_window
 from evolution.presets.repair import repair_should_open, repair_window
 from evolution.steering import groups
 from grading.models import Entity, Grade
@@ -44,9 +45,15 @@ def project_rule() -> Callable[..., Any] | None:
     return deadline.bounded(import_string(path), path=path, name="should_open") if path else None
 
 
+def preset_of(entity: Entity) -> str:
+    """The entity's ``loop.preset``: ``repair`` (the default) or ``evolve``."""
+    return str(((entity.terms or {}).get("loop") or {}).get("preset") or "repair")
+
+
 def ask_should_open(entity: Entity, window: list[dict[str, Any]], trigger: dict[str, Any]) -> dict[str, Any]:
     """Ask the nearest should_open (the entity's module, the project's, the preset's); RuleError on a bad shape."""
-    rule = module_function(entity, "should_open") or project_rule() or repair_should_open
+    preset_rule = evolve_should_open if preset_of(entity) == "evolve" else repair_should_open
+    rule = module_function(entity, "should_open") or project_rule() or preset_rule
     if inspect.iscoroutinefunction(rule):
         raise RuleError(f"{entity}: should_open must answer synchronously; it is declared async")
     answer = rule(window=window, trigger=trigger)
@@ -63,6 +70,7 @@ def ask_window(
     *,
     anchor: Grade | None,
     now: datetime,
+    since: datetime | None = None,
 ) -> tuple[dict[str, Any], list[Grade]]:
     """Ask the entity's own window(ctx) at the trigger; return its answer and the graded runs it names, newest first.
 
@@ -82,10 +90,12 @@ def ask_window(
         phase="trigger",
         now=now,
         anchor={"id": str(anchor.execution_id), "createdAt": anchor.graded_at.isoformat()} if anchor else None,
-        since=None,
+        since=since.isoformat() if since is not None else None,
         groupChangedAt=groups.changed_at(entity),
         terms=terms,
         preset=SimpleNamespace(window=lambda _ctx=None: dict(shown)),
+        gradedRuns=lambda since=None, through=None, limit=None: graded_runs(entity, since, through, limit, now=now),
+        calibration=lambda: calibration_of(entity),
     )
     if inspect.iscoroutinefunction(function):
         raise RuleError(f"{entity}: window must answer synchronously here; it is declared async")
@@ -120,11 +130,82 @@ def preset_counts(entity: Entity) -> bool:
 
 
 def request_window(entity: Entity, *, now: datetime) -> dict[str, Any]:
-    """The window an "Analyze now" or a scheduled look reads: the last windowRuns graded runs through now."""
+    """The preset's window for a look with no grade behind it ("Analyze now", a scheduled look, an idea): under
+    repair the last windowRuns graded runs through now, under evolve every grade since the previous cycle's mark."""
     terms = entity.terms or {}
-    window = repair_window(entity, terms, anchor=None, now=now)
+    if preset_of(entity) == "evolve":
+        window = evolve_window(entity, terms, now=now)
+    else:
+        window = repair_window(entity, terms, anchor=None, now=now)
     window.pop("_grades")
     return window
+
+
+def graded_runs(entity: Entity, since: Any, through: Any, limit: Any, *, now: datetime) -> dict[str, Any]:
+    """``ctx.gradedRuns``: the entity's own completed graded runs, newest first, capped, and the judge's failures."""
+    from django.utils.dateparse import parse_datetime
+
+    from evolution.presets.base import outcomes
+    from evolution.presets.evolve import WINDOW_BOUND
+
+    def instant(value: Any) -> datetime | None:
+        return parse_datetime(value) if isinstance(value, str) else value
+
+    bound = min(int(limit), WINDOW_BOUND) if limit else WINDOW_BOUND
+    rows = Grade.objects.filter(entity=entity, execution__loop_launched=False, graded_at__lte=instant(through) or now)
+    if since is not None:
+        rows = rows.filter(graded_at__gt=instant(since))
+    comparable = list(
+        rows.filter(status=Grade.Status.GRADED).select_related("execution").order_by("-graded_at")[:bound]
+    )
+    for grade in comparable:
+        grade.entity = entity
+    ungraded = rows.filter(status=Grade.Status.FAILED).count()
+    return {"comparable": outcomes(comparable, entity.terms or {}), "ungraded": ungraded}
+
+
+def calibration_of(entity: Entity) -> dict[str, Any]:
+    """``ctx.calibration()``: how far the judge agrees with people on each judged ``human: true`` metric."""
+    from grading.calibration import calibration
+
+    return {"metrics": [metric.as_dict() for metric in calibration(entity)]}
+
+
+def ask_watch_window(cycle: Any, preset: dict[str, Any], *, now: datetime) -> dict[str, Any]:
+    """The entity's own window() at the watch (phase ``watch``, since the watch opened), or ``preset`` when it
+    declares none. Its run ids are never widened past the preset's; its period metrics are kept. ComparatorFault
+    naming window() when it throws, will not load or answers a shape the engine cannot read."""
+    from types import SimpleNamespace
+
+    entity = cycle.entity
+    function = checked_module_function(entity, "window")
+    if function is None:
+        return preset
+    shown = {k: v for k, v in preset.items() if not k.startswith("_")}
+    ctx = SimpleNamespace(
+        targetKind=entity.target_kind,
+        targetId=entity.slug,
+        phase="watch",
+        now=now,
+        anchor=None,
+        since=cycle.watch_opened_at.isoformat() if cycle.watch_opened_at else None,
+        groupChangedAt=None,
+        terms=entity.terms or {},
+        preset=SimpleNamespace(window=lambda _ctx=None: dict(shown)),
+        gradedRuns=lambda since=None, through=None, limit=None: graded_runs(entity, since, through, limit, now=now),
+        calibration=lambda: calibration_of(entity),
+    )
+    if inspect.iscoroutinefunction(function):
+        raise ComparatorFault("window must answer synchronously; it is declared async")
+    try:
+        answer = function(ctx)
+    except Exception as exc:  # noqa: BLE001 - the brain's window(): any failure settles unvalidated, named
+        raise ComparatorFault(f"window raised {type(exc).__name__} at the watch: {exc}") from exc
+    if not isinstance(answer, dict):
+        raise ComparatorFault(f"window must answer an object at the watch, not {answer!r}")
+    kept = set(shown.get("runIds") or [])
+    ids = [str(i) for i in answer.get("runIds") or shown.get("runIds") or []]
+    return {**shown, **answer, "runIds": [i for i in ids if i in kept]}
 
 
 def checked_module_function(entity: Entity, name: str) -> Callable[..., Any] | None:
@@ -156,6 +237,8 @@ def comparator(entity: Entity) -> tuple[str, Callable[..., Any] | None]:
     compare = checked_module_function(entity, "compare") or _project_function("LOOP_COMPARE")
     if compare is not None:
         return COMPARE, compare
+    if preset_of(entity) == "evolve":
+        return EVOLVE, None  # evolve compares two windows: a trigger rule is not asked after the merge
     rule = checked_module_function(entity, "should_open") or _project_function("LOOP_SHOULD_OPEN")
     if rule is not None:
         return SHOULD_OPEN, rule

@@ -1,0 +1,373 @@
+"""The evolve preset: make what works better (seed 003, "Improving what already works — preset: evolve").
+
+- ``evolve_window``: every grade that landed since the previous cycle's mark (the instant that cycle read its
+  window), ready at the ``trigger.windowRuns``-th — the cadence. A grade still pending at the mark enters the next
+  window; an entity with no mark reads its history, capped at ``WINDOW_BOUND`` runs. ``ready_at`` answers the same
+  question for a whole batch of landings.
+- ``evolve_should_open``: open on a ready window, whatever its runs scored: nothing has to be wrong.
+- ``compare``: the post-merge comparator — the first ``watch.windowRuns`` runs graded since the watch opened
+  against the window the cycle opened on, by the six rules in order (floors, guards, the objective through a
+  bootstrap interval, unmeasured metrics, mustImprove, validated only when the whole interval clears the bar).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import Max
+
+from evolution.models import Cycle
+from evolution.presets import readings as R
+from evolution.presets.base import EVOLVE, UNIT, Answer, Observed, trigger_terms
+from evolution.steering import groups
+from grading.cards import observed
+from grading.models import Entity, Grade
+from grading.pin import comparable
+
+#: The most graded runs one evolve window holds (the seed's "engine's window bound"; docs/decisions.md).
+WINDOW_BOUND = 1000
+#: What the trigger and the brief read of a window's grades.
+WINDOW_FIELDS = ("entity_id", "status", "graded_at", "score", "passed", "failure_category", "metrics", "judge")
+
+
+# --- The window ------------------------------------------------------------------------------
+
+
+def cadence(terms: Mapping[str, Any]) -> int:
+    """``trigger.windowRuns``: how many grades open the next cycle."""
+    return int(trigger_terms(terms.get("loop") or {})["windowRuns"])
+
+
+def mark(entity: Entity) -> datetime | None:
+    """Where the next window starts: the instant the entity's previous cycle read its window (its start), never
+    before its lock groups last changed; None for an entity no cycle has read yet."""
+    read = Cycle.objects.filter(entity=entity, analysed=True).aggregate(at=Max("started_at"))["at"]
+    changed = groups.changed_at(entity)
+    return max((at for at in (read, changed) if at is not None), default=None)
+
+
+def marks(entity_ids: list[int]) -> dict[int, datetime]:
+    """The marks of many entities in one read (lock groups' clean bases are the caller's to add)."""
+    rows = (
+        Cycle.objects.filter(entity_id__in=entity_ids, analysed=True)
+        .values("entity_id")
+        .annotate(at=Max("started_at"))
+        .values_list("entity_id", "at")
+    )
+    return dict(rows)
+
+
+def _since(entity_id: int, since: datetime | None, now: datetime) -> Any:
+    grades = Grade.objects.filter(
+        entity_id=entity_id, status=Grade.Status.GRADED, execution__loop_launched=False, graded_at__lte=now
+    )
+    if since is not None:
+        grades = grades.filter(graded_at__gt=since)
+    return observed(grades, now=now)
+
+
+def since_grades(entity: Entity, *, since: datetime | None, now: datetime, limit: int | None = None) -> list[Grade]:
+    """The entity's own graded runs that landed after ``since`` through ``now``, newest first, at most ``limit``
+    (the window bound by default)."""
+    limit = WINDOW_BOUND if limit is None else limit
+    runs = list(
+        _since(entity.pk, since, now)
+        .select_related("execution")
+        .only(*WINDOW_FIELDS, "execution__loop_launched", "execution__completed_at")
+        .order_by("-graded_at", "-execution_id")[:limit]
+    )
+    for run in runs:
+        run.entity = entity
+    return runs
+
+
+def evolve_window(
+    entity: Entity, terms: Mapping[str, Any], *, now: datetime, since: datetime | None | str = "read"
+) -> dict[str, Any]:
+    """The evolve window at ``now``: every grade since the mark (``since``; read when not given), ready at the
+    cadence. ``_grades`` carries its runs newest first (dropped before storing)."""
+    size = cadence(terms)
+    start = mark(entity) if since == "read" else since
+    assert not isinstance(start, str)
+    runs = since_grades(entity, since=start, now=now)
+    have = len(runs)
+    if start is None:
+        reason = f"the first window: the entity's {have} graded runs so far (at most {WINDOW_BOUND:,})"
+        if have >= WINDOW_BOUND:
+            reason = f"the first window: the entity's newest {have:,} graded runs (the most one window holds)"
+    else:
+        reason = f"{have} graded runs since the previous cycle's window (a cycle opens every {size})"
+    window = {
+        "from": start.isoformat() if start is not None else None,
+        "to": now.isoformat(),
+        "runIds": [str(g.execution_id) for g in reversed(runs)],
+        "reason": reason,
+        "ready": have >= size,
+        "progress": {"have": have, "need": size, "unit": UNIT},
+        "metrics": [],
+    }
+    window["_grades"] = runs
+    return window
+
+
+def ready_at(entities: Mapping[int, Entity], *, now: datetime) -> dict[int, datetime | None]:
+    """For each entity, when its window became ready: the instant its windowRuns-th grade since its mark landed
+    (None while fewer have). One read of the marks, then one short indexed read per entity."""
+    found = marks(list(entities))
+    answers: dict[int, datetime | None] = {}
+    for pk, entity in entities.items():
+        start = found.get(pk)
+        changed = groups.changed_at(entity)
+        if changed is not None and (start is None or changed > start):
+            start = changed
+        size = cadence(entity.terms or {})
+        at = (
+            _since(pk, start, now)
+            .order_by("graded_at", "execution_id")
+            .values_list("graded_at", flat=True)[size - 1 : size]
+        )
+        answers[pk] = next(iter(at), None)
+    return answers
+
+
+def evolve_should_open(window: list[dict[str, Any]], trigger: Mapping[str, Any]) -> dict[str, Any]:
+    """The evolve trigger rule: a ready window opens, whatever its runs scored (``window``: its outcomes)."""
+    return {
+        "open": True,
+        "reason": f"{len(window)} graded runs since the previous cycle's window (a cycle opens every "
+        f"{trigger.get('windowRuns')})",
+    }
+
+
+# --- The watch ---------------------------------------------------------------------------------
+
+
+def before_grades(cycle: Cycle) -> list[Grade]:
+    """The graded runs of the window the cycle opened on, under the judge it pinned, oldest first."""
+    ids = [str(run) for run in (cycle.window or {}).get("runIds") or []]
+    rows = (
+        Grade.objects.filter(execution_id__in=ids, status=Grade.Status.GRADED)
+        .only("execution_id", "metrics", "judge", "graded_at", "entity_id", "status", "score", "passed")
+        .order_by("graded_at", "execution_id")
+    )
+    return [grade for grade in rows if comparable(cycle.judge, grade.judge)]
+
+
+def period_values(window: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The period metrics a window carries, by id (a list of {id, value} or a mapping)."""
+    metrics = (window or {}).get("metrics")
+    if isinstance(metrics, dict):
+        return {str(k): v for k, v in metrics.items() if v is not None}
+    if isinstance(metrics, list):
+        return {
+            str(item["id"]): item.get("value")
+            for item in metrics
+            if isinstance(item, dict) and "id" in item and item.get("value") is not None
+        }
+    return {}
+
+
+def _reading(
+    cycle: Cycle,
+    terms: Mapping[str, Any],
+    metric_id: str,
+    spec: dict[str, Any],
+    sides: R.Sides | None,
+    period: tuple[Any, Any],
+    confidence: float,
+) -> dict[str, Any]:
+    """One metric read on both windows: both points, the gain, the band, and for a run metric the interval."""
+    if R.is_period(spec):
+        before, after = period
+        n_before, n_after = int(before is not None), int(after is not None)
+        source, spread = "window", None
+    else:
+        assert sides is not None
+        before, after = R.point(sides.before, spec), R.point(sides.after, spec)
+        n_before = sum(R.to_number(v) is not None for v in sides.before)
+        n_after = sum(R.to_number(v) is not None for v in sides.after)
+        source = sides.source
+        spread = None
+        if n_before >= R.MIN_RUNS and n_after >= R.MIN_RUNS:
+            spread = R.interval(
+                sides.before, sides.after, spec=spec, confidence=confidence, seed=R.seed_for(cycle.pk, metric_id)
+            )
+    band = R.allowed(spec, terms, before) if before is not None else None
+    moved = R.gain(spec, before, after)
+    return {
+        "metric": metric_id,
+        "role": spec.get("role"),
+        "direction": spec.get("direction", "max"),
+        "scope": "period" if R.is_period(spec) else "run",
+        "aggregate": R.how(spec),
+        "source": source,
+        "before": {"value": _json(before), "n": n_before},
+        "after": {"value": _json(after), "n": n_after},
+        "gain": _json(moved),
+        "allowed": _json(band),
+        "spread": [_json(spread[0]), _json(spread[1])] if spread else None,
+        "confidence": confidence if spread else None,
+        "floor": spec.get("floor"),
+        "mustImprove": R.must_improve(spec),
+        # Kept unserialized for the rules; dropped before storing.
+        "_before": before,
+        "_after": after,
+        "_gain": moved,
+        "_band": band,
+        "_spread": spread,
+    }
+
+
+def _json(value: Any) -> Any:
+    """A number as the record stores it: a Decimal as its decimal string, a float as it is."""
+    if isinstance(value, Decimal):
+        return f"{value.normalize():f}" if value == value.to_integral_value() else f"{value:f}"
+    return value
+
+
+def readings_of(cycle: Cycle, seen: Observed, after_window: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Every objective and guard read on both windows (one source per metric, period values from the windows)."""
+    terms = cycle.entity.terms or {}
+    metrics = R.voting(terms)
+    run_ids = [mid for mid, spec in metrics if not R.is_period(spec)]
+    sides = R.values_by_source(terms, run_ids, before_grades(cycle), list(seen.window))
+    before_period, after_period = period_values(cycle.window), period_values(after_window)
+    confidence = R.confidence_of(terms)
+    return [
+        _reading(
+            cycle,
+            terms,
+            mid,
+            spec,
+            sides.get(mid),
+            (before_period.get(mid), after_period.get(mid)),
+            confidence,
+        )
+        for mid, spec in metrics
+    ]
+
+
+def _side_missing(reading: dict[str, Any]) -> str | None:
+    """Which side a metric went unmeasured on (or measured too thinly for an interval), in words; None if neither."""
+    b, a = reading["before"]["n"], reading["after"]["n"]
+    if not b and not a:
+        return "on either side (neither the window before the change nor the one after it)"
+    if not b:
+        return "before the change (the window the cycle opened on)"
+    if not a:
+        return "after the change (the window the watch observed)"
+    return None
+
+
+def decide(readings: list[dict[str, Any]]) -> tuple[str, int, str]:
+    """The six rules in order over the readings; return (verdict, the rule that answered, the reason)."""
+    for r in readings:  # 1. floors, on the after side's point
+        if r["role"] in ("objective", "guard") and R.under_floor(r, r["_after"]):
+            return (
+                "regressed",
+                1,
+                (f"{r['metric']} stands at {R.shown(r['_after'])} after the change, under its floor {r['floor']}"),
+            )
+    for r in readings:  # 2. guards past their tolerance, point rule
+        if r["role"] == "guard" and r["_gain"] is not None and -r["_gain"] > r["_band"]:
+            return (
+                "regressed",
+                2,
+                (
+                    f"guard {r['metric']} moved {R.shown(r['_gain'])} ({R.shown(r['_before'])} → "
+                    f"{R.shown(r['_after'])}), past its tolerance ±{R.shown(r['_band'])}"
+                ),
+            )
+    for r in readings:  # 3. the objective past its tolerance (a run objective: the whole interval)
+        if r["role"] != "objective" or r["_gain"] is None:
+            continue
+        if r["scope"] == "period" and -r["_gain"] > r["_band"]:
+            return (
+                "regressed",
+                3,
+                (
+                    f"{r['metric']} moved {R.shown(r['_gain'])} ({R.shown(r['_before'])} → {R.shown(r['_after'])}), "
+                    f"past its tolerance ±{R.shown(r['_band'])}"
+                ),
+            )
+        spread = r["_spread"]
+        if r["scope"] == "run" and spread is not None and spread[1] < -r["_band"]:
+            return (
+                "regressed",
+                3,
+                (
+                    f"{r['metric']}: gain {R.shown(r['_gain'])} in [{R.shown(spread[0])}, {R.shown(spread[1])}], "
+                    f"wholly past −{R.shown(r['_band'])}"
+                ),
+            )
+    for r in readings:  # 4. unmeasured on a side (a run metric on fewer than three runs has no interval)
+        where = _side_missing(r)
+        if where:
+            return "unvalidated", 4, f"inconclusive: {r['metric']} was not measured {where}"
+        if r["role"] == "objective" and r["scope"] == "run" and r["_spread"] is None:
+            return (
+                "unvalidated",
+                4,
+                (
+                    f"inconclusive: {r['metric']} was measured on {r['before']['n']} runs before and "
+                    f"{r['after']['n']} after; an interval needs {R.MIN_RUNS} on each side"
+                ),
+            )
+    for r in readings:  # 5. mustImprove with no gain to show
+        if r["role"] != "objective" or not r["mustImprove"]:
+            continue
+        best = r["_spread"][1] if r["scope"] == "run" else r["_gain"]
+        if best <= r["_band"]:
+            return (
+                "unvalidated",
+                5,
+                (f"shipped, no measurable gain: {r['metric']} {_gain_words(r)} against ±{R.shown(r['_band'])}"),
+            )
+    for r in readings:  # 6. validated only when the whole interval clears the bar
+        if r["role"] != "objective" or r["scope"] != "run":
+            continue
+        bar = r["_band"] if r["mustImprove"] else -r["_band"]
+        if not r["_spread"][0] > bar:
+            return "unvalidated", 6, f"inconclusive: {r['metric']} {_gain_words(r)} against ±{R.shown(r['_band'])}"
+    objectives = [r for r in readings if r["role"] == "objective"]
+    if not objectives:
+        return "validated", 6, "every guard held (no objective to move)"
+    said = "; ".join(f"{r['metric']} {_gain_words(r)} against ±{R.shown(r['_band'])}" for r in objectives)
+    return "validated", 6, said
+
+
+def _gain_words(r: dict[str, Any]) -> str:
+    if r["_spread"] is not None:
+        low, high = r["_spread"]
+        return f"gain {R.shown(r['_gain'])} in [{R.shown(low)}, {R.shown(high)}]"
+    return f"gain {R.shown(r['_gain'])} ({R.shown(r['_before'])} → {R.shown(r['_after'])})"
+
+
+def compare(cycle: Cycle, seen: Observed, after_window: Mapping[str, Any] | None = None) -> Answer:
+    """The evolve comparator: None until the watch's window is full, then the six rules' verdict and its record."""
+    runs = [str(g.execution_id) for g in seen.window]
+    if not seen.full or (after_window is not None and after_window.get("ready") is False):
+        return Answer(None, run_ids=runs)
+    readings = readings_of(cycle, seen, after_window)
+    verdict, rule, reason = decide(readings)
+    before_n = len((cycle.window or {}).get("runIds") or [])
+    tally = f"{seen.have} of {seen.need} {UNIT} against the {before_n} the cycle opened on"
+    per_metric = [{k: v for k, v in r.items() if not k.startswith("_")} for r in readings]
+    record = {
+        "verdict": verdict,
+        "perMetric": per_metric,
+        "perInput": [],
+        "reason": reason if verdict != "validated" or rule != 6 else None,
+        "summary": reason,
+        "rule": rule,
+        "comparator": EVOLVE,
+        "tally": tally,
+        "n": seen.have,
+        "confidence": R.confidence_of(cycle.entity.terms or {}),
+        "resamples": R.RESAMPLES,
+        "seed": cycle.pk,
+    }
+    return Answer(verdict, record, reason, runs)

@@ -1,0 +1,266 @@
+"""Metric readings a verdict shares: which metrics vote, their floors, bands and mustImprove, people or the judge,
+one point per side, and the bootstrap interval of a gain (seed 003, "Roles", "Tolerances", "The watch compares").
+
+The evolve watch reads windows with these; the pre-merge check reads the same floors, bands and mustImprove.
+Everything here is a plain function over values and specs: no rows are read except people's ratings
+(``values_by_source``, one query for both windows).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+
+from grading.metrics import (
+    VERDICT_ROLES,
+    aggregate,
+    human_rated,
+    movement,
+    on_floor,
+    specs,
+    to_number,
+    tolerance_band,
+)
+from grading.models import Grade
+from grading.people import people_values
+from singularity.brain.defaults import EVALUATION
+
+#: Resamples of the evolve watch's bootstrap (DESIGN: 2,000, seeded from the cycle id).
+RESAMPLES = 2000
+#: The central interval the watch reads when the entity declares no ``watch.confidence``.
+DEFAULT_CONFIDENCE = 0.9
+#: Below this many runs on either side a run metric has no interval to read.
+MIN_RUNS = 3
+PEOPLE, JUDGE = "people", "judge"
+
+
+# --- Which metrics vote, and their terms --------------------------------------------------
+
+
+def voting(terms: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The objectives then the guards of the resolved spec, each (id, spec); observe metrics never vote."""
+    metrics = specs(terms)
+    order = {"objective": 0, "guard": 1}
+    chosen = [(mid, dict(spec)) for mid, spec in metrics.items() if spec.get("role") in VERDICT_ROLES]
+    return sorted(chosen, key=lambda pair: order[pair[1]["role"]])
+
+
+def how(spec: Mapping[str, Any]) -> str:
+    """How a metric is read over many runs: ``mean`` where it says ``aggregate: mean``, else the median."""
+    return "mean" if spec.get("aggregate") == "mean" else "median"
+
+
+def point(values: Iterable[Any], spec: Mapping[str, Any]) -> Any:
+    """The metric's one value over a window's runs (median, or mean), None when no run measured it."""
+    return aggregate(values, how(spec))
+
+
+def under_floor(spec: Mapping[str, Any], value: Any) -> bool:
+    """Whether ``value`` stands under the metric's declared floor (direction-aware; never without a floor or value)."""
+    return spec.get("floor") is not None and value is not None and not on_floor(spec, value)
+
+
+def allowed(spec: Mapping[str, Any], terms: Mapping[str, Any], baseline: Any) -> Decimal:
+    """How far the metric may move from ``baseline`` before it counts as moved (its tolerance band)."""
+    return tolerance_band(spec, terms, baseline)
+
+
+def must_improve(spec: Mapping[str, Any]) -> bool:
+    return spec.get("role") == "objective" and spec.get("mustImprove") is True
+
+
+def gain(spec: Mapping[str, Any], before: Any, after: Any) -> Decimal | None:
+    """How much ``after`` improved on ``before`` in the metric's own direction (negative: worse)."""
+    return movement(spec, before, after)
+
+
+def is_period(spec: Mapping[str, Any]) -> bool:
+    return spec.get("scope") == "period"
+
+
+# --- People or the judge ------------------------------------------------------------------
+
+
+def min_pairs(terms: Mapping[str, Any]) -> int:
+    """``evaluation.human.agreement.minPairs`` (engine 5)."""
+    human = (terms.get("evaluation") or {}).get("human") or {}
+    agreement = {**EVALUATION["human"]["agreement"], **(human.get("agreement") or {})}
+    return int(agreement["minPairs"])
+
+
+def source_of(spec: Mapping[str, Any], rated_before: int, rated_after: int, need: int) -> str:
+    """Where one metric is read on BOTH windows: people when each holds ``need`` rated runs, else the judge.
+
+    A reported metric is always read off people (there is no judge to fall back to); a metric people do not rate
+    is the judge's (or the code's).
+    """
+    if spec.get("kind") == "reported":
+        return PEOPLE
+    if not human_rated(spec):
+        return JUDGE
+    return PEOPLE if rated_before >= need and rated_after >= need else JUDGE
+
+
+@dataclass
+class Sides:
+    """One metric's per-run values on both windows, read from one source."""
+
+    source: str
+    before: list[Any]
+    after: list[Any]
+
+
+def values_by_source(
+    terms: Mapping[str, Any], metric_ids: Iterable[str], before: list[Grade], after: list[Grade]
+) -> dict[str, Sides]:
+    """Each run metric's values on both windows, from one source per metric (people only when both windows hold
+    at least minPairs rated runs); people's ratings are read in one query, only when a metric is human-rated."""
+    metrics = specs(terms)
+    ids = list(metric_ids)
+    rated = [mid for mid in ids if human_rated(metrics.get(mid) or {})]
+    ratings = people_values([g.execution_id for g in before + after]) if rated else {}
+    need = min_pairs(terms)
+    read: dict[str, Sides] = {}
+    for mid in ids:
+        spec = metrics.get(mid) or {}
+        if mid not in rated:
+            read[mid] = Sides(
+                JUDGE, [(g.metrics or {}).get(mid) for g in before], [(g.metrics or {}).get(mid) for g in after]
+            )
+            continue
+        people_before = [ratings.get(str(g.execution_id), {}).get(mid) for g in before]
+        people_after = [ratings.get(str(g.execution_id), {}).get(mid) for g in after]
+        counted = sum(v is not None for v in people_before), sum(v is not None for v in people_after)
+        source = source_of(spec, *counted, need)
+        if source == PEOPLE:
+            read[mid] = Sides(PEOPLE, people_before, people_after)
+        else:
+            read[mid] = Sides(
+                JUDGE, [(g.metrics or {}).get(mid) for g in before], [(g.metrics or {}).get(mid) for g in after]
+            )
+    return read
+
+
+def overlay_people(grades: list[Grade], terms: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each run's vector with people's ratings standing over the judge's (one query, none without a rated metric)."""
+    metrics = specs(terms)
+    rated = [mid for mid, spec in metrics.items() if human_rated(spec)]
+    ratings = people_values([g.execution_id for g in grades]) if rated and grades else {}
+    vectors: dict[str, dict[str, Any]] = {}
+    for grade in grades:
+        vector = dict(grade.metrics or {})
+        for mid, value in (ratings.get(str(grade.execution_id)) or {}).items():
+            if mid in rated:
+                vector[mid] = value
+        vectors[str(grade.execution_id)] = vector
+    return vectors
+
+
+# --- The bootstrap --------------------------------------------------------------------------
+
+
+def seed_for(cycle_id: int, metric_id: str) -> np.random.SeedSequence:
+    """The bootstrap's seed: the cycle id (and the metric, so two metrics draw apart) — a verdict reproduces."""
+    return np.random.SeedSequence([int(cycle_id), zlib.crc32(metric_id.encode())])
+
+
+def _resampled_medians(values: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
+    """The medians of ``resamples`` resamples (with replacement) of ``values``, drawn exactly without building them.
+
+    A resample's index i is floor(n·U) for a uniform U, so its k-th smallest index is floor(n·U₍ₖ₎), and the k-th
+    order statistic of n uniforms is Beta(k, n − k + 1); the next one is U₍ₖ₎ + (1 − U₍ₖ₎)·Beta(1, n − k). So the
+    median of each resample (the middle order statistic, or the mean of the two middle ones) is read off the sorted
+    values with one or two Beta draws: the same distribution as ``np.median(values[rng.integers(0, n, n)])``, at a
+    cost that does not grow with n.
+    """
+    ordered = np.sort(values)
+    n = len(ordered)
+    k = (n + 1) // 2 if n % 2 else n // 2
+    low = rng.beta(k, n - k + 1, size=resamples)
+    first = ordered[np.minimum((low * n).astype(np.int64), n - 1)]
+    if n % 2:
+        return first
+    high = low + (1 - low) * rng.beta(1, n - k, size=resamples)
+    second = ordered[np.minimum((high * n).astype(np.int64), n - 1)]
+    return (first + second) / 2
+
+
+def _resampled_means(values: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
+    """The means of ``resamples`` resamples of ``values`` (drawn in blocks, so memory stays bounded)."""
+    n = len(values)
+    out = np.empty(resamples)
+    block = max(1, 2_000_000 // max(n, 1))
+    for start in range(0, resamples, block):
+        stop = min(resamples, start + block)
+        picks = rng.integers(0, n, size=(stop - start, n), dtype=np.int32)
+        out[start:stop] = values[picks].mean(axis=1)
+    return out
+
+
+def resampled(values: np.ndarray, rng: np.random.Generator, resamples: int, statistic: str) -> np.ndarray:
+    if statistic == "mean":
+        return _resampled_means(values, rng, resamples)
+    return _resampled_medians(values, rng, resamples)
+
+
+def interval(
+    before: Iterable[Any],
+    after: Iterable[Any],
+    *,
+    spec: Mapping[str, Any],
+    confidence: float,
+    seed: np.random.SeedSequence,
+    resamples: int = RESAMPLES,
+) -> tuple[Decimal, Decimal] | None:
+    """The central ``confidence`` percentile interval of the gain (after's median − before's, in the metric's own
+    direction; the mean for ``aggregate: mean``) over ``resamples`` bootstrap resamples of each window.
+
+    None when either side holds fewer than three measured runs: there is no interval to read.
+    """
+    a = np.array([float(v) for v in (to_number(x) for x in before) if v is not None], dtype=float)
+    b = np.array([float(v) for v in (to_number(x) for x in after) if v is not None], dtype=float)
+    if len(a) < MIN_RUNS or len(b) < MIN_RUNS:
+        return None
+    rng = np.random.default_rng(seed)
+    statistic = how(spec)
+    diffs = resampled(b, rng, resamples, statistic) - resampled(a, rng, resamples, statistic)
+    if spec.get("direction", "max") == "min":
+        diffs = -diffs
+    tail = (1 - float(confidence)) / 2 * 100
+    low, high = np.percentile(diffs, [tail, 100 - tail])
+    return _decimal(float(low)), _decimal(float(high))
+
+
+def _decimal(value: float) -> Decimal:
+    """A float as the decimal of its shortest repr, to at most 12 places (an interval's endpoint is an estimate)."""
+    exact = Decimal(repr(value))
+    return exact if exact == exact.to_integral_value() else round(exact, 12)
+
+
+def shown(value: Any) -> str:
+    """A measured number as people read it: two places from 1 up, three significant digits below (2.33, 0.0412)."""
+    number = to_number(value)
+    if number is None:
+        return "—"
+    exact = Decimal(repr(number)) if isinstance(number, float) else Decimal(number)
+    if exact == 0:
+        return "0"
+    places = Decimal("0.01") if abs(exact) >= 1 else Decimal(1).scaleb(exact.adjusted() - 2)
+    text = f"{exact.quantize(places):f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def confidence_of(terms: Mapping[str, Any]) -> float:
+    """``loop.watch.confidence`` (0.9 by default), a share strictly between 0 and 1."""
+    watch = ((terms.get("loop") or {}).get("watch")) or {}
+    value = watch.get("confidence", DEFAULT_CONFIDENCE)
+    try:
+        share = float(value)
+    except (TypeError, ValueError):
+        return DEFAULT_CONFIDENCE
+    return share if 0 < share < 1 else DEFAULT_CONFIDENCE

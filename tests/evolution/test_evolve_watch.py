@@ -1,0 +1,219 @@
+"""The evolve watch: two windows compared by the six rules in order, the objective through a bootstrap interval
+(seed 003, "The watch compares"; CONFORMANCE R14.1–R14.13, R4.15, R3.25)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from evolution.models import Cycle
+from evolution.presets import evolve
+from evolution.presets import readings as R
+from grading.models import Rating
+from tests.evolution.evolve_helpers import METRICS, MINUTE, T0, runs, settle_with, shipped_on, shop, window_of
+
+pytestmark = pytest.mark.django_db
+
+STEADY = [1000, 1040, 980, 1010, 1020, 990, 1005, 1015, 995, 1030]
+BEFORE_START = T0 - 120 * MINUTE
+AFTER_START = T0 + 5 * MINUTE
+
+
+def watched(values=None, **entity_kwargs):
+    entity = shop(**entity_kwargs)
+    before = window_of(entity, values if values is not None else runs(STEADY), start=BEFORE_START)
+    return shipped_on(entity, before, merged_at=T0)
+
+
+def by_metric(cycle: Cycle) -> dict[str, dict]:
+    return {m["metric"]: m for m in cycle.watch_verdict["perMetric"]}
+
+
+def test_the_watch_answers_nothing_until_its_window_is_full():
+    cycle = watched()
+    cycle = settle_with(cycle, runs([2000] * 9), start=AFTER_START)
+    assert cycle.phase == Cycle.Phase.WATCHING and cycle.status == ""
+    assert cycle.watch_window["progress"] == {"have": 9, "need": 10, "unit": "graded runs"}
+    cycle = settle_with(cycle, runs([2000]), start=AFTER_START + 20 * MINUTE)
+    assert cycle.status == Cycle.Status.VALIDATED
+
+
+def test_a_clear_gain_validates_with_the_interval_on_the_record():
+    cycle = settle_with(watched(), runs([v + 300 for v in STEADY]), start=AFTER_START)
+    assert cycle.status == Cycle.Status.VALIDATED
+    revenue = by_metric(cycle)["revenue"]
+    low, high = (Decimal(x) for x in revenue["spread"])
+    assert Decimal(revenue["allowed"]) == Decimal("100.75")  # 10% of the before median 1007.5
+    assert low > Decimal(revenue["allowed"]) * -1 and low <= Decimal(revenue["gain"]) <= high
+    assert revenue["before"] == {"value": 1007.5, "n": 10} and revenue["after"]["n"] == 10
+    assert revenue["source"] == "judge" and revenue["confidence"] == 0.9
+    assert cycle.watch_verdict["comparator"] == "evolve" and cycle.watch_verdict["rule"] == 6
+    assert cycle.watch_verdict["reason"] is None
+
+
+def test_a_guard_under_its_floor_regresses_even_when_the_objective_soared():
+    cycle = settle_with(watched(), runs([v * 3 for v in STEADY], conversion=0.2), start=AFTER_START)
+    assert cycle.status == Cycle.Status.REGRESSED
+    assert cycle.watch_verdict["rule"] == 1
+    assert "conversion stands at 0.2 after the change, under its floor 0.25" in cycle.reason
+
+
+def test_a_floor_breach_regresses_before_a_missing_guard_is_called_inconclusive():
+    metrics = {
+        **shop_metrics(),
+        "latency": {"kind": "computed", "direction": "min", "role": "guard"},
+    }
+    entity = shop(metrics=metrics)
+    before = window_of(entity, [{**v, "latency": 5} for v in runs(STEADY)], start=BEFORE_START)
+    cycle = shipped_on(entity, before, merged_at=T0)
+    cycle = settle_with(cycle, runs([1500] * 10, conversion=0.1), start=AFTER_START)  # no latency after
+    assert cycle.status == Cycle.Status.REGRESSED and cycle.watch_verdict["rule"] == 1
+
+
+def test_a_guard_past_its_tolerance_regresses():
+    # conversion 0.4 → 0.34: 15% down, past the engine's 10% band (and above its floor).
+    cycle = settle_with(watched(), runs([v + 300 for v in STEADY], conversion=0.34), start=AFTER_START)
+    assert cycle.status == Cycle.Status.REGRESSED and cycle.watch_verdict["rule"] == 2
+    assert cycle.reason.startswith("guard conversion moved -0.06 (0.4 → 0.34), past its tolerance ±0.04")
+
+
+def test_the_objective_regresses_only_when_the_whole_interval_is_past_its_band():
+    cycle = settle_with(watched(), runs([v - 400 for v in STEADY]), start=AFTER_START)
+    assert cycle.status == Cycle.Status.REGRESSED and cycle.watch_verdict["rule"] == 3
+    revenue = by_metric(cycle)["revenue"]
+    assert Decimal(revenue["spread"][1]) < -Decimal(revenue["allowed"])
+    assert "wholly past −100.75" in cycle.reason
+
+
+def test_an_interval_straddling_minus_allowed_is_unvalidated_with_the_gain_in_the_reason():
+    # A noisy window after: its median ~100 below, the interval reaching well inside the band.
+    noisy = [700, 1300, 800, 1250, 850, 1200, 900, 1150, 880, 860]
+    cycle = settle_with(watched(), runs(noisy), start=AFTER_START)
+    assert cycle.status == Cycle.Status.UNVALIDATED and cycle.watch_verdict["rule"] == 6
+    revenue = by_metric(cycle)["revenue"]
+    low, high = (Decimal(x) for x in revenue["spread"])
+    assert low < -Decimal("100.75") < high
+    assert cycle.reason == (
+        f"inconclusive: revenue gain {R.shown(revenue['gain'])} in [{R.shown(low)}, {R.shown(high)}] against ±100.75"
+    )
+
+
+def test_a_guard_nobody_measured_after_the_change_is_inconclusive_naming_it_and_the_side():
+    cycle = settle_with(watched(), runs([v + 300 for v in STEADY], conversion=None), start=AFTER_START)
+    assert cycle.status == Cycle.Status.UNVALIDATED and cycle.watch_verdict["rule"] == 4
+    assert cycle.reason == "inconclusive: conversion was not measured after the change (the window the watch observed)"
+
+
+def test_an_objective_measured_on_two_runs_has_no_interval_and_is_inconclusive():
+    values = runs([1200, 1300]) + [{"conversion": 0.4}] * 8
+    cycle = settle_with(watched(), values, start=AFTER_START)
+    assert cycle.status == Cycle.Status.UNVALIDATED and cycle.watch_verdict["rule"] == 4
+    assert "an interval needs 3 on each side" in cycle.reason
+    assert by_metric(cycle)["revenue"]["spread"] is None
+
+
+def test_must_improve_with_no_gain_to_show_is_unvalidated():
+    metrics = shop_metrics()
+    metrics["revenue"] = {**metrics["revenue"], "mustImprove": True}
+    cycle = watched(metrics=metrics)
+    cycle = settle_with(cycle, runs(STEADY), start=AFTER_START)  # an inert change
+    assert cycle.status == Cycle.Status.UNVALIDATED and cycle.watch_verdict["rule"] == 5
+    assert cycle.reason.startswith("shipped, no measurable gain: revenue gain 0 in [")
+
+
+def test_must_improve_validates_only_when_the_whole_interval_clears_plus_allowed():
+    metrics = shop_metrics()
+    metrics["revenue"] = {**metrics["revenue"], "mustImprove": True}
+    cycle = settle_with(watched(metrics=metrics), runs([v + 500 for v in STEADY]), start=AFTER_START)
+    assert cycle.status == Cycle.Status.VALIDATED
+    assert Decimal(by_metric(cycle)["revenue"]["spread"][0]) > Decimal("100.75")
+
+
+def test_a_period_objective_keeps_the_point_rule_over_the_windows_own_values():
+    metrics = {
+        "followers": {"kind": "computed", "scope": "period", "direction": "max", "role": "objective"},
+        "conversion": METRICS_GUARD,
+    }
+    entity = shop(metrics=metrics)
+    before = window_of(entity, [{"conversion": 0.4}] * 10, start=BEFORE_START)
+    cycle = shipped_on(entity, before, merged_at=T0, metrics=[{"id": "followers", "value": 500}])
+    window_of(entity, [{"conversion": 0.4}] * 10, start=AFTER_START)
+    from evolution.loop import watch
+
+    seen = watch.observe(cycle, T0 + 60 * MINUTE)
+    fell = evolve.compare(cycle, seen, {"ready": True, "metrics": [{"id": "followers", "value": 400}]})
+    assert fell.verdict == "regressed" and fell.record["rule"] == 3
+    held = evolve.compare(cycle, seen, {"ready": True, "metrics": [{"id": "followers", "value": 480}]})
+    assert held.verdict == "validated"
+    followers = next(m for m in held.record["perMetric"] if m["metric"] == "followers")
+    assert followers["scope"] == "period" and followers["spread"] is None and followers["gain"] == "-20"
+    missing = evolve.compare(cycle, seen, {"ready": True, "metrics": []})
+    assert missing.verdict == "unvalidated" and "followers was not measured after the change" in missing.reason
+
+
+def test_aggregate_mean_is_read_as_a_mean_on_both_sides():
+    metrics = shop_metrics()
+    metrics["conversion"] = {**metrics["conversion"], "aggregate": "mean", "floor": None}
+    cycle = watched(values=runs(STEADY, conversion=[0, 0, 1] * 3 + [0]), metrics=metrics)
+    cycle = settle_with(cycle, runs(STEADY, conversion=[0, 0, 1] * 3 + [1]), start=AFTER_START)
+    conversion = by_metric(cycle)["conversion"]
+    assert conversion["aggregate"] == "mean"
+    assert conversion["before"]["value"] == pytest.approx(0.3) and conversion["after"]["value"] == pytest.approx(0.4)
+
+
+def rated_shop():
+    metrics = {
+        "fit": {"kind": "judged", "human": True, "direction": "max", "role": "objective", "criterion": "fits"},
+        "quality": {"role": "observe"},
+    }
+    return shop(metrics=metrics, evaluation={"method": "default", "human": {"agreement": {"minPairs": 3}}})
+
+
+def rate(grades, values, user):
+    for grade, value in zip(grades, values, strict=False):
+        Rating.objects.create(
+            execution=grade.execution,
+            metric_id="fit",
+            user=user,
+            value=Decimal(str(1 + 4 * value)),
+            normalized=value,
+        )
+
+
+def test_people_stand_over_the_judge_on_both_sides_when_both_hold_min_pairs(django_user_model):
+    alice = django_user_model.objects.create_user("alice")
+    entity = rated_shop()
+    before = window_of(entity, [{"fit": 0.5}] * 10, start=BEFORE_START)
+    cycle = shipped_on(entity, before, merged_at=T0)
+    after = window_of(entity, [{"fit": 0.5}] * 10, start=AFTER_START)
+    rate(before, [0.25] * 10, alice)
+    rate(after, [1.0] * 10, alice)
+    from evolution.loop import watch
+
+    answer = evolve.compare(cycle, watch.observe(cycle, T0 + 60 * MINUTE), None)
+    fit = answer.record["perMetric"][0]
+    assert fit["source"] == "people" and fit["before"]["value"] == 0.25 and fit["after"]["value"] == 1.0
+    assert answer.verdict == "validated"
+
+
+def test_one_source_per_metric_the_judge_on_both_sides_when_one_window_lacks_ratings(django_user_model):
+    alice = django_user_model.objects.create_user("alice")
+    entity = rated_shop()
+    before = window_of(entity, [{"fit": 0.5}] * 10, start=BEFORE_START)
+    cycle = shipped_on(entity, before, merged_at=T0)
+    after = window_of(entity, [{"fit": 0.5}] * 10, start=AFTER_START)
+    rate(before, [0.25] * 10, alice)
+    rate(after[:2], [1.0, 1.0], alice)  # two rated runs after: fewer than minPairs 3
+    from evolution.loop import watch
+
+    answer = evolve.compare(cycle, watch.observe(cycle, T0 + 60 * MINUTE), None)
+    fit = answer.record["perMetric"][0]
+    assert fit["source"] == "judge" and fit["before"]["value"] == 0.5 and fit["after"]["value"] == 0.5
+
+
+def shop_metrics():
+    return {key: dict(value) for key, value in METRICS.items()}
+
+
+METRICS_GUARD = {"kind": "computed", "direction": "max", "role": "guard", "floor": 0.25}
