@@ -226,6 +226,8 @@ BRAIN_CODE_DEADLINE_SECS = env_float("BRAIN_CODE_DEADLINE_SECS", 60.0, minimum=0
 LOOP_PIPELINE_DEADLINE_SECS = env_float("LOOP_PIPELINE_DEADLINE_SECS", 900.0, minimum=0.001)
 #: How long a worker holds a round's apply before the due-step sweep hands it to another (its worker died).
 LOOP_APPLY_LEASE_SECS = env_float("LOOP_APPLY_LEASE_SECS", 900.0, minimum=1.0)
+#: How long a step handed to a worker may wait for it before the tick's sweep hands it over again.
+LOOP_STEP_RESEND_AFTER_SECS = env_float("LOOP_STEP_RESEND_AFTER_SECS", 60.0)
 DEMO_BRAIN_DIR = BASE_DIR / "demo_brain"
 #: Where the loop's pull requests live: "local" (a bare repository plus rows; the embedded default) or "github".
 #: GitHub: GITHUB_REPOSITORY (owner/name), GITHUB_API_URL (GHES: https://<host>/api/v3), a credential —

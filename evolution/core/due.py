@@ -19,8 +19,6 @@ from django.db.models import Q, QuerySet
 
 from evolution.models import Cycle, Round
 
-#: How long an apply may wait for its first worker before the sweep hands it over again (two ticks).
-RESEND_AFTER = timedelta(seconds=60)
 #: How often the sweep hands the same due apply over again while no worker takes it.
 RESEND_EVERY = timedelta(minutes=5)
 #: A step due for longer than this (ten ticks) is listed for a person: the workers are not taking it.
@@ -30,6 +28,11 @@ STUCK_AFTER = timedelta(minutes=5)
 def apply_lease() -> timedelta:
     """How long a worker holds a round's apply before another may take it (``LOOP_APPLY_LEASE_SECS``, 15 min)."""
     return timedelta(seconds=float(getattr(settings, "LOOP_APPLY_LEASE_SECS", 900)))
+
+
+def resend_after() -> timedelta:
+    """How long a step may wait for its first worker before the sweep hands it over again (two ticks: 60 s)."""
+    return timedelta(seconds=float(getattr(settings, "LOOP_STEP_RESEND_AFTER_SECS", 60)))
 
 
 def _unclaimed(now: datetime) -> Q:
@@ -74,7 +77,7 @@ def take_resend(round_id: int, now: datetime) -> bool:
     """Take the right to hand ``round_id``'s apply over again now (one sweep at a time; at most every RESEND_EVERY)."""
     return bool(
         applies_due(now)
-        .filter(pk=round_id, cycle__moved_at__lt=now - RESEND_AFTER)
+        .filter(pk=round_id, cycle__moved_at__lt=now - resend_after())
         .filter(Q(apply_sent_at__isnull=True) | Q(apply_sent_at__lt=now - RESEND_EVERY))
         .update(apply_sent_at=now)
     )

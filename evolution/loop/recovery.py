@@ -49,7 +49,7 @@ def sweep(now: datetime | None = None) -> int:
     now = now or timezone.now()
     ids = list(
         due.applies_due(now)
-        .filter(cycle__moved_at__lt=now - due.RESEND_AFTER)
+        .filter(cycle__moved_at__lt=now - due.resend_after())
         .order_by("cycle__moved_at", "pk")
         .values_list("pk", flat=True)[:BATCH]
     )
