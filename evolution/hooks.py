@@ -38,9 +38,9 @@ def _exempt(execution: Any) -> str | None:
 
 
 def _frozen(grade: Any) -> Any:
-    from evolution.loop import watch
+    from evolution.loop import check, watch
 
-    return watch.frozen_judge(grade)
+    return check.frozen_judge(grade) or watch.frozen_judge(grade)
 
 
 def _card(card: Any) -> None:

@@ -26,6 +26,7 @@ STAGES = (
     "proposer",
     "decide",
     "apply",
+    "check",
     "merge",
     "watch",
     "verdict",

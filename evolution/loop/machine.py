@@ -1,6 +1,6 @@
 """The loop's phase machine: the one place that knows the order of the stages (seed 003, "The loop in one picture").
 
-    opening → brief → proposer → decide → apply → merge → watch → verdict → settle (→ revert)
+    opening → brief → proposer → decide → apply → check → merge → watch → verdict → settle (→ revert)
 
 A cycle's phase names the stage that owns it (``OWNER``). A stage does its
 work and answers what happened (``evolution.loop.steps``: Settle, Fail, Move,
@@ -29,7 +29,7 @@ from evolution.core.polling import LEASE
 from evolution.core.polling import take as take_poll
 from evolution.loop import apply as applying
 from evolution.loop import brief as briefs
-from evolution.loop import decide, merge, opening, proposer, revert, verdict, watch
+from evolution.loop import check, decide, merge, opening, proposer, revert, verdict, watch
 from evolution.loop import settle as settling
 from evolution.loop.steps import Fail, Move, Settle
 from evolution.models import Cycle, Round
@@ -46,6 +46,7 @@ OWNER = {
     Cycle.Phase.ANALYSING: "proposer",
     Cycle.Phase.DECIDING: "decide",
     Cycle.Phase.APPLYING: "apply",
+    Cycle.Phase.CHECKING: "check",
     Cycle.Phase.MERGE_WAIT: "merge",
     Cycle.Phase.WATCHING: "watch",
     Cycle.Phase.REVERTING: "revert",
@@ -57,7 +58,7 @@ BATCH = 200
 
 # --- Starting steps on a worker ----------------------------------------------------------
 
-#: A step's name → how to start it on a worker (filled by evolution.tasks: "analyse", "apply").
+#: A step's name → how to start it on a worker (filled by evolution.tasks: "analyse", "apply", "replay").
 STEPS: dict[str, Callable[[int], Any]] = {}
 
 
@@ -229,10 +230,78 @@ def apply(round_id: int, *, now: datetime | None = None) -> Round | None:
     if failed is not None:
         return _failed(rnd, failed, now or timezone.now())
     now = now or timezone.now()
-    arm_wait(rnd.cycle, rnd, now)
-    merge.notice_pr(rnd.cycle, rnd)
+    cycle = rnd.cycle
+    if check.needed(cycle):
+        start_check(cycle, rnd, now)
+        return rnd
+    check.no_check(rnd)
+    arm_wait(cycle, rnd, now)
+    merge.notice_pr(cycle, rnd)
     merge.gate(rnd, now=now)
     return rnd
+
+
+# --- Apply → check → merge -----------------------------------------------------------------
+
+
+def start_check(cycle: Cycle, rnd: Round, now: datetime) -> Cycle:
+    """Open the pre-merge check of ``rnd``'s PR: replays created, the cycle ``checking``, each replay started."""
+    step, replays = check.begin(rnd, now)
+    _move(cycle, step, now)
+    merge.notice_pr(cycle, rnd, checking=True)
+    for replay_id in replays:
+        enqueue("replay", replay_id)
+    return cycle
+
+
+def replay(replay_id: int, *, now: datetime | None = None) -> None:
+    """Run one replay of a check on this worker, then read the check (its last side may just have landed)."""
+    ran = check.run(replay_id, now=now)
+    if ran is not None:
+        evaluate_check(ran.round.cycle)
+
+
+def evaluate_check(cycle: Cycle, now: datetime | None = None) -> str | None:
+    """Read the check of ``cycle`` once; act on its answer. Returns the verdict, or None while it waits.
+
+    The cycle row is locked while it is read, so two landing grades answer it once.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        fresh = Cycle.objects.select_for_update().select_related("entity").filter(pk=cycle.pk).first()
+        if fresh is None or fresh.phase != Cycle.Phase.CHECKING or fresh.status:
+            return None
+        answered = check.evaluate(fresh, now)
+        if answered is None:
+            return None
+        if answered.settle is not None:
+            settle(fresh, answered.settle.status, reason=answered.settle.reason, now=now)
+        else:
+            rnd = check.checking_round(fresh)
+            arm_wait(fresh, rnd, now)  # the merge wait counts from the check's answer
+            if answered.demote:
+                merge.demote(rnd, answered.demote)
+            else:
+                merge.gate(rnd, now=now, sha=rnd.checked_sha)
+    cycle.refresh_from_db()
+    return answered.verdict
+
+
+def check_tick(now: datetime | None = None) -> dict[str, int]:
+    """Start replays nobody started (a lost message, a dead worker) and read every check (its deadline may be past)."""
+    now = now or timezone.now()
+    started = 0
+    for replay_id in check.due_replays(now):
+        STEPS["replay"](replay_id)
+        started += 1
+    check.book_missing()
+    answered = 0
+    for cycle in Cycle.objects.filter(phase=Cycle.Phase.CHECKING).order_by("check_deadline", "pk"):
+        try:
+            answered += int(evaluate_check(cycle, now) is not None)
+        except Exception:
+            log.exception("loop: cycle %s: reading its check failed; read again on the next tick", cycle.pk)
+    return {"replays": started, "checks": answered}
 
 
 def arm_wait(cycle: Cycle, rnd: Round, now: datetime | None = None) -> Cycle:
@@ -241,7 +310,7 @@ def arm_wait(cycle: Cycle, rnd: Round, now: datetime | None = None) -> Cycle:
     return _move(cycle, merge.arm_wait(cycle, rnd, now), now)
 
 
-POLLED_PHASES = (Cycle.Phase.MERGE_WAIT, Cycle.Phase.REVERTING)
+POLLED_PHASES = (Cycle.Phase.CHECKING, Cycle.Phase.MERGE_WAIT, Cycle.Phase.REVERTING)
 
 
 def poll(cycle: Cycle, now: datetime | None = None) -> str:
@@ -251,6 +320,15 @@ def poll(cycle: Cycle, now: datetime | None = None) -> str:
     """
     now = now or timezone.now()
     with transaction.atomic():
+        if cycle.phase == Cycle.Phase.CHECKING:
+            step = check.poll(cycle, now)
+            if step is None:
+                return "open"
+            if isinstance(step, Move):
+                open_watch(cycle, step.at or now, evaluated_at=now)
+                return "merged"
+            settle(cycle, step.status, reason=step.reason, now=now)
+            return "lost" if step.status == Cycle.Status.FAILED else "closed"
         if cycle.phase == Cycle.Phase.MERGE_WAIT:
             step = merge.poll(cycle, now)
             if step is None:
@@ -301,7 +379,7 @@ def cycle_of_pull(number: int) -> Cycle | None:
     """Return the live cycle following PR ``number``: as its apply PR in merge_wait, or as its revert PR."""
     return (
         Cycle.objects.filter(
-            Q(phase=Cycle.Phase.MERGE_WAIT, rounds__pr_number=number)
+            Q(phase__in=(Cycle.Phase.CHECKING, Cycle.Phase.MERGE_WAIT), rounds__pr_number=number)
             | Q(phase=Cycle.Phase.REVERTING, rounds__revert_pr_number=number)
         )
         .select_related("entity")
@@ -413,11 +491,12 @@ def evaluate(cycle: Cycle, now: datetime | None = None) -> str | None:
 def on_grades(grade_ids: list[Any], *, now: datetime | None = None) -> int:
     """Hear landed grades: read the watch of every watching cycle of their entities; return how many settled."""
     now = now or timezone.now()
+    answered = sum(evaluate_check(Cycle(pk=pk), now) is not None for pk in check.cycles_of(list(grade_ids)))
     entity_ids = set(Grade.objects.filter(pk__in=list(grade_ids)).values_list("entity_id", flat=True))
     if not entity_ids:
-        return 0
+        return answered
     watching = Cycle.objects.filter(phase=Cycle.Phase.WATCHING, entity_id__in=entity_ids).order_by("pk")
-    return sum(evaluate(cycle, now) is not None for cycle in watching)
+    return answered + sum(evaluate(cycle, now) is not None for cycle in watching)
 
 
 def watch_tick(now: datetime | None = None) -> int:
@@ -504,5 +583,12 @@ def sweep_lost(*, now: datetime | None = None, after: timedelta = timedelta(minu
 
 
 def tick(now: datetime | None = None) -> dict[str, int]:
-    """The loop's clock: poll pull requests that are due, read every watch, recover lost rounds."""
-    return {"polled": poll_due(now), "watches": watch_tick(now), "lost": sweep_lost(now=now)}
+    """The loop's clock: start lost replays and read every check, poll due pull requests, read every watch, recover lost rounds."""
+    checks = check_tick(now)
+    return {
+        "polled": poll_due(now),
+        "checks": checks["checks"],
+        "replays": checks["replays"],
+        "watches": watch_tick(now),
+        "lost": sweep_lost(now=now),
+    }

@@ -53,14 +53,17 @@ def arm_wait(cycle: Cycle, round: Round, now: datetime) -> Move:
     )
 
 
-def notice_pr(cycle: Cycle, rnd: Round) -> None:
+def notice_pr(cycle: Cycle, rnd: Round, *, checking: bool = False) -> None:
     from hitl.actions import post_notice
 
+    after = "A person merges it" if not checking else "The pre-merge check replays it on the frozen inputs first; then"
+    if checking:
+        after += " the merge gate decides"
     post_notice(
         producer=PRODUCER,
         kind="pr-opened",
         title=f"{cycle.entity.name or cycle.entity.slug}: PR #{rnd.pr_number} opened (cycle {cycle.pk})",
-        text=f"{rnd.summary}\n\nA person merges it: {rnd.pr_url}",
+        text=f"{rnd.summary}\n\n{after}: {rnd.pr_url}",
         url=rnd.pr_url,
         subject=f"cycle {cycle.pk}",
     )
@@ -69,9 +72,11 @@ def notice_pr(cycle: Cycle, rnd: Round) -> None:
 # --- The gate --------------------------------------------------------------------------
 
 
-def gate(rnd: Round, *, now: datetime) -> None:
+def gate(rnd: Round, *, now: datetime, sha: str = "") -> None:
     """Staff the merge gate: under merge: auto arm the forge's auto-merge (the loop never merges itself).
 
+    The arm is bound to ``sha`` (the commit the pre-merge check checked; the
+    PR's head where there is no check), so a head pushed since is refused.
     A forge that refuses the arm, the breaker or the calibration hold demote the round to a person's merge.
     """
     from evolution.forges import ForgeError, get_forge
@@ -89,7 +94,7 @@ def gate(rnd: Round, *, now: datetime) -> None:
     Round.objects.filter(pk=rnd.pk).update(merge_gate=autonomy.AUTO)
     rnd.merge_gate = autonomy.AUTO
     try:
-        get_forge().arm_auto_merge(rnd.pr_number, method=method, sha=rnd.head_sha, by=cycle.actor)
+        get_forge().arm_auto_merge(rnd.pr_number, method=method, sha=sha or rnd.head_sha, by=cycle.actor)
     except ForgeError as exc:
         demote(rnd, str(exc) if str(exc).startswith("auto-merge unavailable") else f"auto-merge unavailable: {exc}")
 

@@ -27,6 +27,7 @@ from evolution.core.cycles import (
     loop_terms,
     terms_of,
 )
+from evolution.loop.freeze import FreezeRefused, freeze
 from evolution.loop.pipelines import refusal as proposer_refusal
 from evolution.models import Cycle, Round
 from evolution.presets.resolve import request_window
@@ -186,6 +187,13 @@ def open_cycle(
         judge = current_judge(entity)
     except JudgeUnresolved as exc:
         return _judge_unresolved(entity, origin=origin, anchor=anchor, window=window, now=now, error=str(exc))
+    # Right after the judge, what the check will measure on: written once, never recomputed.
+    try:
+        frozen = freeze(Cycle(entity=entity, anchor=anchor, window=window, judge=judge), now=now)
+    except FreezeRefused as exc:
+        return _judge_unresolved(
+            entity, origin=origin, anchor=anchor, window=window, now=now, error=str(exc), kind="freeze-refused"
+        )
     try:
         with transaction.atomic():
             cycle = Cycle.objects.create(
@@ -198,6 +206,7 @@ def open_cycle(
                 anchor=anchor,
                 window=window,
                 judge=judge,
+                frozen=frozen,
                 terms=terms_of(entity),
                 requested_by=requested_by if getattr(requested_by, "pk", None) else None,
                 idea=idea,
@@ -236,17 +245,25 @@ def _take_idea(idea: Any, cycle: Cycle) -> bool:
 
 
 def _judge_unresolved(
-    entity: Entity, *, origin: str, anchor: Execution | None, window: dict[str, Any], now: datetime, error: str
+    entity: Entity,
+    *,
+    origin: str,
+    anchor: Execution | None,
+    window: dict[str, Any],
+    now: datetime,
+    error: str,
+    kind: str = "judge-unresolved",
 ) -> Opened:
-    """A judge that cannot be resolved ends the proposal before anything is paid for or applied: the cycle's row
-    settles skipped and a notice names the file (seed 003, "The judge is pinned to the cycle").
+    """A judge that cannot be resolved (or a frozen set the brain will not yield, ``kind`` "freeze-refused") ends the
+    proposal before anything is paid for or applied: the cycle's row settles skipped and a notice names the file
+    (seed 003, "The judge is pinned to the cycle", "What a cycle freezes").
     """
     from evolution.core.cycles import NOTICE_PRODUCER
     from hitl.actions import post_notice
 
     reason = f"{error} — a change the loop cannot measure is a change it will not make; nothing was proposed"
     cycle, created = Cycle.objects.get_or_create(
-        key=f"{cycle_key(entity, origin, anchor, now)}:judge",
+        key=f"{cycle_key(entity, origin, anchor, now)}:{'judge' if kind == 'judge-unresolved' else 'freeze'}",
         defaults={
             "entity": entity,
             "origin": origin,
@@ -263,10 +280,11 @@ def _judge_unresolved(
     )
     if not created:
         return Opened(cycle, False, cycle.reason)
+    what = "its judge cannot be resolved" if kind == "judge-unresolved" else "its check's inputs cannot be frozen"
     post_notice(
         producer=NOTICE_PRODUCER,
-        kind="judge-unresolved",
-        title=f"{entity.name or entity.slug}: cycle {cycle.pk} set aside — its judge cannot be resolved",
+        kind=kind,
+        title=f"{entity.name or entity.slug}: cycle {cycle.pk} set aside — {what}",
         text=reason,
         subject=f"cycle {cycle.pk}",
     )

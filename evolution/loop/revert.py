@@ -128,7 +128,8 @@ def due(cycle: Cycle) -> str | None:
     if cycle.confounded_by or cycle.confounded_by_edit:
         return None  # a confounded watch is never undone on a guess
     if cycle.status == Cycle.Status.REGRESSED:
-        return REGRESSED
+        # A change the pre-merge check regressed never shipped: its PR was closed, there is nothing to undo.
+        return REGRESSED if cycles.merged_round(cycle) else None
     if cycle.status != Cycle.Status.UNVALIDATED:
         return None
     watch = cycles.loop_terms(cycle.entity).get("watch") or {}

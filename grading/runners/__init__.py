@@ -64,8 +64,12 @@ def run_entity(
     gateway: Any = None,
     catalogue: Any = None,
     checkout: Checkout | None = None,
+    execution: Execution | None = None,
 ) -> Execution:
     """Run ``entity`` once and return its finished execution.
+
+    ``execution`` is a running row made beforehand (a replay prepared by
+    ``grading.replays.prepare``) to run instead of starting a new one.
 
     ``gateway`` and ``catalogue`` default to the configured ones (made on
     first use, closed at the end); ``checkout`` to the engine's brain
@@ -75,7 +79,8 @@ def run_entity(
     """
     check_runnable(entity, input)
     runner = _runner_for(entity)
-    execution = start_execution(entity, input=input or {}, source=source, loop_launched=loop_launched, user=user)
+    if execution is None:
+        execution = start_execution(entity, input=input or {}, source=source, loop_launched=loop_launched, user=user)
     resources = _Resources(gateway=gateway, catalogue=catalogue)
     model = (entity.frontmatter or {}).get("model")
     recorder = RunRecorder(execution, resources, model=model if isinstance(model, str) else "")

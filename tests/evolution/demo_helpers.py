@@ -40,8 +40,26 @@ def run(ctx, brief):
 """
 
 
+def brain_without_check(source: Path, target: Path) -> Path:
+    """A copy of the demo brain whose classifiers declare ``check: {mode: none}`` (no pre-merge check)."""
+    import shutil
+
+    shutil.copytree(source, target)
+    for rel in ("features/support/triage/triage.scenario.md", "features/support/urgency/urgency.scenario.md"):
+        path = target / rel
+        text = path.read_text()
+        assert "\nloop:\n  enabled: true\n" in text, rel
+        path.write_text(
+            text.replace("\nloop:\n  enabled: true\n", "\nloop:\n  enabled: true\n  check: {mode: none}\n", 1)
+        )
+    return target
+
+
 @pytest.fixture
-def embedded(settings, tmp_path: Path, celery_eager):
+def embedded(settings, tmp_path: Path, celery_eager, request):
+    if request.node.get_closest_marker("no_check"):
+        # A test of the watch, the revert or the merge gate alone: the classifiers skip the pre-merge check.
+        settings.DEMO_BRAIN_DIR = brain_without_check(Path(settings.DEMO_BRAIN_DIR), tmp_path / "demo-brain")
     settings.VAR_DIR = tmp_path
     settings.BRAIN_REPO = ""
     settings.BRAIN_CHECKOUT = tmp_path / "brain"

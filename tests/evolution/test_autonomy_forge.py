@@ -18,7 +18,11 @@ from hitl.models import Card, Notice
 from singularity.brain.git import clone, git
 from tests.evolution.demo_helpers import SABOTEUR, SABOTEUR_SCENARIO, person_commits, run, tickets, triage, wrong
 
-pytestmark = [pytest.mark.django_db(transaction=True)]
+# The watch and the merge gate alone: the pre-merge check has its own tests (test_check_*.py).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.no_check]
+
+#: A status the brain's own CI posts (not the loop).
+CI = "ci/tests"
 
 
 def autonomy_block(block: str) -> str:
@@ -78,7 +82,8 @@ def test_a_forbidden_merge_method_is_refused(embedded, tmp_path):
 
 
 def test_an_arm_lands_only_once_every_required_status_is_green_and_drops_when_the_head_moves(embedded, tmp_path):
-    embedded.LOCAL_FORGE_REQUIRED_STATUSES = ["singularity/diff-gate", VALIDATION]
+    # The brain's own CI is required too (the loop posts its own two statuses itself).
+    embedded.LOCAL_FORGE_REQUIRED_STATUSES = ["singularity/diff-gate", VALIDATION, CI]
     go_autonomous(embedded, tmp_path)
     cycle, _ = drive_until_cycle(tickets())
     rnd = cycle.rounds.get(number=1)
@@ -93,7 +98,7 @@ def test_an_arm_lands_only_once_every_required_status_is_green_and_drops_when_th
     forge = LocalForge()
     info = forge.get_pull(pull.number)
     assert info.auto_merge is None
-    forge.set_status(info.head_sha, VALIDATION, "success", "checked")
+    forge.set_status(info.head_sha, CI, "success", "tests passed")
     assert forge.get_pull(pull.number).state == "open"  # nothing armed: green alone merges nothing
     machine.on_pull_event(pull.number)
     rnd.refresh_from_db()
@@ -101,13 +106,14 @@ def test_an_arm_lands_only_once_every_required_status_is_green_and_drops_when_th
 
 
 def test_an_armed_head_merges_when_its_last_required_status_turns_green(embedded, tmp_path):
-    embedded.LOCAL_FORGE_REQUIRED_STATUSES = ["singularity/diff-gate", VALIDATION]
+    # The brain's own CI is required too (the loop posts its own two statuses itself).
+    embedded.LOCAL_FORGE_REQUIRED_STATUSES = ["singularity/diff-gate", VALIDATION, CI]
     go_autonomous(embedded, tmp_path)
     cycle, _ = drive_until_cycle(tickets())
     rnd = cycle.rounds.get(number=1)
     forge = LocalForge()
     assert forge.get_pull(rnd.pr_number).state == "open"
-    forge.set_status(rnd.head_sha, VALIDATION, "success", "checked")
+    forge.set_status(rnd.head_sha, CI, "success", "tests passed")
     assert forge.get_pull(rnd.pr_number).state == "merged"
     cycle.refresh_from_db()
     assert cycle.phase == Cycle.Phase.WATCHING

@@ -20,7 +20,8 @@ from grading.demo import TRIAGE_PATH
 from hitl.models import Card, Notice
 from tests.evolution.demo_helpers import SABOTEUR, SABOTEUR_SCENARIO, person_commits, run, tickets, triage, wrong
 
-pytestmark = [pytest.mark.django_db(transaction=True)]
+# The watch and the merge gate alone: the pre-merge check has its own tests (test_check_*.py).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.no_check]
 
 
 def cycles_now() -> list[Cycle]:

@@ -1,0 +1,539 @@
+"""The pre-merge check: replay the candidate and the incumbent on the frozen inputs, judge the pairs, speak on the PR.
+
+Seed 003, "What the check does". Once the apply PR of a cycle with a frozen
+set is open, and before anyone merges it:
+
+1. ``begin`` pins the head (``checked_sha``), sets ``singularity/validation``
+   pending on it, and creates the replays — ``trials`` candidate runs at the
+   head for every frozen input, ``trials`` incumbent runs at the frozen base for
+   every input without a comparable score — their execution ids on the round
+   (``check_run_ids``, ``baseline_run_ids``) before the wait opens. The machine
+   starts each on a worker (``run``); a replay nobody started, or whose worker
+   died, is due again (``due_replays``, swept on the clock).
+2. ``evaluate`` waits for every side's grade up to ``check.deadlineHours``
+   (a candidate that could not even start is read at once as the change
+   failing that run), then answers over the pairs: the judge's health and the
+   bar first, then the entity's ``verdict(spec, pairs)``, the project's
+   (``LOOP_VERDICT``) or the engine's rules (``evolution.presets.pairs``). A
+   verdict function that will not load or throws makes the check inconclusive.
+3. What the answer does is the machine's (``Answered``): regressed closes the
+   PR (``failure``), validated lets the merge gate proceed (``success``), an
+   unvalidated or inconclusive one (``error``) follows
+   ``autonomy.onInconclusive`` — a person's merge, ``ship`` (``success`` "by
+   policy") or ``close``.
+
+The record (``check_verdict``) is stored verbatim on the round: the verdict,
+the rule that answered, the reason ending "held-out k of n", per-metric and
+per-input readings, the pairs.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from evolution.core.polling import FIRST_INTERVAL_S, back_off
+from evolution.loop import freeze as freezing
+from evolution.loop.steps import Move, Settle
+from evolution.models import Cycle, Replay, Round
+from evolution.presets import pairs as P
+from evolution.presets.base import ComparatorFault
+from evolution.steering import autonomy
+from grading.models import Execution, Grade
+from grading.pin import comparable
+
+log = logging.getLogger(__name__)
+
+#: How long a worker holds a replay it took before the sweep hands it to another.
+LEASE = timedelta(minutes=15)
+#: A replay nobody took this long after it was created is started again by the sweep.
+UNTAKEN_AFTER = timedelta(minutes=2)
+#: GitHub keeps a commit status's description to 140 characters.
+DESCRIPTION_CHARS = 140
+
+VALIDATED, REGRESSED, UNVALIDATED = "validated", "regressed", "unvalidated"
+HUMAN, SHIP, CLOSE = "human", "ship", "close"
+
+
+def description(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= DESCRIPTION_CHARS else text[: DESCRIPTION_CHARS - 1] + "…"
+
+
+def _forge() -> Any:
+    from evolution.forges import get_forge
+
+    return get_forge()
+
+
+def needed(cycle: Cycle) -> bool:
+    """Whether the cycle's PR is checked before any merge: it froze a set with at least one input."""
+    frozen = cycle.frozen or {}
+    return frozen.get("mode") == freezing.REPLAY and bool(frozen.get("slots"))
+
+
+def trials_of(cycle: Cycle) -> int:
+    return max(1, min(3, int(((cycle.frozen or {}).get("terms") or {}).get("trials") or 1)))
+
+
+def deadline_hours(cycle: Cycle) -> float:
+    """``check.deadlineHours`` as the entity's terms hold it when the check starts (read once)."""
+    return float(freezing.check_terms(cycle.entity).get("deadlineHours") or 24)
+
+
+# --- 1. Begin ----------------------------------------------------------------------------------------
+
+
+def no_check(rnd: Round) -> None:
+    """A PR with no pre-merge check says so on ``singularity/validation`` (a required status then holds nothing back)."""
+    cycle = rnd.cycle
+    why = "no pre-merge check: this entity is judged by the watch after the merge"
+    if cycle.frozen is not None and not (cycle.frozen or {}).get("slots"):
+        why = "no pre-merge check: the cycle froze no inputs (no graded runs, no golden cases)"
+    from evolution.forges.base import VALIDATION
+
+    _forge().set_status(rnd.head_sha, VALIDATION, "success", description(why))
+
+
+def begin(rnd: Round, now: datetime) -> tuple[Move, list[int]]:
+    """Pin the head, set the status pending, create every replay; return the move to ``checking`` and the replays."""
+    from evolution.forges.base import VALIDATION
+    from grading.replays import prepare
+
+    cycle = rnd.cycle
+    entity = cycle.entity
+    frozen = cycle.frozen or {}
+    trials = trials_of(cycle)
+    slots = list(frozen.get("slots") or [])
+    base = str(frozen.get("baseSha") or rnd.base_sha)
+    head = rnd.head_sha
+    with transaction.atomic():
+        replays: list[Replay] = []
+        candidates: list[str] = []
+        incumbents: list[str] = []
+        for index, slot in enumerate(slots):
+            for trial in range(1, trials + 1):
+                execution = prepare(entity, input=slot.get("input") or {}, commit=head, now=now)
+                replays.append(
+                    Replay(
+                        round=rnd, side=Replay.Side.CANDIDATE, slot=index, trial=trial, commit=head, execution=execution
+                    )
+                )
+                candidates.append(str(execution.pk))
+            if slot.get("score") is None:
+                for trial in range(1, trials + 1):
+                    execution = prepare(entity, input=slot.get("input") or {}, commit=base, now=now)
+                    replays.append(
+                        Replay(
+                            round=rnd,
+                            side=Replay.Side.INCUMBENT,
+                            slot=index,
+                            trial=trial,
+                            commit=base,
+                            execution=execution,
+                        )
+                    )
+                    incumbents.append(str(execution.pk))
+        Replay.objects.bulk_create(replays)
+        rnd.checked_sha = head
+        rnd.check_run_ids = candidates
+        rnd.baseline_run_ids = incumbents
+        rnd.check_verdict = None
+        rnd.save(update_fields=["checked_sha", "check_run_ids", "baseline_run_ids", "check_verdict"])
+    held = freezing.held_out_text(frozen)
+    _forge().set_status(
+        head,
+        VALIDATION,
+        "pending",
+        description(f"The pre-merge check replays {len(slots)} input(s) × {trials} ({held}); waiting for the grades"),
+    )
+    log.info(
+        "loop: cycle %s round %s: the check replays %d candidate and %d incumbent run(s) on %s",
+        cycle.pk,
+        rnd.number,
+        len(candidates),
+        len(incumbents),
+        head[:12],
+    )
+    ids = list(Replay.objects.filter(round=rnd).order_by("pk").values_list("pk", flat=True))
+    return (
+        Move(
+            Cycle.Phase.CHECKING,
+            {
+                "check_deadline": now + timedelta(hours=deadline_hours(cycle)),
+                "next_poll_at": now + timedelta(seconds=FIRST_INTERVAL_S),
+                "poll_interval_s": FIRST_INTERVAL_S,
+            },
+            at=now,
+        ),
+        ids,
+    )
+
+
+# --- Running one replay ------------------------------------------------------------------------------
+
+
+def take(replay_id: int, now: datetime) -> Replay | None:
+    """Take replay ``replay_id`` for this worker (a conditional update); None when it is done or someone holds it."""
+    taken = (
+        Replay.objects.filter(pk=replay_id, finished_at=None, round__cycle__phase=Cycle.Phase.CHECKING)
+        .filter(Q(started_at=None) | Q(started_at__lt=now - LEASE))
+        .update(started_at=now)
+    )
+    if not taken:
+        return None
+    return Replay.objects.select_related("round", "round__cycle", "execution", "execution__entity").get(pk=replay_id)
+
+
+def run(replay_id: int, *, now: datetime | None = None) -> Replay | None:
+    """Run one replay at its commit (it acts on nothing); return it, or None when it was not this worker's to run."""
+    from grading.replays import run_replay
+
+    now = now or timezone.now()
+    replay = take(replay_id, now)
+    if replay is None or replay.execution is None:
+        return None
+    ref = replay.round.branch if replay.side == Replay.Side.CANDIDATE else ""
+    try:
+        execution = run_replay(replay.execution, ref=ref)
+    finally:
+        Replay.objects.filter(pk=replay.pk).update(finished_at=timezone.now())
+    book(execution, replay.round.cycle_id)
+    return replay
+
+
+def book(execution: Execution, cycle_id: int) -> None:
+    """Book a finished replay's grading, due at once, under the cycle's judge (a replay is never sampled)."""
+    from grading.booking import GradingOff, book_exempt
+
+    if execution.status != Execution.Status.SUCCEEDED:
+        return  # a replay that died is read as the change failing that run; nobody grades it
+    try:
+        book_exempt(execution, f"check:{cycle_id}")
+    except GradingOff as exc:
+        log.warning("loop: cycle %s: replay %s cannot be graded: %s", cycle_id, execution.pk, exc)
+
+
+def book_missing() -> int:
+    """Book the finished replays of checking cycles that have no grade yet (a worker died between run and booking)."""
+    missing = list(
+        Replay.objects.filter(
+            round__cycle__phase=Cycle.Phase.CHECKING,
+            execution__status=Execution.Status.SUCCEEDED,
+            execution__grade__isnull=True,
+        ).select_related("execution", "execution__entity", "round")[:500]
+    )
+    for replay in missing:
+        book(replay.execution, replay.round.cycle_id)
+    return len(missing)
+
+
+def due_replays(now: datetime) -> list[int]:
+    """Replays of checking cycles nobody started in time, or whose worker's hold ran out (the sweep starts them)."""
+    return list(
+        Replay.objects.filter(round__cycle__phase=Cycle.Phase.CHECKING, finished_at=None)
+        .filter(Q(started_at=None, created_at__lt=now - UNTAKEN_AFTER) | Q(started_at__lt=now - LEASE))
+        .filter(Q(execution=None) | Q(execution__status=Execution.Status.RUNNING))
+        .order_by("pk")
+        .values_list("pk", flat=True)[:500]
+    )
+
+
+def frozen_judge(grade: Grade) -> dict[str, Any] | None:
+    """The judge a replay's cycle pinned, when ``grade`` is of one of the check's replays; else None."""
+    judge = Replay.objects.filter(execution_id=grade.execution_id).values_list("round__cycle__judge", flat=True).first()
+    return dict(judge) if judge else None
+
+
+def cycles_of(execution_ids: list[Any]) -> list[int]:
+    """The checking cycles whose replays are among ``execution_ids``."""
+    return sorted(
+        set(
+            Replay.objects.filter(
+                execution_id__in=list(execution_ids), round__cycle__phase=Cycle.Phase.CHECKING
+            ).values_list("round__cycle_id", flat=True)
+        )
+    )
+
+
+# --- 2. The pairs -----------------------------------------------------------------------------------
+
+
+def checking_round(cycle: Cycle) -> Round | None:
+    return cycle.rounds.exclude(checked_sha="").filter(status=Round.Status.APPLIED).order_by("-number").first()
+
+
+def _side(execution: Execution | None, grade: Grade | None, judge: dict[str, Any], *, closing: bool) -> P.Side:
+    if execution is None:
+        return P.Side(P.NOT_RUN)
+    run_id = str(execution.pk)
+    if execution.status == Execution.Status.RUNNING:
+        return P.Side(P.UNFINISHED, run_id=run_id)
+    if execution.status == Execution.Status.FAILED:
+        return P.Side(P.NOT_RUN, run_id=run_id)
+    if grade is None or grade.status in (Grade.Status.BOOKED, Grade.Status.GRADING):
+        return P.Side(P.UNFINISHED, run_id=run_id)
+    if grade.status != Grade.Status.GRADED or not comparable(grade.judge, judge):
+        return P.Side(P.UNGRADED, run_id=run_id)
+    state = P.VIABLE if grade.passed else P.FAILED
+    return P.Side(state, vector=dict(grade.metrics or {}), run_id=run_id)
+
+
+def read_pairs(cycle: Cycle, rnd: Round, *, closing: bool = False) -> list[P.Pair]:
+    """The check's pairs, one per frozen input and trial, each side read as it stands now (three queries)."""
+    frozen = cycle.frozen or {}
+    judge = dict(cycle.judge or {})
+    slots = list(frozen.get("slots") or [])
+    replays = list(Replay.objects.filter(round=rnd).select_related("execution"))
+    grades = {
+        g.execution_id: g
+        for g in Grade.objects.filter(execution_id__in=[r.execution_id for r in replays if r.execution_id])
+    }
+    sides: dict[tuple[str, int, int], P.Side] = {}
+    for replay in replays:
+        grade = grades.get(replay.execution_id) if replay.execution_id else None
+        sides[(replay.side, replay.slot, replay.trial)] = _side(replay.execution, grade, judge, closing=closing)
+    pairs = []
+    for index, slot in enumerate(slots):
+        for trial in range(1, trials_of(cycle) + 1):
+            candidate = sides.get((Replay.Side.CANDIDATE, index, trial), P.Side(P.UNFINISHED))
+            score = slot.get("score")
+            if score is not None:
+                state = P.VIABLE if score.get("passed") else P.FAILED
+                baseline = P.Side(state, vector=dict(score.get("vector") or {}), run_id=slot.get("runId"), frozen=True)
+            else:
+                baseline = sides.get((Replay.Side.INCUMBENT, index, trial), P.Side(P.UNFINISHED))
+            source = f"run {slot['runId']}" if slot.get("runId") else f"case {slot.get('caseId')}"
+            pairs.append(
+                P.Pair(
+                    slot=index,
+                    trial=trial,
+                    source=source,
+                    label=str(slot.get("label") or ""),
+                    held_out=bool(slot.get("heldOut")),
+                    golden=slot.get("kind") == "case",
+                    input=slot.get("input"),
+                    baseline=baseline,
+                    candidate=candidate,
+                )
+            )
+    return pairs
+
+
+def progress(cycle: Cycle) -> tuple[int, int]:
+    """(pairs graded on both sides, pairs) — what the fleet shows while a check waits."""
+    rnd = checking_round(cycle)
+    if rnd is None:
+        return 0, 0
+    pairs = read_pairs(cycle, rnd)
+    done = sum(p.candidate.state not in (P.UNFINISHED,) and p.baseline.state not in (P.UNFINISHED,) for p in pairs)
+    return done, len(pairs)
+
+
+# --- 2b. The verdict --------------------------------------------------------------------------------
+
+
+def _max_share(cycle: Cycle) -> Decimal:
+    judge = ((cycle.entity.terms or {}).get("evaluation") or {}).get("judge") or {}
+    value = judge.get("maxUngradedShare")
+    return Decimal(str(value)) if value is not None else Decimal("0.34")
+
+
+def _verdict_function(cycle: Cycle) -> tuple[str, Any]:
+    """The entity's ``verdict`` (its loop module), else the project's ``LOOP_VERDICT``, else the engine's rules."""
+    from evolution.presets.resolve import checked_module_function
+
+    function = checked_module_function(cycle.entity, "verdict")
+    if function is not None:
+        return "module", function
+    path = getattr(settings, "LOOP_VERDICT", "")
+    if path:
+        try:
+            return "project", import_string(path)
+        except ImportError as exc:
+            raise ComparatorFault(f"LOOP_VERDICT {path!r} cannot be imported: {exc}") from exc
+    return "engine", None
+
+
+def _call_brain(function: Any, *args: Any) -> Any:
+    """Brain code runs under the deadline wrapper where there is one (singularity.brain), else directly."""
+    try:
+        from singularity.brain.deadline import call_with_deadline  # type: ignore[import-not-found]
+    except ImportError:
+        return function(*args)
+    return call_with_deadline(function, *args, what="verdict()")
+
+
+def judge_pairs(cycle: Cycle, pairs: list[P.Pair]) -> P.Verdict:
+    """The verdict over ``pairs``: health first, then the comparator; a brain comparator that fails is inconclusive."""
+    sick = P.health(pairs, max_ungraded_share=_max_share(cycle))
+    held = freezing.held_out_text(cycle.frozen)
+    if sick is not None:
+        sick.reason = f"{sick.reason}; {held}" if held else sick.reason
+        return sick
+    terms = cycle.entity.terms or {}
+    try:
+        which, function = _verdict_function(cycle)
+        if function is None:
+            return P.engine_verdict(terms, pairs, held_out=held)
+        spec = {"metrics": (terms.get("evaluation") or {}).get("metrics") or {}, "heldOut": held}
+        answer = P.brain_verdict(function, spec, pairs, which=which, call=_call_brain)
+    except (ComparatorFault, P.VerdictFault) as fault:
+        return P.Verdict(UNVALIDATED, f"inconclusive: {fault}", rule="fault", inconclusive=True)
+    if held and held not in answer.reason:
+        answer.reason = f"{answer.reason}; {held}" if answer.reason else held
+    return answer
+
+
+def record(cycle: Cycle, rnd: Round, pairs: list[P.Pair], verdict: P.Verdict, now: datetime) -> dict[str, Any]:
+    return {
+        "verdict": verdict.verdict,
+        "inconclusive": verdict.inconclusive,
+        "rule": verdict.rule,
+        "reason": verdict.reason,
+        "perMetric": verdict.per_metric,
+        "perInput": verdict.per_input,
+        "heldOut": (cycle.frozen or {}).get("heldOut"),
+        "checkedSha": rnd.checked_sha,
+        "baseSha": (cycle.frozen or {}).get("baseSha"),
+        "pairs": [p.as_json() for p in pairs],
+        "answeredAt": now.isoformat(),
+    }
+
+
+@dataclass(frozen=True)
+class Answered:
+    """What the check's answer asks of the machine: settle, or go on to the merge gate (``demote``: a person's merge)."""
+
+    verdict: str
+    reason: str
+    settle: Settle | None = None
+    demote: str = ""
+
+
+def _status(rnd: Round, state: str, text: str) -> None:
+    from evolution.forges import ForgeError
+    from evolution.forges.base import VALIDATION
+
+    try:
+        _forge().set_status(rnd.checked_sha, VALIDATION, state, description(text))
+    except ForgeError as exc:
+        log.warning("loop: cycle %s: singularity/validation could not be set to %s: %s", rnd.cycle_id, state, exc)
+
+
+def _close(rnd: Round, cycle: Cycle) -> str:
+    from evolution.forges import ForgeError
+
+    forge = _forge()
+    try:
+        if hasattr(forge, "disarm_auto_merge"):
+            forge.disarm_auto_merge(rnd.pr_number)
+        forge.close_pull(rnd.pr_number, by=cycle.actor)
+    except ForgeError as exc:
+        log.warning("loop: cycle %s: PR #%s could not be closed: %s", cycle.pk, rnd.pr_number, exc)
+        return f" (closing it failed: {exc})"
+    Round.objects.filter(pk=rnd.pk).update(status=Round.Status.CLOSED)
+    return ""
+
+
+def on_inconclusive(cycle: Cycle) -> str:
+    """``autonomy.onInconclusive``: human (default), ship or close."""
+    value = autonomy.policy(cycle.entity).get("onInconclusive") or HUMAN
+    return value if value in (HUMAN, SHIP, CLOSE) else HUMAN
+
+
+def answer(cycle: Cycle, rnd: Round, verdict: P.Verdict, pairs: list[P.Pair], now: datetime) -> Answered:
+    """Store the check's record, speak on the PR and say what the machine does next."""
+    kept = record(cycle, rnd, pairs, verdict, now)
+    policy = on_inconclusive(cycle) if verdict.verdict == UNVALIDATED else ""
+    kept["onInconclusive"] = policy or None
+    if policy == SHIP:
+        kept["shippedByPolicy"] = True
+    Round.objects.filter(pk=rnd.pk).update(check_verdict=kept)
+    rnd.check_verdict = kept
+    log.info(
+        "loop: cycle %s round %s: the check answered %s: %s", cycle.pk, rnd.number, verdict.verdict, verdict.reason
+    )
+    if verdict.verdict == REGRESSED:
+        _status(rnd, "failure", f"Regressed: {verdict.reason}")
+        closed = _close(rnd, cycle)
+        return Answered(
+            REGRESSED,
+            verdict.reason,
+            settle=Settle(
+                Cycle.Status.REGRESSED,
+                f"the pre-merge check regressed PR #{rnd.pr_number}, which the loop closed unmerged (nothing shipped): "
+                f"{verdict.reason}{closed}",
+            ),
+        )
+    if verdict.verdict == VALIDATED:
+        _status(rnd, "success", f"Validated: {verdict.reason}")
+        return Answered(VALIDATED, verdict.reason)
+    word = "inconclusive" if verdict.inconclusive else "unvalidated"
+    if policy == SHIP:
+        _status(
+            rnd, "success", f"{word}; merged without proof by policy (autonomy.onInconclusive: ship): {verdict.reason}"
+        )
+        return Answered(UNVALIDATED, verdict.reason)
+    _status(rnd, "error", f"{word.capitalize()}: {verdict.reason}")
+    if policy == CLOSE:
+        closed = _close(rnd, cycle)
+        return Answered(
+            UNVALIDATED,
+            verdict.reason,
+            settle=Settle(
+                Cycle.Status.UNVALIDATED,
+                f"the pre-merge check could not show the change works ({verdict.reason}); autonomy.onInconclusive: "
+                f"close closed PR #{rnd.pr_number}{closed}",
+            ),
+        )
+    return Answered(
+        UNVALIDATED,
+        verdict.reason,
+        demote=f"the pre-merge check was {word} ({verdict.reason}): a person decides whether it merges",
+    )
+
+
+def evaluate(cycle: Cycle, now: datetime) -> Answered | None:
+    """Read the check of ``cycle`` once (the caller holds the row); its answer, or None while it waits."""
+    rnd = checking_round(cycle)
+    if rnd is None:
+        return Answered(UNVALIDATED, "", settle=Settle(Cycle.Status.FAILED, "the check found no round with an open PR"))
+    closing = cycle.check_deadline is not None and now >= cycle.check_deadline
+    pairs = read_pairs(cycle, rnd, closing=closing)
+    waiting = any(P.UNFINISHED in (p.candidate.state, p.baseline.state) for p in pairs)
+    if waiting and not closing:
+        return None
+    verdict = judge_pairs(cycle, pairs)
+    if waiting:
+        verdict.reason = f"{verdict.reason} (the check's deadline passed with replays unfinished)"
+    return answer(cycle, rnd, verdict, pairs, now)
+
+
+def poll(cycle: Cycle, now: datetime) -> Settle | Move | None:
+    """Read the PR while its check waits: a PR merged or closed meanwhile ends the check; else back off."""
+    rnd = checking_round(cycle)
+    if rnd is None:
+        return Settle(Cycle.Status.FAILED, "the check found no round with an open PR")
+    pull = _forge().get_pull(rnd.pr_number)
+    if pull.state == "closed":
+        Round.objects.filter(pk=rnd.pk).update(status=Round.Status.CLOSED)
+        return Settle(Cycle.Status.UNVALIDATED, f"PR #{pull.number} was closed unmerged while its check ran")
+    if pull.state == "merged":
+        merged_at = pull.merged_at or now
+        note = {"verdict": None, "reason": "merged before the pre-merge check answered", "answeredAt": None}
+        Round.objects.filter(pk=rnd.pk).update(merge_sha=pull.merge_sha, status=Round.Status.MERGED, check_verdict=note)
+        Cycle.objects.filter(pk=cycle.pk).update(merged_at=merged_at, next_poll_at=None)
+        cycle.merged_at, cycle.next_poll_at = merged_at, None
+        return Move(Cycle.Phase.WATCHING, at=merged_at)
+    back_off(cycle, now, deadline=cycle.check_deadline)
+    return None
