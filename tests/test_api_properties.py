@@ -37,7 +37,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from evolution.models import Idea
+from evolution.models import Idea, PullRequest
 from grading.chat.episodes import Counterpart, open_episode
 from hitl.actions import post_notice
 from singularity.being.actions import create_being
@@ -59,6 +59,8 @@ PEOPLE_ONLY = {
     ("POST", "/api/cards/{id}/answer/"),
     ("POST", "/api/cards/{id}/cancel/"),
     ("POST", "/api/episodes/{run_id}/close/"),
+    ("POST", "/api/forge/pulls/{number}/merge/"),
+    ("POST", "/api/forge/pulls/{number}/close/"),
     ("POST", "/api/loop/analyze/"),
     ("POST", "/api/ratings/"),
 }
@@ -117,6 +119,9 @@ def world(alice) -> Iterator[dict[str, Any]]:
         cycle = settled_cycle(entity, "regressed", at=timezone.now())
         proposed_round(cycle)
         idea = Idea.objects.create(entity=entity, text="Lead with the numbers.", author="alice")
+        pull = PullRequest.objects.create(
+            number=7, title="Shorter notes", head="loop/triage-0000aaaa", head_sha="a" * 40, base_sha="b" * 40
+        )
         create_being("ada")
         card = make_card()
         post_notice(producer="test", kind="info", title="Hello", text="A notice.", url="/")
@@ -134,6 +139,7 @@ def world(alice) -> Iterator[dict[str, Any]]:
                 "card": str(card.pk),
                 "cycle": str(cycle.pk),
                 "idea": str(idea.pk),
+                "number": str(pull.number),
                 "episode": str(episode.pk) if episode else str(run.pk),
             },
         }

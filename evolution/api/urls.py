@@ -41,3 +41,13 @@ urlpatterns += [
     path("loop/set/", api_settings.LoopSet.as_view(), name="api-loop-set"),
     path("loop/widen/", api_settings.LoopWiden.as_view(), name="api-loop-widen"),
 ]
+
+# --- the forge's pull requests for scripts: list, read, merge, close (evolution.api.forge) ---
+from evolution.api import forge as api_forge  # noqa: E402
+
+urlpatterns += [
+    path("forge/pulls/", api_forge.ForgePulls.as_view(), name="api-forge-pulls"),
+    path("forge/pulls/<int:number>/", api_forge.ForgePull.as_view(), name="api-forge-pull"),
+    path("forge/pulls/<int:number>/merge/", api_forge.ForgeMerge.as_view(), name="api-forge-merge"),
+    path("forge/pulls/<int:number>/close/", api_forge.ForgeClose.as_view(), name="api-forge-close"),
+]

@@ -3,11 +3,10 @@
 On GitHub the list is the repository's newest requests, each linking to its
 page on GitHub (where a person merges); ``/evolution/pulls/<n>/`` sends there.
 
-Merging goes through ``LocalForge.merge_pull`` — the one door, with branch
-protection — and a refusal is shown on the request's page in the forge's own
-words. After a merge or a close the loop's merge wait is rung
-(``evolution.merge.on_pull_event``) so the cycle moves without waiting for
-its poll.
+Merging and closing go through ``evolution.pulls`` (as ``/api/forge/pulls/``
+does): ``LocalForge.merge_pull`` — the one door, with branch protection —
+then the brain synced and the loop's merge wait rung. A refusal is shown on
+the request's page in the forge's own words.
 """
 
 from __future__ import annotations
@@ -17,15 +16,14 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import Case, IntegerField, Value, When
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from evolution import pulls
 from evolution.forges import get_forge
-from evolution.forges.base import ForgeError
-from evolution.forges.local import LocalForge, go_live
-from evolution.models import CommitStatus, PullRequest
+from evolution.forges.local import LocalForge
+from evolution.models import PullRequest
 from singularity.errors import SingularityError
 
 log = logging.getLogger(__name__)
@@ -42,30 +40,19 @@ def pull_list(request: HttpRequest) -> HttpResponse:
     forge = get_forge()
     if forge.name != "local":
         return _remote_list(request, forge)
-    pulls = list(
-        PullRequest.objects.annotate(
-            open_first=Case(
-                When(state=PullRequest.State.OPEN, then=Value(0)), default=Value(1), output_field=IntegerField()
-            )
-        ).order_by("open_first", "-number")
-    )
-    by_sha: dict[str, list[CommitStatus]] = {}
-    for status in CommitStatus.objects.filter(sha__in={p.head_sha for p in pulls}).order_by("context"):
-        by_sha.setdefault(status.sha, []).append(status)
-    required = LocalForge().required_statuses()
-    rows = [{"pull": p, "statuses": _marked(by_sha.get(p.head_sha, []), required)} for p in pulls]
-    return render(request, "evolution/pull_list.html", {"rows": rows, "required": required})
+    rows = pulls.rows(list(pulls.open_first()))
+    return render(request, "evolution/pull_list.html", {"rows": rows, "required": LocalForge().required_statuses()})
 
 
 def _remote_list(request: HttpRequest, forge: Any) -> HttpResponse:
     """The pull requests a remote forge lists (GitHub: newest first), each linking to its page there."""
     problem = ""
-    pulls: list[Any] = []
+    listed: list[Any] = []
     try:
-        pulls = forge.list_pulls(limit=REMOTE_LIMIT)
+        listed = forge.list_pulls(limit=REMOTE_LIMIT)
     except SingularityError as exc:
         problem = str(exc)
-    context = {"pulls": pulls, "forge": forge.name, "problem": problem, "limit": REMOTE_LIMIT}
+    context = {"pulls": listed, "forge": forge.name, "problem": problem, "limit": REMOTE_LIMIT}
     return render(request, "evolution/pull_list_remote.html", context)
 
 
@@ -89,7 +76,7 @@ def pull_detail(request: HttpRequest, number: int) -> HttpResponse:
     except SingularityError as exc:
         problem = str(exc)
     required = forge.required_statuses()
-    statuses = _marked(forge.statuses(pull.head_sha), required)
+    statuses = pulls.marked(forge.statuses(pull.head_sha), required)
     blockers = forge.merge_blockers(pull) if pull.state == PullRequest.State.OPEN else []
     context = {
         "pull": pull,
@@ -112,13 +99,13 @@ def pull_merge(request: HttpRequest, number: int) -> HttpResponse:
         return HttpResponseForbidden("Only staff may merge a pull request.")
     get_object_or_404(PullRequest, number=number)
     try:
-        info = LocalForge().merge_pull(number, by=request.user.get_username())
-    except ForgeError as exc:
+        moved = pulls.merge(number, by=request.user.get_username())
+    except SingularityError as exc:  # ForgeError, or the forge's repository unreachable
         messages.error(request, f"Not merged: {exc}")
         return redirect("evolution:pull", number=number)
-    messages.success(request, f"Merged PR #{number} as {info.merge_sha[:12]}.")
-    _go_live(request, number)
-    _ring(request, number)
+    messages.success(request, f"Merged PR #{number} as {moved.info.merge_sha[:12]}.")
+    for problem in moved.problems:
+        messages.warning(request, problem)
     return redirect("evolution:pull", number=number)
 
 
@@ -130,36 +117,14 @@ def pull_close(request: HttpRequest, number: int) -> HttpResponse:
         return HttpResponseForbidden("Only staff may close a pull request.")
     get_object_or_404(PullRequest, number=number)
     try:
-        LocalForge().close_pull(number, by=request.user.get_username())
-    except ForgeError as exc:
+        moved = pulls.close(number, by=request.user.get_username())
+    except SingularityError as exc:  # ForgeError, or the forge's repository unreachable
         messages.error(request, f"Not closed: {exc}")
         return redirect("evolution:pull", number=number)
     messages.success(request, f"Closed PR #{number}.")
-    _ring(request, number)
+    for problem in moved.problems:
+        messages.warning(request, problem)
     return redirect("evolution:pull", number=number)
-
-
-def _go_live(request: HttpRequest, number: int) -> None:
-    """Sync the brain at once (``LocalForge.go_live``); a failure is shown, the next sync picks the merge up."""
-    failed = go_live(number)
-    if failed:
-        messages.warning(request, f"The brain was not synced at once ({failed}); the next sync picks the merge up.")
-
-
-def _ring(request: HttpRequest, number: int) -> None:
-    """Tell the loop's merge wait the request moved; a failure is logged and shown."""
-    from evolution.loop.machine import on_pull_event
-
-    try:
-        on_pull_event(number)
-    except Exception:  # the merge itself stands; the wait's poll will read it
-        log.exception("evolution.loop.merge.on_pull_event(%s) failed", number)
-        messages.warning(request, "The cycle was not told at once; it will notice on its next poll.")
-
-
-def _marked(statuses: list[CommitStatus], required: list[str]) -> list[dict[str, Any]]:
-    """Statuses as rows for a template: each with whether branch protection requires it."""
-    return [{"status": s, "required": s.context in required} for s in statuses]
 
 
 def diff_classes(diff: str) -> list[tuple[str, str]]:
