@@ -12,13 +12,14 @@ and the agreeing share is at least ``threshold``, otherwise ``low``.
 
 from __future__ import annotations
 
+import json
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import OuterRef, Subquery
 
 from grading.models import Entity, Grade, Rating
-from grading.people import people_values
 from singularity.brain.defaults import EVALUATION
 
 #: The judge facts calibration compares (DESIGN: model chain, method and evaluator role — not the loop module).
@@ -59,33 +60,6 @@ def agreement_terms(entity: Entity) -> dict[str, Any]:
     return {**engine, **(human.get("agreement") or {})}
 
 
-def _own_grades(entity: Entity) -> QuerySet[Grade]:
-    return Grade.objects.filter(entity=entity, status=Grade.Status.GRADED, execution__loop_launched=False)
-
-
-def current_judge(entity: Entity) -> dict[str, Any] | None:
-    """Return the judge facts of the entity's newest grade of its own runs, or None when it has none."""
-    newest = _own_grades(entity).order_by("-graded_at", "-booked_at").values_list("judge", flat=True).first()
-    if newest is None:
-        return None
-    return {key: (newest or {}).get(key) for key in JUDGE_KEYS}
-
-
-def _under_judge(grades: QuerySet[Grade], judge: dict[str, Any]) -> QuerySet[Grade]:
-    """Only grades whose judge facts equal ``judge``; a missing fact matches only another missing one.
-
-    Missing, null and "" read the same, as in ``grading.pin.comparable``.
-    """
-    for key, value in judge.items():
-        if not value:
-            grades = grades.filter(
-                Q(**{f"judge__{key}": None}) | Q(**{f"judge__{key}__isnull": True}) | Q(**{f"judge__{key}": ""})
-            )
-        else:
-            grades = grades.filter(**{f"judge__{key}": value})
-    return grades
-
-
 def _status(metric_id: str, pairs: list[tuple[float, float]], terms: dict[str, Any]) -> MetricCalibration:
     min_pairs, tolerance, threshold = terms["minPairs"], terms["tolerance"], terms["threshold"]
     if not pairs:
@@ -104,28 +78,91 @@ def _status(metric_id: str, pairs: list[tuple[float, float]], terms: dict[str, A
 def calibration(entity: Entity) -> list[MetricCalibration]:
     """Return the calibration of each judged ``human: true`` metric of ``entity``; empty when there is none.
 
-    Two queries per metric plus one, whatever the number of runs.
+    Two queries whatever the number of runs and ratings (``calibration_many``).
     """
-    metric_ids = calibrated_metrics(entity)
-    if not metric_ids:
-        return []
-    terms = agreement_terms(entity)
-    judge = current_judge(entity)
-    answers = []
-    for metric_id in metric_ids:
-        pairs: list[tuple[float, float]] = []
-        if judge is not None:
-            grades = list(
-                _under_judge(_own_grades(entity), judge)
-                .filter(metrics__has_key=metric_id)
-                .filter(Exists(Rating.objects.filter(execution_id=OuterRef("execution_id"), metric_id=metric_id)))
-                .order_by("-graded_at", "-booked_at")
-                .values_list("execution_id", "metrics")[: int(terms["maxPairs"])]
-            )
-            people = people_values(execution_id for execution_id, _ in grades)
-            for execution_id, metrics in grades:
-                judged, rated = metrics.get(metric_id), people.get(str(execution_id), {}).get(metric_id)
-                if isinstance(judged, int | float) and not isinstance(judged, bool) and rated is not None:
-                    pairs.append((float(judged), rated))
-        answers.append(_status(metric_id, pairs, terms))
+    return calibration_many([entity]).get(entity.pk, [])
+
+
+def _same_judge(facts: dict[str, Any], judge: dict[str, Any]) -> bool:
+    """Whether a grade's judge ``facts`` are ``judge``'s; a missing fact matches only another missing one."""
+    for key, value in judge.items():
+        theirs = (facts or {}).get(key)
+        if not value:
+            if theirs not in (None, ""):
+                return False
+        elif theirs != value:
+            return False
+    return True
+
+
+def calibration_many(entities: list[Entity]) -> dict[int, list[MetricCalibration]]:
+    """The calibration of each entity's judged ``human: true`` metrics (only entities with one are keys).
+
+    Two queries for any number of entities: each entity's current judge (its
+    newest own grade), and every rating of those metrics on the entities' own
+    graded runs with the run's grade. Pairs are read from the ratings, never by
+    walking the grades: the cost follows what people rated, not the history.
+    """
+    wanted = {e.pk: (e, calibrated_metrics(e)) for e in entities}
+    wanted = {pk: pair for pk, pair in wanted.items() if pair[1]}
+    if not wanted:
+        return {}
+    newest = (
+        Grade.objects.filter(entity=OuterRef("pk"), status=Grade.Status.GRADED, execution__loop_launched=False)
+        .order_by("-graded_at", "-booked_at")
+        .values("judge")[:1]
+    )
+    judges: dict[int, dict[str, Any] | None] = {}
+    for pk, facts in (
+        Entity.objects.filter(pk__in=list(wanted))
+        .annotate(newest_judge=Subquery(newest))
+        .values_list("pk", "newest_judge")
+    ):
+        if isinstance(facts, str):  # a JSON subquery comes back as text on some backends
+            facts = json.loads(facts)
+        judges[pk] = None if facts is None else {k: (facts or {}).get(k) for k in JUDGE_KEYS}
+    metric_ids = sorted({m for _, metrics in wanted.values() for m in metrics})
+    rows = (
+        Rating.objects.filter(
+            metric_id__in=metric_ids,
+            execution__entity_id__in=list(wanted),
+            execution__loop_launched=False,
+            execution__grade__status=Grade.Status.GRADED,
+        )
+        .values_list(
+            "execution_id",
+            "metric_id",
+            "normalized",
+            "execution__entity_id",
+            "execution__grade__graded_at",
+            "execution__grade__booked_at",
+            "execution__grade__metrics",
+            "execution__grade__judge",
+        )
+        .order_by()
+    )
+    rated: dict[tuple[int, str], dict[Any, list[Any]]] = {}
+    for execution_id, metric_id, normalized, entity_id, graded_at, booked_at, metrics, judge in rows:
+        run = rated.setdefault((entity_id, metric_id), {}).setdefault(
+            execution_id, [graded_at, booked_at, metrics, judge, []]
+        )
+        run[4].append(normalized)
+    answers: dict[int, list[MetricCalibration]] = {}
+    for pk, (entity, metrics) in wanted.items():
+        terms, judge = agreement_terms(entity), judges.get(pk)
+        answers[pk] = []
+        for metric_id in metrics:
+            pairs: list[tuple[float, float]] = []
+            if judge is not None:
+                runs = [
+                    run
+                    for run in rated.get((pk, metric_id), {}).values()
+                    if _same_judge(run[3], judge) and metric_id in (run[2] or {})
+                ]
+                runs.sort(key=lambda run: (run[0], run[1]), reverse=True)
+                for _, _, vector, _, values in runs[: int(terms["maxPairs"])]:
+                    judged = vector.get(metric_id)
+                    if isinstance(judged, int | float) and not isinstance(judged, bool):
+                        pairs.append((float(judged), statistics.median(values)))
+            answers[pk].append(_status(metric_id, pairs, terms))
     return answers

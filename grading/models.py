@@ -150,6 +150,8 @@ class Execution(models.Model):
         indexes = [
             models.Index(fields=["entity", "-started_at"]),
             models.Index(fields=["entity", "status", "-completed_at"]),
+            # Rate runs and the runs lists page from the newest (issue 18).
+            models.Index(fields=["-completed_at", "-id"], name="execution_newest"),
         ]
 
     def __str__(self) -> str:

@@ -10,19 +10,20 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
-from django.db.models import Count, OuterRef, QuerySet, Subquery
-from django.http import HttpRequest, HttpResponse
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from grading.calibration import calibration
+from grading.calibration import calibration, calibration_many
 from grading.cards import card_key, waiting_until
 from grading.models import Entity, Execution, Grade, Rating
 from grading.ratings import human_metrics, on_scale, people_values, rate, scale_of
@@ -474,14 +475,19 @@ def _has_grade(run: Execution) -> bool:
     return hasattr(run, "grade")
 
 
-def rate_runs_for(entities: list[Entity]) -> list[Execution]:
-    """The newest terminal runs (never loop replays) of ``entities``, with their entity and grade."""
-    return list(
-        Execution.objects.filter(entity__in=entities, loop_launched=False, completed_at__isnull=False)
-        .exclude(status=Execution.Status.RUNNING)
-        .select_related("entity", "grade")
-        .order_by("-completed_at")[:RATE_RUNS]
+def rate_runs_for(entities: list[Entity], *, before: tuple[datetime, uuid.UUID] | None = None) -> list[Execution]:
+    """The newest terminal runs (never loop replays) of ``entities``, older than ``before`` when given.
+
+    One query: ``RATE_RUNS + 1`` runs with their entity and grade, newest first (the extra one says whether
+    an older page exists), walked from the newest through ``grading_execution_newest``.
+    """
+    runs = Execution.objects.filter(entity__in=entities, loop_launched=False, completed_at__isnull=False).exclude(
+        status=Execution.Status.RUNNING
     )
+    if before is not None:
+        at, run_id = before
+        runs = runs.filter(Q(completed_at__lt=at) | Q(completed_at=at, id__lt=run_id))
+    return list(runs.select_related("entity", "grade").order_by("-completed_at", "-id")[: RATE_RUNS + 1])
 
 
 def _entity_filter(request: HttpRequest) -> Entity | None:
@@ -490,20 +496,60 @@ def _entity_filter(request: HttpRequest) -> Entity | None:
     return Entity.objects.filter(target_kind=target_kind, slug=slug).first() if slug else None
 
 
+def rate_cursor(run: Execution) -> str:
+    """The ``before`` of the page after ``run``: its completion instant and id."""
+    return f"{run.completed_at.isoformat()}~{run.pk}"
+
+
+def parse_rate_cursor(text: str) -> tuple[datetime, uuid.UUID]:
+    """``before`` read back; ValueError naming what is wrong."""
+    at_text, _, id_text = text.partition("~")
+    try:
+        at = datetime.fromisoformat(at_text)
+        run_id = uuid.UUID(id_text)
+    except ValueError:
+        raise ValueError(f"before: {text!r} is not a page of Rate runs (an instant and a run id)") from None
+    if at.tzinfo is None:
+        raise ValueError(f"before: {text!r} has no time zone")
+    return at, run_id
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def rate_runs(request: HttpRequest) -> HttpResponse:
-    """Rate runs: the newest runs with the judge and people side by side, and the viewer's own rating."""
+    """Rate runs: the newest runs with the judge and people side by side, and the viewer's own rating.
+
+    A page of ``RATE_RUNS`` runs (``?before=`` pages back) and the calibration of the entities on it, in a
+    fixed number of queries whatever the fleet or its history holds.
+    """
     if request.method == "POST":
         return _rate_post(request)
+    try:
+        before = parse_rate_cursor(request.GET["before"]) if request.GET.get("before") else None
+    except ValueError as exc:
+        return HttpResponseBadRequest(str(exc))
+    every = rateable_entities()
     chosen = _entity_filter(request)
-    entities = rateable_entities(chosen)
+    entities = [e for e in every if chosen is not None and e.pk == chosen.pk] if chosen else every
+    runs = rate_runs_for(entities, before=before)
+    older = rate_cursor(runs[RATE_RUNS - 1]) if len(runs) > RATE_RUNS else ""
+    runs = runs[:RATE_RUNS]
+    shown = {run.entity_id: run.entity for run in runs}
+    if chosen is not None and entities:
+        shown.setdefault(chosen.pk, entities[0])
+    calibrations = calibration_many(list(shown.values()))
     context = {
-        "rows": rate_rows(request.user, rate_runs_for(entities)),
-        "calibrations": [_calibration_context(e) for e in entities if calibration(e)],
-        "entities": rateable_entities(),
+        "rows": rate_rows(request.user, runs),
+        "calibrations": [
+            {"entity": e, "calibration": calibrations[e.pk]}
+            for e in sorted(shown.values(), key=lambda e: (e.kind, e.slug))
+            if calibrations.get(e.pk)
+        ],
+        "entities": every,
         "chosen": chosen,
         "chosen_key": f"{chosen.target_kind}:{chosen.slug}" if chosen else "",
+        "older": older,
+        "paged": before is not None,
     }
     return render(request, "grading/rate.html", context)
 

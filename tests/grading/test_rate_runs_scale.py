@@ -1,0 +1,81 @@
+"""Rate runs at fleet scale (issue 18): a fixed number of queries as entities, runs and ratings grow; pages back."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from urllib.parse import quote
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from grading.calibration import calibration, calibration_many
+from grading.models import Execution, Rating
+from grading.views import RATE_RUNS
+from tests.grading.rating_helpers import JUDGE, make_entity, make_grade, make_run
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def web(client: Client, alice) -> Client:
+    client.force_login(alice)
+    return client
+
+
+def fleet(entities: int, runs: int, person, start: int = 0) -> list:
+    made = []
+    for i in range(start, start + entities):
+        entity = make_entity(f"e{i:03d}")
+        for n in range(runs):
+            run = make_run(entity, completed_at=timezone.now() - timedelta(hours=n + 1, minutes=i))
+            make_grade(run, metrics={"layout_fit": 0.75}, judge=JUDGE)
+            if n % 2 == 0:
+                Rating.objects.create(execution=run, metric_id="layout_fit", user=person, value=3, normalized=0.5)
+        made.append(entity)
+    return made
+
+
+def queries(web: Client, path: str) -> int:
+    with CaptureQueriesContext(connection) as read:
+        assert web.get(path).status_code == 200
+    return len(read.captured_queries)
+
+
+def test_rate_runs_costs_the_same_queries_with_ten_times_the_entities_and_runs(web, bob):
+    fleet(2, 3, bob)
+    few = queries(web, "/evolution/rate/")
+    fleet(20, 12, bob, start=2)
+    assert queries(web, "/evolution/rate/") == few
+    assert queries(web, "/evolution/rate/?entity=scenario:e005") == few + 1  # the entity named
+
+
+def test_calibration_of_many_entities_is_two_queries_and_each_as_alone(bob, django_assert_num_queries):
+    entities = fleet(6, 8, bob)
+    with django_assert_num_queries(2):
+        many = calibration_many(entities)
+    assert many == {e.pk: calibration(e) for e in entities}
+    assert all(c.pairs == 4 for cs in many.values() for c in cs)
+
+
+def test_rate_runs_pages_back_from_the_newest_without_repeating_a_run(web, bob):
+    fleet(3, 25, bob)
+    seen, path = [], "/evolution/rate/"
+    while path:
+        response = web.get(path)
+        rows = [str(row.run.pk) for row in response.context["rows"]]
+        assert len(rows) <= RATE_RUNS
+        seen += rows
+        older = response.context["older"]
+        path = f"/evolution/rate/?before={quote(older)}" if older else ""
+    newest_first = Execution.objects.order_by("-completed_at", "-id").values_list("id", flat=True)
+    assert seen == [str(pk) for pk in newest_first]
+    assert "Older runs" in web.get("/evolution/rate/").content.decode()
+
+
+def test_a_page_that_is_not_one_is_refused_naming_it(web):
+    response = web.get("/evolution/rate/?before=yesterday")
+    assert response.status_code == 400
+    assert "before: 'yesterday' is not a page of Rate runs" in response.content.decode()
