@@ -1,0 +1,169 @@
+"""What a cycle freezes for its pre-merge check (seed 003 "What a cycle freezes"; CONFORMANCE R11.1–R11.13)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from evolution.loop import freeze as F
+from evolution.models import Cycle
+from grading.models import Grade
+from tests.evolution.loop_helpers import JUDGE, looped
+from tests.grading.grading_helpers import make_run
+
+pytestmark = pytest.mark.django_db
+
+OTHER_JUDGE = {**JUDGE, "loop_hash": "another-module"}
+
+
+def graded_input(entity, text: str, *, bad: bool, at, judge=None, loop_launched: bool = False, metrics=None):
+    run = make_run(entity, completed_at=at, input={"text": text}, loop_launched=loop_launched)
+    return Grade.objects.create(
+        execution=run,
+        entity=entity,
+        status=Grade.Status.GRADED,
+        reason="sampled",
+        day=at.date(),
+        booked_at=at,
+        due_at=at,
+        graded_at=at,
+        passed=not bad,
+        metrics={"accuracy": 0.0 if bad else 1.0} if metrics is None else metrics,
+        judge=JUDGE if judge is None else judge,
+    )
+
+
+def frozen_for(entity, anchor, *, window=None):
+    cycle = Cycle(entity=entity, anchor=anchor, window=window or {}, judge=JUDGE)
+    return F.freeze(cycle, now=timezone.now())
+
+
+def runs(entity, texts: str, *, start=None):
+    """One graded run per letter, one minute apart, oldest first; upper case is bad."""
+    start = start or timezone.now() - timedelta(hours=1)
+    return [
+        graded_input(entity, f"ticket {c.lower()}", bad=c.isupper(), at=start + timedelta(minutes=i))
+        for i, c in enumerate(texts)
+    ]
+
+
+def test_the_check_block_defaults_and_the_derived_mode():
+    # R11.1 / R11.2: inputs 5, trials 1, deadline 24 h, incumbent frozen; a workflow derives replay.
+    entity = looped()
+    terms = F.check_terms(entity)
+    assert {k: terms[k] for k in ("inputs", "trials", "deadlineHours", "incumbent")} == {
+        "inputs": 5,
+        "trials": 1,
+        "deadlineHours": 24,
+        "incumbent": "frozen",
+    }
+    assert F.check_mode(entity) == "replay"
+    assert F.check_mode(looped("quiet", loop={"check": {"mode": "none"}})) == "none"
+
+
+def test_a_heartbeat_and_a_pipeline_freeze_nothing_even_when_they_declare_replay():
+    # R11.3 / R11.4: nothing can re-run them, so the frozen column stays empty.
+    beat = looped("pulse", kind="heartbeat", schedule="*/5 * * * *", loop={"check": {"mode": "replay"}})
+    assert F.check_mode(beat) == "none"
+    assert frozen_for(beat, None) is None
+
+
+def test_history_slots_are_distinct_inputs_through_the_anchor_the_anchors_first():
+    # R11.6: 8 graded runs with 6 distinct inputs, inputs 5 → 5 distinct, the anchor's first.
+    entity = looped(loop={"evidence": {"runs": 0}})
+    grades = runs(entity, "abcabdeF")
+    later = graded_input(entity, "ticket z", bad=True, at=timezone.now())  # after the anchor: never frozen
+    anchor = grades[-1].execution
+    frozen = frozen_for(entity, anchor)
+    labels = [s["label"] for s in frozen["slots"]]
+    assert labels[0] == "ticket f" and frozen["slots"][0]["anchor"]
+    assert len(labels) == 5 and len(set(labels)) == 5
+    assert "ticket z" not in labels and later.pk
+
+
+def test_the_anchor_never_keeps_its_score_and_other_judges_lose_theirs():
+    # R11.7 / R11.9 / R24.8
+    entity = looped(loop={"evidence": {"runs": 0}})
+    start = timezone.now() - timedelta(hours=1)
+    graded_input(entity, "ticket old", bad=False, at=start, judge=OTHER_JUDGE)
+    graded_input(entity, "ticket empty", bad=False, at=start + timedelta(minutes=1), metrics={})
+    graded_input(entity, "ticket good", bad=False, at=start + timedelta(minutes=2))
+    anchor = graded_input(entity, "ticket anchor", bad=True, at=start + timedelta(minutes=3)).execution
+    slots = {s["label"]: s for s in frozen_for(entity, anchor)["slots"]}
+    assert slots["ticket anchor"]["score"] is None
+    assert slots["ticket old"]["score"] is None  # graded by another judge: the incumbent is re-run
+    assert slots["ticket empty"]["score"] is None  # its grade measured nothing
+    assert slots["ticket good"]["score"]["passed"] is True
+
+
+def test_under_incumbent_replay_no_slot_keeps_a_score():
+    # R11.8
+    entity = looped(loop={"check": {"incumbent": "replay"}})
+    grades = runs(entity, "abcD")
+    assert all(s["score"] is None for s in frozen_for(entity, grades[-1].execution)["slots"])
+
+
+def test_the_loops_own_replays_are_never_history():
+    # R11.10 / R23.12
+    entity = looped()
+    start = timezone.now() - timedelta(hours=1)
+    graded_input(entity, "ticket replayed", bad=False, at=start, loop_launched=True)
+    anchor = graded_input(entity, "ticket anchor", bad=True, at=start + timedelta(minutes=1)).execution
+    assert [s["label"] for s in frozen_for(entity, anchor)["slots"]] == ["ticket anchor"]
+
+
+def test_held_out_inputs_come_before_inputs_the_proposer_saw():
+    # R11.13: the anchor first, then inputs no evidence run ran on (heldOut), then the seen ones.
+    entity = looped(loop={"evidence": {"runs": 2}, "check": {"inputs": 4}})
+    grades = runs(entity, "abcdE")  # evidence: the newest two (d, E)
+    frozen = frozen_for(entity, grades[-1].execution)
+    slots = frozen["slots"]
+    assert [s["label"] for s in slots] == ["ticket e", "ticket c", "ticket b", "ticket a"]
+    assert [s["heldOut"] for s in slots] == [False, True, True, True]
+    assert frozen["evidenceRunIds"] == [str(grades[-1].execution_id), str(grades[-2].execution_id)]
+    assert F.held_out_text(frozen) == "held-out 3 of 4"
+
+
+def test_when_the_evidence_covers_every_input_nothing_is_held_out():
+    entity = looped(loop={"evidence": {"runs": 10}, "check": {"inputs": 3}})
+    grades = runs(entity, "abC")
+    assert F.held_out_text(frozen_for(entity, grades[-1].execution)) == "held-out 0 of 3"
+
+
+def test_a_window_naming_no_runs_freezes_golden_cases_only(monkeypatch):
+    entity = looped()
+    monkeypatch.setattr(F, "_cases", lambda entity: [{"id": "gold", "input": {"text": "ticket gold"}}])
+    frozen = frozen_for(entity, None, window={"runIds": []})
+    assert [(s["kind"], s["caseId"], s["heldOut"], s["score"]) for s in frozen["slots"]] == [
+        ("case", "gold", False, None)
+    ]
+    assert frozen["heldOut"] == {"k": 0, "n": 0}
+
+
+def test_a_golden_case_whose_input_a_history_run_covers_is_dropped(monkeypatch):
+    # R11.11
+    entity = looped()
+    grades = runs(entity, "aB")
+    monkeypatch.setattr(
+        F,
+        "_cases",
+        lambda entity: [{"id": "dup", "input": {"text": "ticket a"}}, {"id": "new", "input": {"text": "ticket new"}}],
+    )
+    slots = frozen_for(entity, grades[-1].execution)["slots"]
+    assert [s["caseId"] for s in slots if s["kind"] == "case"] == ["new"]
+
+
+def test_the_freeze_reads_the_same_number_of_queries_whatever_the_history_holds():
+    entity = looped()
+    few = runs(entity, "abcdE")
+    with CaptureQueriesContext(connection) as small:
+        frozen_for(entity, few[-1].execution)
+    other = looped("busy")
+    many = runs(other, "abcdefghij" * 8 + "K")
+    with CaptureQueriesContext(connection) as large:
+        frozen_for(other, many[-1].execution)
+    assert len(large.captured_queries) == len(small.captured_queries)
