@@ -4,7 +4,10 @@ import os
 
 from celery import Celery
 
+from singularity import broker
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "singularity.settings")
+broker.register()
 
 app = Celery("singularity")
 app.config_from_object("django.conf:settings", namespace="CELERY")

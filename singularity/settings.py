@@ -173,6 +173,8 @@ SPECTACULAR_SETTINGS = {
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
 if CELERY_BROKER_URL.startswith("filesystem://"):
+    # The embedded broker delivers each message whole (write, then rename): singularity.broker.
+    CELERY_BROKER_URL = "singularity-fs://" + CELERY_BROKER_URL[len("filesystem://") :]
     _broker_dir = VAR_DIR / "broker"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
