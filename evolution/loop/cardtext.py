@@ -30,7 +30,7 @@ from evolution.models import Cycle, Round
 from grading.metrics import aggregate, run_value, specs, to_number
 from grading.models import Entity, Grade
 from grading.ratings import on_scale, people_values
-from singularity.templatetags.singularity_tags import money
+from singularity.display import usd_text
 
 #: The recent pass count reads the entity's newest graded runs, this many.
 RECENT_RUNS = 10
@@ -73,7 +73,7 @@ def on_own_scale(spec: dict[str, Any], value: Any) -> Decimal | None:
 def _shown(spec: dict[str, Any], value: Decimal, *, level: bool) -> str:
     """A metric value as the card shows it: money as $, ms as seconds, a level to two places, a target as declared."""
     if spec.get("unit") == "usd":
-        return money(value)
+        return usd_text(value)
     suffix = ""
     if spec.get("unit") == "ms":
         value, suffix = value / 1000, " s"
@@ -222,7 +222,7 @@ def decide_card(rnd: Round) -> dict[str, str]:
         "metrics": metric_lines(cycle, grades),
         "passes": "" if method == "none" else pass_count(entity),
         "shared": shared_failure(entity, grades),
-        "spend": money(cycle.spent_usd),
+        "spend": usd_text(cycle.spent_usd),
         "files": [file_change(f) for f in rnd.files or [] if isinstance(f, dict)],
         "link": link,
     }
@@ -250,7 +250,7 @@ def retry_card(rnd: Round) -> dict[str, str]:
         "round": rnd,
         "error": rnd.error.strip() or "the round failed without saying why",
         "paths": [str(p) for p in paths],
-        "spend": money(cycle.spent_usd),
+        "spend": usd_text(cycle.spent_usd),
         "link": link,
     }
     return {

@@ -50,7 +50,7 @@ def test_the_decide_card_carries_what_a_reviewer_needs(public) -> None:
     assert "🎯 Optimizing: accuracy ↑ at 0.60 (target 0.9)" in text
     assert "🛡 Guarding: quality ↑ not measured in its window" in text
     assert "Recent runs: 1 of the last 3 graded passed." in text
-    assert "Spend so far: $0.0123" in text
+    assert "Spend so far: $0.01" in text  # the site's one money format: two decimals at a cent and above
     assert "• features/digest/digest.scenario.md — new, 2 lines" in text and "• old.md — deleted" in text
     assert "The change:\n--- a/features/digest/digest.scenario.md\n+++ b/features/digest/digest.scenario.md" in text
     assert "\n+one\n+two\n" in text
@@ -127,3 +127,10 @@ def test_the_retry_card_says_what_failed_and_links_the_cycle(public) -> None:
     link = f"{PUBLIC.rstrip('/')}/evolution/go/cycle:{rnd.cycle_id}/"
     assert f"The cycle: {link}" in card["text"] and card["subject_url"] == link
     assert "?proposal=" not in card["text"]
+
+
+def test_a_spend_below_a_cent_keeps_its_digits_on_the_card(public) -> None:
+    rnd = proposal(in_loop())
+    Cycle.objects.filter(pk=rnd.cycle_id).update(spent_usd=Decimal("0.0049"))
+    rnd.cycle.refresh_from_db()
+    assert "Spend so far: $0.0049" in decide_card(rnd)["text"]
