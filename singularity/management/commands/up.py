@@ -1,10 +1,9 @@
-"""Bring up the web server, a Celery worker and Celery beat together; Ctrl-C stops all of them."""
+"""Bring up the web server, a Celery worker and Celery beat together; a worker or beat that dies is started again; Ctrl-C stops all of them."""
 
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 from typing import Any
@@ -16,6 +15,7 @@ from singularity import startup
 from singularity.being.demo import ensure_demo_being
 from singularity.demo_servers import wire_demo_mcp
 from singularity.errors import ConfigError, UpstreamError
+from singularity.supervise import Supervisor
 
 # Realistic prices for the demo model, so the demo being visibly spends (only when the gateway is the demo).
 DEMO_PRICES = {"BRAMA_INPUT_PRICE_USD_PER_MILLION": "2.50", "BRAMA_OUTPUT_PRICE_USD_PER_MILLION": "10.00"}
@@ -75,7 +75,9 @@ class Command(BaseCommand):
         self._sync_brain()
         if demo and not options["no_demo"]:
             ensure_demo_being()
-        procs = {name: subprocess.Popen(cmd, env=env) for name, cmd in commands.items()}
+        # A worker or beat that dies is started again; the web server ending ends the whole (Ctrl-C too).
+        supervisor = Supervisor(commands, restart=frozenset({"worker", "beat"}), env=env, log=sys.stderr)
+        supervisor.start()
         self.stdout.write(
             self.style.SUCCESS(f"Singularity is up: http://{options['host']}:{options['port']}/  (Ctrl-C stops)")
         )
@@ -89,19 +91,10 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, stop)
         code = 0
         while not stopping:
-            for name, proc in procs.items():
-                if proc.poll() is not None:
-                    self.stderr.write(f"{name} exited with code {proc.returncode}; stopping the others")
-                    code, stopping = proc.returncode or 1, True
-                    break
+            ended = supervisor.check()
+            if ended is not None:
+                code, stopping = ended, True
+                break
             time.sleep(0.5)
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        for proc in procs.values():
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        supervisor.stop()
         sys.exit(code)
