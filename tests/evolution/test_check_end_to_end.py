@@ -1,0 +1,291 @@
+"""The pre-merge check on the demo brain and the local forge, end to end (seed 003 "What the check does";
+CONFORMANCE R11.14–R11.18, R11.28–R11.33, R12.4, R12.9, R12.13, R15.2, R25.2, R25.4).
+
+The demo triage is a workflow, so its cycles freeze the tickets they were
+opened on and replay the candidate (the PR's head) and the incumbent (the
+frozen base) on them before anyone may merge.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from evolution.forges.base import DIFF_GATE, VALIDATION
+from evolution.forges.local import LocalForge
+from evolution.loop import check, machine
+from evolution.models import Cycle, PullRequest, Replay, Round
+from grading.demo import TRIAGE_PATH
+from grading.models import Execution, Grade
+from hitl.models import Card, Notice
+from singularity.brain.git import clone, git
+from tests.evolution.demo_helpers import (
+    SABOTEUR,
+    SABOTEUR_SCENARIO,
+    drive_until_card,
+    person_commits,
+    press,
+    tickets,
+    triage,
+)
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+LOOP_MODULE = "features/support/triage/triage.loop.py"
+
+
+def triage_text(embedded, extra: str = "", *, proposer: str = "fixer") -> str:
+    """The triage scenario with ``extra`` lines under its ``loop:`` block (and the proposer pipeline named)."""
+    text = (Path(embedded.BRAIN_CHECKOUT) / TRIAGE_PATH).read_text()
+    text = text.replace("loop:\n  enabled: true\n", f"loop:\n  enabled: true\n{extra}", 1)
+    return text.replace("pipeline: fixer", f"pipeline: {proposer}")
+
+
+def with_verdict(embedded, body: str) -> str:
+    """The triage's loop module with a verdict(spec, pairs) of the brain's own appended."""
+    module = (Path(embedded.BRAIN_CHECKOUT) / LOOP_MODULE).read_text()
+    return module + "\n\n" + body.strip() + "\n"
+
+
+def held_steps(monkeypatch) -> list[int]:
+    """Replays are recorded instead of started (a broker that never delivers them)."""
+    started: list[int] = []
+    monkeypatch.setitem(machine.STEPS, "replay", started.append)
+    return started
+
+
+def accept_first_card(alice) -> tuple[Cycle, Round]:
+    card, _ = drive_until_card(tickets())
+    assert card.kind == Card.Kind.DECIDE
+    press(card, alice, "accept")
+    cycle = Cycle.objects.get(entity=triage(), analysed=True)
+    return cycle, cycle.rounds.get(number=1)
+
+
+def states(sha: str) -> dict[str, str]:
+    return {s.context: s.state for s in LocalForge().statuses(sha)}
+
+
+def test_a_proposal_is_checked_on_the_frozen_tickets_before_anyone_may_merge(embedded, alice, monkeypatch):
+    embedded.LOCAL_FORGE_REQUIRED_STATUSES = [DIFF_GATE, VALIDATION]
+    started = held_steps(monkeypatch)
+    cycle, rnd = accept_first_card(alice)
+    assert cycle.phase == Cycle.Phase.CHECKING and rnd.status == Round.Status.APPLIED
+    # R11.15: the head is pinned and the status pending on it.
+    assert rnd.checked_sha == rnd.head_sha and states(rnd.head_sha)[VALIDATION] == "pending"
+    # R11.16: one candidate replay per frozen input (trials 1), the incumbent re-run where no score is kept
+    # (the anchor always); every id on the round before any replay ran or was graded.
+    slots = cycle.frozen["slots"]
+    assert len(rnd.check_run_ids) == len(slots) == 5
+    assert len(rnd.baseline_run_ids) == sum(s["score"] is None for s in slots) >= 1
+    assert slots[0]["anchor"] and slots[0]["score"] is None
+    assert sorted(started) == sorted(Replay.objects.filter(round=rnd).values_list("pk", flat=True))
+    assert not Grade.objects.filter(execution_id__in=rnd.check_run_ids + rnd.baseline_run_ids).exists()
+    candidates = Execution.objects.filter(pk__in=rnd.check_run_ids)
+    assert {e.commit for e in candidates} == {rnd.head_sha} and all(e.loop_launched for e in candidates)
+    incumbents = Execution.objects.filter(pk__in=rnd.baseline_run_ids)
+    assert {e.commit for e in incumbents} == {cycle.frozen["baseSha"]}
+    # Branch protection on the local forge holds the PR until the check has spoken.
+    pull = PullRequest.objects.get(number=rnd.pr_number)
+    assert any("singularity/validation is pending" in b for b in LocalForge().merge_blockers(pull))
+
+    for replay_id in started:
+        machine.replay(replay_id)
+    cycle.refresh_from_db()
+    rnd.refresh_from_db()
+    assert cycle.phase == Cycle.Phase.MERGE_WAIT
+    record = rnd.check_verdict
+    assert record["verdict"] in ("validated", "unvalidated") and "held-out" in record["reason"]
+    assert len(record["pairs"]) == 5 and {p["challenger"]["state"] for p in record["pairs"]} <= {"viable", "failed"}
+    assert states(rnd.head_sha)[VALIDATION] == ("success" if record["verdict"] == "validated" else "error")
+    # R11.17 / R23.12: the replays' grades open no cycle and are never carded for a rating.
+    assert Cycle.objects.filter(entity=triage(), analysed=True).count() == 1
+    replays = set(rnd.check_run_ids + rnd.baseline_run_ids)
+    rated = Card.objects.filter(kind=Card.Kind.RATING).values_list("subject", "subject_url")
+    assert not [card for card in rated if any(run_id in " ".join(card) for run_id in replays)]
+
+
+def test_a_harmful_change_is_closed_by_the_check_naming_the_inputs_it_lost(embedded, alice, tmp_path):
+    person_commits(
+        embedded,
+        {
+            "features/loop/saboteur/saboteur.scenario.md": SABOTEUR_SCENARIO,
+            "features/loop/saboteur/saboteur.pipeline.py": SABOTEUR,
+            TRIAGE_PATH: triage_text(embedded, proposer="saboteur"),
+        },
+        tmp_path,
+        "Try the saboteur",
+    )
+    cycle, rnd = accept_first_card(alice)
+    cycle.refresh_from_db()
+    rnd.refresh_from_db()
+    # R11.28 / R15.2: regressed closes the PR; nothing ships, so nothing is reverted.
+    assert cycle.status == Cycle.Status.REGRESSED and cycle.phase == Cycle.Phase.SETTLED
+    assert PullRequest.objects.get(number=rnd.pr_number).state == "closed"
+    assert rnd.status == Round.Status.CLOSED and rnd.revert_pr_number is None and not rnd.merge_sha
+    assert states(rnd.checked_sha)[VALIDATION] == "failure"
+    assert rnd.check_verdict["rule"] == "c" and "lost" in rnd.check_verdict["reason"]
+    lost = [row for row in rnd.check_verdict["perInput"] if row["lost"]]
+    assert lost and all(row["source"] in cycle.reason for row in lost)
+    assert cycle.claim is None
+
+
+@pytest.mark.parametrize(
+    ("policy", "phase", "status", "gate"),
+    [
+        ("human", "merge_wait", "error", "human"),
+        ("ship", "merge_wait", "success", "human"),
+        ("close", "settled", "error", ""),
+    ],
+)
+def test_an_unvalidated_check_follows_autonomy_on_inconclusive(embedded, alice, tmp_path, policy, phase, status, gate):
+    # R11.33 / R12.9: only regressed closes on its own; human demotes, ship posts success by policy, close closes.
+    verdict = """
+def verdict(spec, pairs):
+    return {"verdict": "unvalidated", "perMetric": [], "perInput": [], "reason": "the brain cannot tell"}
+"""
+    person_commits(
+        embedded,
+        {
+            LOOP_MODULE: with_verdict(embedded, verdict),
+            TRIAGE_PATH: triage_text(embedded, f"  autonomy: {{onInconclusive: {policy}}}\n"),
+        },
+        tmp_path,
+        f"onInconclusive {policy}",
+    )
+    cycle, rnd = accept_first_card(alice)
+    cycle.refresh_from_db()
+    rnd.refresh_from_db()
+    assert cycle.phase == phase
+    assert rnd.check_verdict["verdict"] == "unvalidated" and rnd.check_verdict["rule"] == "module"
+    assert "the brain cannot tell" in rnd.check_verdict["reason"]
+    description = LocalForge().statuses(rnd.checked_sha)
+    validation = next(s for s in description if s.context == VALIDATION)
+    assert validation.state == status
+    if policy == "ship":
+        assert "by policy" in validation.description and rnd.check_verdict["shippedByPolicy"]
+    if policy == "human":
+        assert rnd.merge_gate == "human" and "a person decides" in rnd.gate_note
+    if policy == "close":
+        assert cycle.status == Cycle.Status.UNVALIDATED
+        assert PullRequest.objects.get(number=rnd.pr_number).state == "closed"
+    else:
+        assert PullRequest.objects.get(number=rnd.pr_number).state == "open"
+
+
+def test_a_verdict_function_that_throws_makes_the_check_inconclusive_not_fatal(embedded, alice, tmp_path):
+    # R11.29: the status says why and the proposal waits for a person, its PR open.
+    person_commits(
+        embedded,
+        {LOOP_MODULE: with_verdict(embedded, "def verdict(spec, pairs):\n    raise KeyError('accuracy')\n")},
+        tmp_path,
+        "A broken verdict",
+    )
+    cycle, rnd = accept_first_card(alice)
+    cycle.refresh_from_db()
+    rnd.refresh_from_db()
+    assert cycle.phase == Cycle.Phase.MERGE_WAIT and rnd.check_verdict["inconclusive"]
+    assert "verdict() raised KeyError" in rnd.check_verdict["reason"]
+    validation = next(s for s in LocalForge().statuses(rnd.checked_sha) if s.context == VALIDATION)
+    assert validation.state == "error" and "KeyError" in validation.description
+    assert PullRequest.objects.get(number=rnd.pr_number).state == "open" and rnd.merge_gate == "human"
+
+
+def test_under_merge_auto_the_arm_waits_for_the_check_and_is_taken_out_when_the_head_moves(
+    embedded, alice, tmp_path, monkeypatch
+):
+    # R12.4: check pending → no arm; validated → armed on the checked commit; a push afterwards demotes.
+    embedded.LOCAL_FORGE_REQUIRED_STATUSES = [DIFF_GATE, VALIDATION, "ci/tests"]
+    verdict = """
+def verdict(spec, pairs):
+    return {"verdict": "validated", "perMetric": [], "perInput": [], "reason": None}
+"""
+    person_commits(
+        embedded,
+        {
+            LOOP_MODULE: with_verdict(embedded, verdict),
+            TRIAGE_PATH: triage_text(embedded, "  autonomy: {decide: human, merge: auto}\n"),
+        },
+        tmp_path,
+        "Merge on its own",
+    )
+    started = held_steps(monkeypatch)
+    cycle, rnd = accept_first_card(alice)
+    pull = PullRequest.objects.get(number=rnd.pr_number)
+    assert cycle.phase == Cycle.Phase.CHECKING and not pull.auto_merge  # nothing armed while the check waits
+    for replay_id in started:
+        machine.replay(replay_id)
+    pull.refresh_from_db()
+    rnd.refresh_from_db()
+    assert rnd.merge_gate == "auto" and pull.auto_merge["sha"] == rnd.checked_sha
+    work = clone(LocalForge().remote_url(), tmp_path / "pusher", branch=rnd.branch)
+    (work.path / "NOTE.md").write_text("pushed after the check\n")
+    git("add", "NOTE.md", cwd=work.path)
+    git("commit", "--quiet", "-m", "push", cwd=work.path)
+    git("push", "--quiet", "origin", rnd.branch, cwd=work.path)
+    machine.on_pull_event(pull.number)
+    rnd.refresh_from_db()
+    assert rnd.merge_gate == "human" and "no longer stands" in rnd.gate_note
+    assert VALIDATION not in states(LocalForge().get_pull(pull.number).head_sha)  # the status is on the checked commit
+
+
+def test_the_checks_deadline_answers_with_what_landed_and_leaves_the_watch_its_own(embedded, alice, monkeypatch):
+    # R11.30: a check whose replays never ran answers at check.deadlineHours, unvalidated; the PR stays open.
+    held_steps(monkeypatch)
+    cycle, rnd = accept_first_card(alice)
+    assert cycle.check_deadline is not None
+    assert cycle.check_deadline - cycle.moved_at == timedelta(hours=24)
+    monkeypatch.setitem(machine.STEPS, "replay", lambda replay_id: None)  # the broker stays lost
+    later = cycle.check_deadline + timedelta(minutes=1)
+    machine.check_tick(later)
+    cycle.refresh_from_db()
+    rnd.refresh_from_db()
+    assert cycle.phase == Cycle.Phase.MERGE_WAIT and not cycle.status
+    assert "deadline passed" in rnd.check_verdict["reason"] and rnd.check_verdict["rule"] == "a"
+    # The merge wait's own deadline counts from the check's answer (watch.deadlineHours, 336 h by default).
+    assert cycle.merge_deadline == later + timedelta(hours=336)
+
+
+def test_a_replay_whose_message_was_lost_is_started_by_the_sweep(embedded, alice, monkeypatch):
+    started = held_steps(monkeypatch)
+    cycle, rnd = accept_first_card(alice)
+    assert started
+    swept: list[int] = []
+    monkeypatch.setitem(machine.STEPS, "replay", swept.append)
+    machine.check_tick(timezone.now())
+    assert swept == []  # a replay just handed out is not due yet
+    machine.check_tick(timezone.now() + check.UNTAKEN_AFTER + timedelta(seconds=1))
+    assert sorted(swept) == sorted(started)
+    for replay_id in swept:
+        machine.replay(replay_id)
+        machine.replay(replay_id)  # a message delivered twice runs once
+    assert Replay.objects.filter(round=rnd, finished_at=None).count() == 0
+    cycle.refresh_from_db()
+    assert cycle.phase == Cycle.Phase.MERGE_WAIT
+
+
+def test_a_replay_that_cannot_start_at_its_commit_is_the_change_failing_that_run(embedded, alice, monkeypatch):
+    # R11.18: a candidate whose plan will not load at the head is read at once, not waited out.
+    started = held_steps(monkeypatch)
+    cycle, rnd = accept_first_card(alice)
+    first = Replay.objects.filter(round=rnd, side=Replay.Side.CANDIDATE).order_by("slot").first()
+    Replay.objects.filter(pk=first.pk).update(commit="0" * 40)
+    Execution.objects.filter(pk=first.execution_id).update(commit="0" * 40)
+    machine.replay(first.pk)
+    first.execution.refresh_from_db()
+    assert first.execution.status == Execution.Status.FAILED and "could not start" in first.execution.error
+    pairs = check.read_pairs(cycle, rnd)
+    assert pairs[0].candidate.state == "notRun"
+    for replay_id in started:
+        machine.replay(replay_id)
+    rnd.refresh_from_db()
+    assert rnd.check_verdict["perInput"][0]["candidate"] == ["notRun"]
+
+
+def test_a_notice_says_the_pr_is_checked_first(embedded, alice):
+    cycle, rnd = accept_first_card(alice)
+    notice = Notice.objects.filter(kind="pr-opened").latest("created_at")
+    assert "pre-merge check" in notice.text
