@@ -68,6 +68,7 @@ def test_the_demo_brain_loads_every_entity_without_an_error(demo_checkout: Check
         "pulse": "heartbeat",
         "helpdesk": "role",
         "fixer": "pipeline",
+        "pricer": "pipeline",
     }
     assert {entity.slug: entity.error for entity in snapshot.entities} == {
         "triage": "",
@@ -76,6 +77,7 @@ def test_the_demo_brain_loads_every_entity_without_an_error(demo_checkout: Check
         "pulse": "",
         "helpdesk": "",
         "fixer": "",
+        "pricer": "",
     }
     assert "default" in snapshot.methods
 
@@ -182,5 +184,9 @@ def test_pricing_measures_revenue_and_conversion_from_the_output() -> None:
     module, _ = module_from_source("pricing.loop.py", (PRICING / "pricing.loop.py").read_bytes())
     output = pipeline().run(None, {"seed": 1})
     values = {m["id"]: m["value"] for m in module.measure(Run({"seed": 1}, output))}
-    assert values == {"revenue": float(output["revenue"]), "conversion": output["buyers"] / output["customers"]}
+    assert values == {
+        "revenue": float(output["revenue"]),
+        "conversion": output["buyers"] / output["customers"],
+        "margin": float(output["margin"]),
+    }
     assert module.measure(Run({"seed": 1}, None)) == []

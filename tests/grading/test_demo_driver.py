@@ -125,7 +125,7 @@ def test_the_task_drives_the_demo_and_is_scheduled_every_twenty_seconds_with_an_
 def test_make_run_syncs_the_brain_first_and_says_how_many_entities_loaded(demo_settings) -> None:
     out = StringIO()
     UpCommand(stdout=out)._sync_brain()
-    assert "6 entities loaded" in out.getvalue()
+    assert "7 entities loaded" in out.getvalue()
     assert set(Entity.objects.values_list("slug", flat=True)) == {
         "triage",
         "urgency",
@@ -133,4 +133,5 @@ def test_make_run_syncs_the_brain_first_and_says_how_many_entities_loaded(demo_s
         "pulse",
         "helpdesk",
         "fixer",
+        "pricer",
     }

@@ -8,7 +8,6 @@ different path.
 
 from __future__ import annotations
 
-import math
 import random
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
@@ -21,9 +20,10 @@ DISCOUNT = 0.0
 
 # --- The market (not a parameter: changing it changes what is measured) ----
 CUSTOMERS = 200
-#: Willingness to pay is log-normal around this median, in USD.
-WTP_MEDIAN = 18.0
-WTP_SIGMA = 0.45
+#: Willingness to pay is uniform between nothing and this, in USD: demand falls in a straight line.
+WTP_MAX = 30.0
+#: What one sale costs us, in USD: the margin is what a sale keeps of its price.
+UNIT_COST = 7.0
 
 CENT = Decimal("0.01")
 
@@ -40,12 +40,16 @@ def charged_price() -> Decimal:
 def simulate(seed: int, price: Decimal) -> int:
     """Return how many of CUSTOMERS buy at ``price`` in the market drawn from ``seed``."""
     rng = random.Random(seed)
-    mu = math.log(WTP_MEDIAN)
-    return sum(1 for _ in range(CUSTOMERS) if Decimal(str(rng.lognormvariate(mu, WTP_SIGMA))) >= price)
+    return sum(1 for _ in range(CUSTOMERS) if Decimal(str(rng.uniform(0, WTP_MAX))) >= price)
+
+
+def margin(price: Decimal) -> Decimal:
+    """Return the share of ``price`` a sale keeps after UNIT_COST, to four places (negative below cost)."""
+    return ((price - Decimal(str(UNIT_COST))) / price).quantize(Decimal("0.0001"), rounding=ROUND_HALF_EVEN)
 
 
 def run(ctx: Any, input: dict[str, Any] | None) -> dict[str, Any]:
-    """Return {"revenue": decimal string USD, "buyers": int, "customers": int, "price": decimal string USD}.
+    """Return {"revenue", "price" (decimal strings, USD), "buyers", "customers" (ints), "margin" (decimal string)}.
 
     ``input["seed"]`` (an integer, default 0) picks the market.
     """
@@ -54,4 +58,10 @@ def run(ctx: Any, input: dict[str, Any] | None) -> dict[str, Any]:
         raise ValueError(f"pricing: input.seed must be an integer, not {seed!r}")
     price = charged_price()
     buyers = simulate(seed, price)
-    return {"revenue": str(price * buyers), "buyers": buyers, "customers": CUSTOMERS, "price": str(price)}
+    return {
+        "revenue": str(price * buyers),
+        "buyers": buyers,
+        "customers": CUSTOMERS,
+        "price": str(price),
+        "margin": str(margin(price)),
+    }
