@@ -143,6 +143,9 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "singularity.apikit.errors.exception_handler",
     "COERCE_DECIMAL_TO_STRING": True,
 }
+#: The largest request body the API reads (bytes): a longer one is refused with 413 before it is read.
+API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 2_621_440, minimum=1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(API_MAX_BODY_BYTES, 2_621_440)
 SPECTACULAR_SETTINGS = {
     "TITLE": "Singularity API",
     "DESCRIPTION": "Control plane for autonomous LLM agents: beings, the brain, grading and the self-evolving loop.",

@@ -1,4 +1,7 @@
-"""The guard in front of ``/api/``: no NUL in the path or a query parameter, and JSON for Django's own answers.
+"""The guard in front of ``/api/``: a bounded body, no NUL in the path or a query parameter, JSON for Django's answers.
+
+A body longer than ``API_MAX_BODY_BYTES`` (its ``Content-Length``) is refused
+before anything reads it: 413 ``too_large`` naming the size and the bound.
 
 A NUL reaches Postgres as an error (text cannot hold U+0000), so it is refused
 here, for every endpoint at once, as 400 ``invalid`` naming the parameter.
@@ -34,6 +37,22 @@ def _refusal(request: HttpRequest) -> str:
     return ""
 
 
+def _too_large(request: HttpRequest) -> JsonResponse | None:
+    """413 (or 400 for a length that is not a number) when the body is over ``API_MAX_BODY_BYTES``; else None."""
+    declared = request.META.get("CONTENT_LENGTH") or ""
+    if not declared.strip():
+        return None
+    try:
+        length = int(declared)
+    except ValueError:
+        return JsonResponse({"error": "invalid", "detail": "Content-Length: not a number of bytes"}, status=400)
+    bound = int(settings.API_MAX_BODY_BYTES)
+    if length <= bound:
+        return None
+    detail = f"body: {length:,} bytes is more than the API takes ({bound:,} bytes)"
+    return JsonResponse({"error": "too_large", "detail": detail}, status=413)
+
+
 def _is_json(response: HttpResponse) -> bool:
     kind = response.get("Content-Type", "")
     return kind.startswith("application/json") or "+json" in kind.split(";")[0]
@@ -56,6 +75,8 @@ class ApiGuardMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if not request.path_info.startswith(PREFIX):
             return self.get_response(request)
+        if (large := _too_large(request)) is not None:
+            return large
         if refused := _refusal(request):
             return JsonResponse({"error": "invalid", "detail": refused}, status=400)
         response = self.get_response(request)
