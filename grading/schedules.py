@@ -63,14 +63,20 @@ def _crontab(fields: dict[str, str]) -> CrontabSchedule:
     return existing or CrontabSchedule.objects.create(**fields, timezone=settings.TIME_ZONE)
 
 
+def switched_off(entity: Entity) -> bool:
+    """Whether the entity's frontmatter says ``enabled: false`` (it neither runs nor is scheduled)."""
+    return (entity.frontmatter or {}).get("enabled") is False
+
+
 def scheduled_entities() -> list[Entity]:
-    """Return the entities that may run on a schedule: present, loaded, with a schedule, not a chat role."""
-    return list(
+    """Return the entities that may run on a schedule: present, loaded, switched on, with a schedule, not a chat role."""
+    found = (
         Entity.objects.filter(present=True, load_error="")
         .exclude(schedule="")
         .exclude(kind=Entity.Kind.ROLE)
         .order_by("target_kind", "slug")
     )
+    return [entity for entity in found if not switched_off(entity)]
 
 
 def sync_schedules() -> ScheduleReport:

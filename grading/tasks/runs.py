@@ -15,11 +15,15 @@ def run_scheduled_entity(entity_id: int) -> str | None:
     """Run the entity on its schedule; return the execution id, or None when it may not run (logged)."""
     from grading.models import Entity
     from grading.runners import run_entity
+    from grading.schedules import switched_off
     from singularity.errors import ConfigError
 
     entity = Entity.objects.filter(pk=entity_id).first()
     if entity is None or not entity.schedule:
         logger.warning("scheduled run of entity %s skipped: it is gone or has no schedule any more", entity_id)
+        return None
+    if switched_off(entity):
+        logger.info("scheduled run of %s skipped: it is switched off (enabled: false)", entity)
         return None
     try:
         return str(run_entity(entity, source="schedule").pk)
