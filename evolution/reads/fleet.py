@@ -6,10 +6,11 @@ Read from stored facts only, in a fixed number of queries whatever the fleet hol
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from evolution.core.cycles import cooldown, when
@@ -82,10 +83,11 @@ def recent_outcomes(entities: Iterable[Entity], *, now: datetime) -> dict[int, l
 
 def _idle(entity: Entity, outcomes: list[bool] | None, now: datetime) -> tuple[str, str]:
     """The state and next sentence of an entity no cycle holds: its rest, or its trigger window's count."""
-    if entity.last_settle_at is not None:  # type: ignore[attr-defined]
+    settled_at = getattr(entity, "last_settle_at", None)  # read for the rows shown (``_build``)
+    if settled_at is not None:
         loop = (entity.terms or {}).get("loop") or {}
         rest = cooldown(loop, regressed=entity.last_settle_status == Cycle.Status.REGRESSED)  # type: ignore[attr-defined]
-        until = entity.last_settle_at + rest  # type: ignore[attr-defined]
+        until = settled_at + rest
         if until > now:
             return "idle", (
                 f"Resting until {when(until)} (cooldown after cycle {entity.last_settle_id}); "  # type: ignore[attr-defined]
@@ -178,6 +180,67 @@ def _live_dict(cycle: Cycle) -> dict[str, Any]:
     }
 
 
+def state_of(
+    entity: Entity,
+    live: list[Cycle],
+    needs: list[dict[str, Any]],
+    outcomes: list[bool] | None,
+    now: datetime,
+    paused: str = "",
+    grouped: str = "",
+) -> tuple[str, str, Cycle | None]:
+    """(state, the "Next" sentence, the cycle speaking for it) of one entity: the fleet's one place for states.
+
+    ``live`` are its live cycles, ``needs`` its needs-you items, ``outcomes`` its window's (None: not counted
+    here), ``paused`` why it is paused or held, ``grouped`` the lock group's refusal.
+    """
+    holder = next((c for c in live if c.claim == entity.pk), None)
+    primary = holder or (live[-1] if live else None)
+    if not entity.loop_enabled:
+        return "off", "The loop is off for this entity.", primary
+    if paused:
+        return "paused", paused, primary
+    card = next((item for item in needs if item["gate"] in CARD_GATES), None)
+    if card is not None:
+        return "waiting_on_you", card["next"][0].upper() + card["next"][1:] + ".", primary
+    if primary is not None:
+        state = PHASE_STATE.get(primary.phase, "analysing")
+        if primary.phase == Cycle.Phase.ANALYSING and primary.window.get("ready") is False:
+            state = "window"
+        return state, _live_next(primary), primary
+    if grouped:
+        return "held", f"{grouped[0].upper()}{grouped[1:]}; its next cycle opens once the group is free.", None
+    state, following = _idle(entity, outcomes, now)
+    window = next((item for item in needs if item["gate"] in WINDOW_GATES), None)
+    if window is not None:
+        state, following = "window", _window_next(entity, window)
+    return state, following, None
+
+
+#: The fleet's order, what needs a person first: a state's place here (then the name; states not named last).
+ATTENTION = (
+    "waiting_on_you",
+    "paused",
+    "reverting",
+    "pr_open",
+    "applying",
+    "analysing",
+    "watching",
+    "held",
+    "window",
+    "idle",
+    "off",
+)
+
+
+def attention(state: str, needs: list[dict[str, Any]]) -> tuple[int, int]:
+    """The sort key of a row: anything waiting on a person first, then the state's place in ``ATTENTION``."""
+    place = ATTENTION.index(state) if state in ATTENTION else len(ATTENTION)
+    if state in ("window", "idle"):
+        place = ATTENTION.index("window")  # whether its window holds a bad run is read for the rows shown only
+    return (0 if needs else 1, place)
+
+
 def _row(
     entity: Entity,
     live: list[Cycle],
@@ -189,27 +252,7 @@ def _row(
 ) -> dict[str, Any]:
     """One entity's loop_status entry (see ``loop_status``); ``waits`` are its needs-you items."""
     needs = [item for cycle in live for item in needs_you(cycle)] if waits is None else waits
-    holder = next((c for c in live if c.claim == entity.pk), None)
-    primary = holder or (live[-1] if live else None)
-    if not entity.loop_enabled:
-        state, following = "off", "The loop is off for this entity."
-    elif paused:
-        state, following = "paused", paused
-    elif any(item["gate"] in CARD_GATES for item in needs):
-        state = "waiting_on_you"
-        following = next(item for item in needs if item["gate"] in CARD_GATES)["next"]
-        following = following[0].upper() + following[1:] + "."
-    elif primary is not None:
-        state, following = PHASE_STATE.get(primary.phase, "analysing"), _live_next(primary)
-        if primary.phase == Cycle.Phase.ANALYSING and primary.window.get("ready") is False:
-            state = "window"
-    elif grouped:
-        state, following = "held", f"{grouped[0].upper()}{grouped[1:]}; its next cycle opens once the group is free."
-    else:
-        state, following = _idle(entity, outcomes, now)
-        window = next((item for item in needs if item["gate"] in WINDOW_GATES), None)
-        if window is not None:
-            state, following = "window", _window_next(entity, window)
+    state, following, primary = state_of(entity, live, needs, outcomes, now, paused, grouped)
     return {
         "entity": entity,
         "targetKind": entity.target_kind,
@@ -260,6 +303,70 @@ def _rows(entities: QuerySet[Entity], *, now: datetime) -> list[dict[str, Any]]:
     return _gather(entities, now=now, whole=False)[0]
 
 
+@dataclass
+class Facts:
+    """What the fleet reads once for every listed entity; a row is built from these for the entities shown."""
+
+    listed: list[Entity]
+    live: dict[int, list[Cycle]]
+    paused: dict[int, str]
+    found: list[dict[str, Any]]
+    mine: dict[int, list[dict[str, Any]]]
+    grouped: dict[int, str]
+
+
+def _facts(entities: QuerySet[Entity], *, now: datetime, whole: bool) -> Facts:
+    """The fleet-wide facts of ``entities`` in a fixed number of queries (none reads a grade)."""
+    from evolution.steering import needs_you as waits_on
+
+    listed = list(entities.select_related("waiting_window").order_by("target_kind", "slug"))
+    live_cycles = (
+        Cycle.objects.exclude(phase=Cycle.Phase.SETTLED)
+        .select_related("entity")
+        .order_by("started_at", "id")
+        .prefetch_related(_rounds_prefetch())
+    )
+    if not whole:
+        live_cycles = live_cycles.filter(entity__in=[e.pk for e in listed])
+    live: dict[int, list[Cycle]] = {}
+    for cycle in live_cycles if (listed or whole) else []:
+        live.setdefault(cycle.entity_id, []).append(cycle)
+    breaker, held = waits_on.pauses(listed)
+    every = [c for cycles in live.values() for c in cycles]
+    found = waits_on.collect(now, entities=listed, live=every, breaker=breaker, held=held, whole=whole)
+    mine: dict[int, list[dict[str, Any]]] = {}
+    for item in found:
+        if item["_entity"] is not None:
+            mine.setdefault(item["_entity"], []).append(item)
+    idle = [e for e in listed if e.loop_enabled and e.pk not in live]
+    return Facts(listed, live, {**held, **breaker}, found, mine, groups.holders_many(idle))
+
+
+def _build(shown: list[Entity], facts: Facts, *, now: datetime) -> list[dict[str, Any]]:
+    """The rows of ``shown`` (among ``facts.listed``): their recent outcomes and last settles read for them only."""
+    from evolution.steering import needs_you as waits_on
+
+    if shown:
+        settles = {e.pk: e for e in _with_last_settle(Entity.objects.filter(pk__in=[e.pk for e in shown])).only("pk")}
+        for entity in shown:
+            for name in ("last_settle_id", "last_settle_at", "last_settle_status"):
+                setattr(entity, name, getattr(settles[entity.pk], name))
+    idle = [e for e in shown if e.loop_enabled and e.pk not in facts.live]
+    outcomes = recent_outcomes(idle, now=now)
+    return [
+        _row(
+            e,
+            facts.live.get(e.pk, []),
+            outcomes.get(e.pk),
+            now,
+            facts.paused.get(e.pk, ""),
+            waits_on.public(facts.mine.get(e.pk, [])),
+            facts.grouped.get(e.pk, ""),
+        )
+        for e in shown
+    ]
+
+
 def _gather(
     entities: QuerySet[Entity], *, now: datetime, whole: bool
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -269,44 +376,62 @@ def _gather(
     """
     from evolution.steering import needs_you as waits_on
 
-    listed = list(_with_last_settle(entities).select_related("waiting_window").order_by("target_kind", "slug"))
-    if not listed and not whole:
+    facts = _facts(entities, now=now, whole=whole)
+    if not facts.listed and not whole:
         return [], []
-    live_cycles = (
-        Cycle.objects.exclude(phase=Cycle.Phase.SETTLED)
-        .select_related("entity")
-        .order_by("started_at", "id")
-        .prefetch_related(_rounds_prefetch())
-    )
-    if not whole:
-        live_cycles = live_cycles.filter(entity__in=entities)
-    live: dict[int, list[Cycle]] = {}
-    for cycle in live_cycles:
-        live.setdefault(cycle.entity_id, []).append(cycle)
-    idle = [e for e in listed if e.loop_enabled and e.pk not in live]
-    outcomes = recent_outcomes(idle, now=now)
-    breaker, held = waits_on.pauses(listed)
-    paused = {**held, **breaker}
-    every = [c for cycles in live.values() for c in cycles]
-    found = waits_on.collect(now, entities=listed, live=every, breaker=breaker, held=held, whole=whole)
-    mine: dict[int, list[dict[str, Any]]] = {}
-    for item in found:
-        if item["_entity"] is not None:
-            mine.setdefault(item["_entity"], []).append(item)
-    held_by_group = groups.holders_many(idle)
-    rows = [
-        _row(
-            e,
-            live.get(e.pk, []),
-            outcomes.get(e.pk),
+    return _build(facts.listed, facts, now=now), waits_on.public(facts.found)
+
+
+@dataclass
+class FleetPage:
+    """One page of the fleet, what needs a person first: its rows, how many entities matched, the page's place."""
+
+    rows: list[dict[str, Any]]
+    total: int
+    page: int
+    pages: int
+    per_page: int
+    #: Distinct cycles (and waits of no cycle) of the matched entities that wait on a person.
+    need_you: int
+
+
+#: Rows on one page of the fleet.
+PER_PAGE = 50
+
+
+def fleet_page(*, query: str = "", page: int = 1, per_page: int = PER_PAGE, now: datetime | None = None) -> FleetPage:
+    """One page of the fleet: the entities in the loop matching ``query`` (name or id), attention first.
+
+    Every matched entity's state is ranked (``attention``) from the fleet-wide facts; the rows are built for
+    the page only, so the cost of a page follows the fleet's size, never its history.
+    """
+    from evolution.steering import needs_you as waits_on
+
+    now = now or timezone.now()
+    entities = Entity.objects.filter(loop_enabled=True, present=True)
+    if query:
+        entities = entities.filter(Q(name__icontains=query) | Q(slug__icontains=query))
+    facts = _facts(entities, now=now, whole=False)
+
+    def key(entity: Entity) -> tuple[int, int, str, str]:
+        needs = facts.mine.get(entity.pk, [])
+        state, _, _ = state_of(
+            entity,
+            facts.live.get(entity.pk, []),
+            needs,
+            None,
             now,
-            paused.get(e.pk, ""),
-            waits_on.public(mine.get(e.pk, [])),
-            held_by_group.get(e.pk, ""),
+            facts.paused.get(entity.pk, ""),
+            facts.grouped.get(entity.pk, ""),
         )
-        for e in listed
-    ]
-    return rows, waits_on.public(found)
+        return (*attention(state, needs), (entity.name or entity.slug).lower(), entity.slug)
+
+    ranked = sorted(facts.listed, key=key)
+    pages = max(1, -(-len(ranked) // per_page))
+    page = min(max(1, page), pages)
+    shown = ranked[(page - 1) * per_page : page * per_page]
+    waiting = {item["cycleId"] for items in facts.mine.values() for item in waits_on.public(items)}
+    return FleetPage(_build(shown, facts, now=now), len(ranked), page, pages, per_page, len(waiting))
 
 
 def fleet(*, now: datetime | None = None) -> list[dict[str, Any]]:

@@ -24,6 +24,7 @@ from evolution.models import Cycle, Lesson
 from evolution.reads import fleet as fleet_reads
 from evolution.reads import history, status, story
 from evolution.steering import groups
+from evolution.views.checkchart import movement_strip
 from grading.metrics import aggregate, specs
 from grading.models import Entity
 from singularity.plots import HLine, Series, line_chart
@@ -59,12 +60,17 @@ def _get_entity(target_kind: str, slug: str) -> Entity:
 # --- The fleet ------------------------------------------------------------------
 
 
+def _page_number(text: str | None) -> int:
+    """A page number from the query string: 1 for anything that is not a positive whole number."""
+    return int(text) if text and text.isdigit() and int(text) > 0 else 1
+
+
 @login_required
 def fleet(request: HttpRequest) -> HttpResponse:
-    """Every entity in the loop with its state, what comes next and its cycles in flight (HTMX: the table alone)."""
-    rows = _badged(fleet_reads.fleet())
-    waiting = {item["cycleId"] for row in rows for item in row["needsYou"]}
-    context = {"rows": rows, "need_you": len(waiting)}
+    """A page of the entities in the loop, what needs a person first, with a search box (HTMX: the table alone)."""
+    query = request.GET.get("q", "").strip()[:100]
+    page = fleet_reads.fleet_page(query=query, page=_page_number(request.GET.get("page")))
+    context = {"rows": _badged(page.rows), "need_you": page.need_you, "page": page, "q": query}
     template = "evolution/partials/fleet_table.html" if request.htmx else "evolution/fleet.html"
     return render(request, template, context)
 
@@ -193,6 +199,10 @@ def cycle_story(request: HttpRequest, pk: int) -> HttpResponse:
         rnd = rounds.get(shown["number"])
         shown["diffs"] = file_diffs(rnd) if rnd is not None and rnd.files else []
     set_aside = next((r for r in reversed(detail["rounds"]) if r["rejection"]), None)
+    checks = [shown["check"] for shown in detail["rounds"] if shown.get("check")]
+    for shown in checks:
+        for reading in shown["perMetric"]:
+            reading["chart"] = movement_strip(reading)
     context = {
         "cycle": cycle,
         "entity": cycle.entity,
@@ -204,6 +214,7 @@ def cycle_story(request: HttpRequest, pk: int) -> HttpResponse:
         "set_aside": set_aside,
         "idea": cycle.idea,
         "shipped": [r for r in detail["rounds"] if r["pr"] or r["gate"] or r["checkVerdict"]],
+        "checks": checks,
     }
     return render(request, "evolution/cycle.html", context)
 
