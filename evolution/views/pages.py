@@ -24,7 +24,6 @@ from evolution.models import Cycle, Lesson
 from evolution.reads import fleet as fleet_reads
 from evolution.reads import history, status, story
 from evolution.steering import groups
-from evolution.views.checkchart import movement_strip
 from grading.metrics import aggregate, specs
 from grading.models import Entity
 from singularity.plots import HLine, Series, line_chart
@@ -199,10 +198,6 @@ def cycle_story(request: HttpRequest, pk: int) -> HttpResponse:
         rnd = rounds.get(shown["number"])
         shown["diffs"] = file_diffs(rnd) if rnd is not None and rnd.files else []
     set_aside = next((r for r in reversed(detail["rounds"]) if r["rejection"]), None)
-    checks = [shown["check"] for shown in detail["rounds"] if shown.get("check")]
-    for shown in checks:
-        for reading in shown["perMetric"]:
-            reading["chart"] = movement_strip(reading)
     context = {
         "cycle": cycle,
         "entity": cycle.entity,
@@ -214,7 +209,6 @@ def cycle_story(request: HttpRequest, pk: int) -> HttpResponse:
         "set_aside": set_aside,
         "idea": cycle.idea,
         "shipped": [r for r in detail["rounds"] if r["pr"] or r["gate"] or r["checkVerdict"]],
-        "checks": checks,
     }
     return render(request, "evolution/cycle.html", context)
 
