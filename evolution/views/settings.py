@@ -23,6 +23,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from evolution.steering import settings as sw
+from evolution.steering.settings.base import WHOLESALE
 from grading.models import Entity
 from singularity.brain import defaults as D
 from singularity.brain import terms as T
@@ -185,6 +186,63 @@ def manifest_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def words(value: Any) -> str:
+    """A resolved value as a person reads it: text as is, true/false, numbers plain, a list comma-separated;
+    "not set" for null (never raw JSON)."""
+    if value is None:
+        return "not set"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return ", ".join(words(v) for v in value) or "none"
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {words(v)}" for k, v in value.items()) or "none"
+    return str(value)
+
+
+def _leaves(prefix: str, value: Any) -> list[str]:
+    if isinstance(value, dict) and value:
+        return [leaf for name, inner in value.items() for leaf in _leaves(f"{prefix}.{name}", inner)]
+    return [prefix]
+
+
+def wholesale_note(target: Entity | None, key: str) -> str:
+    """What a one-key write at the entity tier copies with it, said before Confirm; "" when it copies nothing.
+
+    A key inside a wholesale block (``loop.autonomy``, ``loop.watch``, …,
+    ``evaluation.human``) that the entity does not write yet writes the whole
+    block as the entity sees it now (``key_edits``), so every other value of
+    the block is pinned at the entity tier from then on.
+    """
+    parts = key.split(".")
+    if target is None or len(parts) < 3 or parts[1] not in WHOLESALE.get(parts[0], ()):
+        return ""
+    block, name = parts[0], parts[1]
+    own = (target.frontmatter or {}).get(block) or {}
+    if isinstance(own, dict) and name in own:
+        return ""
+    seen = ((target.terms or {}).get(block) or {}).get(name) or {}
+    others = [leaf for leaf in _leaves(f"{block}.{name}", seen) if leaf != key and not key.startswith(leaf + ".")]
+    if not others:
+        return ""
+    provenance = target.provenance or {}
+    tiers = [_tier(provenance, leaf) for leaf in others]
+    sources = [
+        f"{tiers.count(tier)} from {where}"
+        for tier, where in (("engine", "the engine's defaults"), ("manifest", "the brain's manifest"))
+        if tiers.count(tier)
+    ]
+    source = ", ".join(sources) if sources else "as it sees them now"
+    return (
+        f"This writes the whole {block}.{name} block into {target.name or target.slug}: its {len(others)} other "
+        f"value{'s' if len(others) != 1 else ''} ({', '.join(leaf.rsplit('.', 1)[1] for leaf in others)}) "
+        f"{'are' if len(others) != 1 else 'is'} copied — {source} — and read “entity” from then on, so a later "
+        "change to the brain's defaults no longer reaches them."
+    )
+
+
 def _tier(provenance: dict[str, str], key: str) -> str:
     path = key
     while path:
@@ -212,7 +270,7 @@ def resolved_rows(entity: Entity) -> list[dict[str, Any]]:
     for name, value in ((entity.terms or {}).get("loop") or {}).items():
         walk(f"loop.{name}", value)
     for key, value in leaves:
-        rows.append({"key": key, "value": json.dumps(value, ensure_ascii=False), "tier": _tier(provenance, key)})
+        rows.append({"key": key, "value": words(value), "tier": _tier(provenance, key)})
     return rows
 
 
@@ -376,6 +434,7 @@ def preview(request: HttpRequest) -> HttpResponse:
         "raw_value": request.POST.get("value", ""),
         "expect": json.dumps(expect),
         "via_widen": sw.widens_family(write["key"]),
+        "wholesale": wholesale_note(write["target"], write["key"]) if answer.changed else "",
         "said": "" if answer.changed else "Nothing to change: the file already says so.",
         "target_kind": request.POST.get("targetKind", ""),
         "target_id": request.POST.get("targetId", ""),
@@ -395,7 +454,10 @@ def save(request: HttpRequest) -> HttpResponse:
     except sw.SettingsRefusal as refusal:
         return _answer(request, {"ok": False, "said": refusal.detail, "code": refusal.code, "widened": refusal.widened})
     if answer.commit:
-        said = f"Saved {answer.summary} on {answer.subject} (commit {answer.commit[:12]})."
+        what = (
+            f"{write['key']} removed" if write["op"] == sw.REMOVE else f"{write['key']} is now {words(write['value'])}"
+        )
+        said = f"Saved: {what} on {answer.subject} (commit {answer.commit[:12]})."
     else:
         said = "Nothing to change: the file already says so."
     return _answer(request, {"ok": True, "said": said, "answer": answer, "saved": True})

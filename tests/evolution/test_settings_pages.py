@@ -57,7 +57,7 @@ def test_save_shows_the_dry_run_first_and_confirm_writes_it(sb, web) -> None:
     row = ActionLog.objects.get()
     assert (row.actor, row.op, row.subject) == ("alice", "loop_set", MANIFEST)
     page = web.get("/evolution/settings/").content.decode()
-    assert "Saved loop.threshold = 0.7" in page and f"action-{row.pk}" in page
+    assert "Saved: loop.threshold is now 0.7" in page and f"action-{row.pk}" in page
 
 
 def test_confirm_over_a_file_that_changed_since_the_preview_answers_conflict(sb, web) -> None:
@@ -73,7 +73,7 @@ def test_an_autonomy_knob_is_saved_through_loop_widen_by_the_person_at_the_page(
     target = {"targetKind": "scenario", "targetId": "digest", "key": "loop.autonomy.decide", "op": "set"}
     preview = web.post(PREVIEW, {**target, "value": "auto"}, **HX).content.decode()
     assert "hands oversight to the machine" in preview and "loop.autonomy.decide" in preview
-    assert "Confirm (loop_widen)" in preview
+    assert "Confirm: I approve" in preview and "loop_widen" not in preview
     web.post(SAVE, {**target, "value": "auto"}, **HX)
     assert yaml.safe_load(sb.show(DIGEST).split("---\n")[1])["loop"]["autonomy"] == {"decide": "auto"}
     row = ActionLog.objects.get()
@@ -116,7 +116,7 @@ def test_the_policy_view_shows_resolved_values_their_tiers_and_the_entitys_actio
     row = fragment.split('id="knob-loop-threshold"')[1].split("</tr>")[0]
     assert "0.7" in row and "manifest" in row
     assert "<code>loop.trigger.windowRuns</code></td><td><code>5</code></td>" in fragment
-    assert "loop_set scenario:digest: loop.maxChangedLines = 100" in fragment
+    assert "loop.maxChangedLines = 100" in fragment and "loop_set" not in fragment
     assert "loop.threshold = 0.7" not in fragment.split('id="action-log"')[1]  # the manifest's row is not the entity's
     assert 'id="pull-entity-switch"' in fragment
     page = web.get(POLICY)

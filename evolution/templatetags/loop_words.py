@@ -1,0 +1,59 @@
+"""The loop's internal names in people's words on the pages: a cycle's phase, a settings op, a PR's Markdown.
+
+``phase_words`` turns ``merge_wait`` into "waiting for the merge";
+``op_words`` turns ``loop_widen`` into "widened"; ``action_words`` drops
+the op and the subject an action-log summary starts with (the table shows
+both beside it); ``markdown`` renders a PR description with markdown-it-py
+with raw HTML off, so a body can format text but never inject markup.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import template
+from django.utils.safestring import SafeString, mark_safe
+from markdown_it import MarkdownIt
+
+register = template.Library()
+
+PHASE_WORDS = {
+    "analysing": "analysing the evidence",
+    "deciding": "waiting on a person's decision",
+    "applying": "applying the change",
+    "checking": "checking before the merge",
+    "merge_wait": "waiting for the merge",
+    "watching": "watching after the merge",
+    "reverting": "following the revert",
+    "settled": "settled",
+}
+OP_WORDS = {"loop_set": "set", "loop_widen": "widened", "loop_join": "joined the loop"}
+
+#: CommonMark with raw HTML off (``js-default``: no HTML, no unsafe link schemes) plus tables.
+_MARKDOWN = MarkdownIt("js-default").enable("table")
+
+
+@register.filter
+def phase_words(phase: Any) -> str:
+    """A cycle's machine phase as a person reads it; an unknown one with its underscores as spaces."""
+    return PHASE_WORDS.get(str(phase), str(phase or "").replace("_", " "))
+
+
+@register.filter
+def op_words(op: Any) -> str:
+    """A settings write's op as a person reads it ("set", "widened", "joined the loop")."""
+    return OP_WORDS.get(str(op), str(op or "").replace("_", " "))
+
+
+@register.filter
+def action_words(action: Any) -> str:
+    """An action-log summary without the "<op> <subject>: " it starts with (shown in their own columns)."""
+    summary = str(getattr(action, "summary", "") or "")
+    lead = f"{getattr(action, 'op', '')} {getattr(action, 'subject', '')}: "
+    return summary.removeprefix(lead)
+
+
+@register.filter
+def markdown(text: Any) -> SafeString:
+    """Markdown rendered to HTML with raw HTML disabled (it is escaped), so the result is safe to show."""
+    return mark_safe(_MARKDOWN.render(str(text or "")))  # noqa: S308 - html is off: markdown-it escapes every tag
