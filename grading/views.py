@@ -355,8 +355,31 @@ def run_detail(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
         "trace": execution.trace or [],
         "awaiting_rating_until": waiting_until(execution),
         "rating_card": Card.objects.filter(key=card_key(execution.pk)).first(),
+        "compare": compare_with(execution, request.GET.get("compare", "")),
     }
     return render(request, "grading/run_detail.html", context)
+
+
+def _side(execution: Execution) -> dict[str, Any]:
+    grade = _grade_of(execution)
+    return {
+        "run": execution,
+        "grade": grade,
+        "vector": metric_vector(execution, grade),
+        "input_json": json.dumps(execution.input, indent=2, ensure_ascii=False),
+        "output_json": json.dumps(execution.output, indent=2, ensure_ascii=False),
+    }
+
+
+def compare_with(execution: Execution, other_id: str) -> dict[str, Any] | None:
+    """``?compare=<run>``: this run beside another run of the same entity (a check's pair), or the reason it cannot be."""
+    if not other_id:
+        return None
+    try:
+        other = Execution.objects.select_related("entity").get(pk=uuid.UUID(other_id), entity_id=execution.entity_id)
+    except (ValueError, Execution.DoesNotExist):
+        return {"error": f"compare: {other_id[:40]!r} is not a run of {execution.entity.name or execution.entity.slug}"}
+    return {"sides": [_side(other), _side(execution)]}
 
 
 @login_required
