@@ -162,8 +162,37 @@ class HistorySerializer(serializers.Serializer):
 
 
 class PairSerializer(serializers.Serializer):
-    baseline = serializers.CharField(allow_null=True)
-    candidate = serializers.CharField(allow_null=True)
+    slot = serializers.IntegerField(help_text="The frozen input's index in the cycle's frozenSet.")
+    trial = serializers.IntegerField()
+    input = serializers.CharField(help_text="The input's first characters, as a person reads it.")
+    baseline = serializers.CharField(
+        allow_null=True,
+        help_text="The incumbent's run: a replay at the base, or the history run its frozen grade is of.",
+    )
+    candidate = serializers.CharField(allow_null=True, help_text="The candidate's replay at the PR's checked head.")
+
+
+class CommitStatusSerializer(serializers.Serializer):
+    sha = serializers.CharField()
+    context = serializers.CharField()
+    state = serializers.CharField(help_text="pending, success, failure or error")
+    description = serializers.CharField()
+    updatedAt = Instant()
+
+
+class FrozenSlotSerializer(serializers.Serializer):
+    slot = serializers.IntegerField()
+    kind = serializers.CharField(help_text="history (a graded run's input) or case (a golden case of the loop module)")
+    input = serializers.JSONField(help_text="The input the candidate and the incumbent are both replayed on.")
+    label = serializers.CharField()
+    heldOut = serializers.BooleanField(help_text="No run the proposer was briefed on ran on this input.")
+    anchor = serializers.BooleanField(help_text="The input of the run whose grade opened the cycle.")
+    runId = serializers.CharField(allow_null=True, help_text="The history run it was frozen from.")
+    caseId = serializers.CharField(allow_null=True)
+    incumbentScore = JSONRecord(
+        allow_null=True,
+        help_text="The frozen grade kept as the incumbent's side {passed, vector, judge}; null: re-run.",
+    )
 
 
 class CardLinkSerializer(serializers.Serializer):
@@ -220,6 +249,9 @@ class RoundSerializer(serializers.Serializer):
     checkedSha = serializers.CharField()
     checkVerdict = JSONRecord(allow_null=True, help_text="null wherever no check comparator ran")
     pairs = PairSerializer(many=True, help_text="The check's pairs input by input.")
+    statuses = CommitStatusSerializer(
+        many=True, help_text="The local forge's commit statuses on the checked commit (else the head); [] on GitHub."
+    )
     revert = RevertSerializer(allow_null=True)
 
 
@@ -309,7 +341,9 @@ class CycleDetailSerializer(serializers.Serializer):
     mergeDeadline = Instant()
     window = JSONRecord(help_text="{from, to, runIds, reason, ready, progress, metrics}")
     windowRuns = RunRowSerializer(many=True)
-    frozen = JSONRecord(allow_null=True)
+    frozen = JSONRecord(allow_null=True, help_text="The frozen set as stored; null: no pre-merge check.")
+    frozenSet = FrozenSlotSerializer(many=True, help_text="The frozen inputs, slot by slot.")
+    checkDeadline = Instant()
     judge = JSONRecord()
     rounds = RoundSerializer(many=True)
     watch = WatchSerializer()

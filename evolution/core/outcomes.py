@@ -39,8 +39,10 @@ def shipped_round(cycle: Cycle) -> Round | None:
 
 def check_measured(check_verdict: dict[str, Any] | None) -> bool:
     """Whether a pre-merge check's record measured something: it compared pairs or read metrics."""
-    if not isinstance(check_verdict, dict):
-        return False
+    if not isinstance(check_verdict, dict) or check_verdict.get("inconclusive") or not check_verdict.get("verdict"):
+        return False  # the judge was sick, there was no bar, the comparator failed, or it never answered
+    if "judged" in check_verdict:
+        return int(check_verdict.get("judged") or 0) > 0
     return bool(check_verdict.get("perMetric") or check_verdict.get("pairs"))
 
 
@@ -167,6 +169,7 @@ LIVE_WORDS = {
     Cycle.Phase.ANALYSING: "Analysing",
     Cycle.Phase.DECIDING: "Waiting on a decision",
     Cycle.Phase.APPLYING: "Applying",
+    Cycle.Phase.CHECKING: "Checking",
     Cycle.Phase.MERGE_WAIT: "PR open",
     Cycle.Phase.WATCHING: "Watching",
     Cycle.Phase.REVERTING: "Reverting",
@@ -195,6 +198,8 @@ def status_label(cycle: Cycle) -> str:
     shipped = shipped_round(cycle)
     outcome = shipped.revert_outcome if shipped is not None else ""
     if cycle.status == Cycle.Status.REGRESSED:
+        if shipped is None and check_regressed_round(cycle) is not None:
+            return "Closed by the check"
         if outcome == "merged":
             return "Reverted"
         return f"Regressed, revert {outcome}" if outcome else "Regressed"

@@ -406,6 +406,7 @@ def record(cycle: Cycle, rnd: Round, pairs: list[P.Pair], verdict: P.Verdict, no
         "checkedSha": rnd.checked_sha,
         "baseSha": (cycle.frozen or {}).get("baseSha"),
         "pairs": [p.as_json() for p in pairs],
+        "judged": sum(p.judged for p in pairs),
         "answeredAt": now.isoformat(),
     }
 

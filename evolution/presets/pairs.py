@@ -169,6 +169,8 @@ class Reading:
             "incumbent": _plain(self.incumbent),
             "candidate": _plain(self.candidate),
             "movement": _plain(self.moved),
+            "gain": _plain(self.moved),
+            "cleared": self.role == "objective" and self.moved is not None and self.moved > self.band,
             "tolerance": _plain(self.tolerance),
             "band": _plain(self.band),
             "spread": [_plain(-self.band), _plain(self.band)],

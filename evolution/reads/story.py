@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from itertools import zip_longest
 from typing import Any
 
 from django.db.models import Prefetch, prefetch_related_objects
 
 from evolution.core.links import file_change
 from evolution.models import Cycle, Lesson, Recall, Round
+from evolution.reads import checks
 from evolution.reads.status import ENDED, NotFound, _pr, ended, grade_of, label, line_of, needs_you, strength_of
 from grading.metrics import is_bad
 from grading.models import Entity, Execution, Grade
@@ -101,16 +101,34 @@ def _round_dict(rnd: Round) -> dict[str, Any]:
         "gate": rnd.gate or {},
         "checkedSha": rnd.checked_sha,
         "checkVerdict": rnd.check_verdict,
+        "check": checks.check_view(rnd.cycle, rnd),
         "pairs": pairs(rnd),
+        "statuses": statuses(rnd),
         "revert": revert,
     }
 
 
 def pairs(rnd: Round) -> list[dict[str, Any]]:
-    """The round's check pairs input by input: [{baseline, candidate}] (a side the check never ran is null)."""
+    """The round's check pairs input by input as the check compared them: [{slot, trial, input, baseline, candidate}].
+
+    ``baseline`` is the incumbent's run id (a fresh replay, or the history run whose frozen grade stood in),
+    ``candidate`` the replay at the PR's head; a side that never ran is null.
+    """
+    return checks.compare_pairs(rnd)
+
+
+def statuses(rnd: Round) -> list[dict[str, Any]]:
+    """The commit statuses the local forge holds on the round's checked commit (else its head); [] elsewhere."""
+    from django.conf import settings
+
+    sha = rnd.checked_sha or rnd.head_sha
+    if not sha or settings.LOOP_FORGE != "local":
+        return []
+    from evolution.models import CommitStatus
+
     return [
-        {"baseline": baseline, "candidate": candidate}
-        for baseline, candidate in zip_longest(rnd.baseline_run_ids or [], rnd.check_run_ids or [])
+        {"sha": sha, "context": s.context, "state": s.state, "description": s.description, "updatedAt": s.updated_at}
+        for s in CommitStatus.objects.filter(sha=sha).order_by("context")
     ]
 
 
@@ -240,6 +258,8 @@ def cycle_detail(cycle: Cycle) -> dict[str, Any]:
         "window": window,
         "windowRuns": run_rows(entity, window_ids, executions, people),
         "frozen": cycle.frozen,
+        "frozenSet": checks.frozen_view(cycle),
+        "checkDeadline": cycle.check_deadline,
         "judge": cycle.judge or {},
         "rounds": [_round_dict(r) for r in rounds],
         "watch": {

@@ -24,6 +24,7 @@ from evolution.models import Cycle, Lesson
 from evolution.reads import fleet as fleet_reads
 from evolution.reads import history, status, story
 from evolution.steering import groups
+from evolution.views.checkchart import movement_strip
 from grading.metrics import aggregate, specs
 from grading.models import Entity
 from singularity.plots import HLine, Series, line_chart
@@ -153,9 +154,10 @@ def watch_plot(cycle: Cycle, detail: dict[str, Any]) -> str:
         if not window and not watched:
             continue
         hlines = []
-        baseline = aggregate([run["metrics"].get(metric_id) for run in before], spec.get("aggregate") or "median")
+        how = spec.get("aggregate") or "median"
+        baseline = aggregate([run["metrics"].get(metric_id) for run in before], how)
         if baseline is not None:
-            hlines.append(HLine(on_own_scale(spec, baseline) or 0, "Window median", color="#5f6b7a"))
+            hlines.append(HLine(on_own_scale(spec, baseline) or 0, f"Window {how}", color="#5f6b7a"))
         series = [Series("Window", window, color="#0072B2"), Series("Watched", watched, color="#D55E00")]
         title = f"Cycle {cycle.pk}: {metric_id}, window then watched runs"
         return line_chart(series, width=640, height=240, x_label="run", y_label=metric_id, hlines=hlines, title=title)
@@ -198,6 +200,10 @@ def cycle_story(request: HttpRequest, pk: int) -> HttpResponse:
         rnd = rounds.get(shown["number"])
         shown["diffs"] = file_diffs(rnd) if rnd is not None and rnd.files else []
     set_aside = next((r for r in reversed(detail["rounds"]) if r["rejection"]), None)
+    checks = [shown["check"] for shown in detail["rounds"] if shown.get("check")]
+    for shown in checks:
+        for reading in shown["perMetric"]:
+            reading["chart"] = movement_strip(reading)
     context = {
         "cycle": cycle,
         "entity": cycle.entity,
@@ -209,6 +215,7 @@ def cycle_story(request: HttpRequest, pk: int) -> HttpResponse:
         "set_aside": set_aside,
         "idea": cycle.idea,
         "shipped": [r for r in detail["rounds"] if r["pr"] or r["gate"] or r["checkVerdict"]],
+        "checks": checks,
     }
     return render(request, "evolution/cycle.html", context)
 

@@ -289,3 +289,31 @@ def test_a_notice_says_the_pr_is_checked_first(embedded, alice):
     cycle, rnd = accept_first_card(alice)
     notice = Notice.objects.filter(kind="pr-opened").latest("created_at")
     assert "pre-merge check" in notice.text
+
+
+def test_the_cycle_story_and_the_cycle_read_show_the_frozen_inputs_and_each_pair(embedded, alice, client):
+    cycle, rnd = accept_first_card(alice)
+    rnd.refresh_from_db()
+    client.force_login(alice)
+    page = client.get(f"/evolution/cycles/{cycle.pk}/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'id="chapter-check"' in html and "held-out" in html and "side by side" in html
+    for slot in cycle.frozen["slots"]:
+        assert slot["label"].replace("$", "")[:20] in html.replace("&#x27;", "'").replace("$", "")
+    for raw in ("notRun", "unfinished", "g′)", "challenger"):
+        assert raw not in html
+    read = client.get(f"/api/loop/cycles/{cycle.pk}/").json()
+    assert [s["slot"] for s in read["frozenSet"]] == list(range(len(cycle.frozen["slots"])))
+    assert {"heldOut", "runId", "caseId", "incumbentScore", "input"} <= set(read["frozenSet"][0])
+    first = read["rounds"][0]
+    assert first["checkedSha"] == rnd.checked_sha and first["checkVerdict"]["verdict"] == rnd.check_verdict["verdict"]
+    # R25.12: the pairs input by input; a baseline is the incumbent's run (a replay, or the frozen grade's run).
+    assert len(first["pairs"]) == len(cycle.frozen["slots"])
+    assert all(p["candidate"] in rnd.check_run_ids for p in first["pairs"])
+    assert {s["context"] for s in first["statuses"]} == {DIFF_GATE, VALIDATION}
+    compare = client.get(f"/evolution/runs/{first['pairs'][0]['candidate']}/?compare={first['pairs'][0]['baseline']}")
+    assert compare.status_code == 200 and 'id="compare"' in compare.content.decode()
+    assert "Incumbent" in compare.content.decode() and "acted on nothing" in compare.content.decode()
+    wrong = client.get(f"/evolution/runs/{first['pairs'][0]['candidate']}/?compare=nope")
+    assert wrong.status_code == 200 and "is not a run of" in wrong.content.decode()
