@@ -1,4 +1,4 @@
-"""The loop's doctor sections (``manage.py doctor``): ceilings, proposers, the watch's time, prompt paths.
+"""The loop's doctor sections (``manage.py doctor``): ceilings, proposers, the watch's time, evolve, prompt paths.
 
 Registered with grading's doctor when the evolution app is ready, after
 grading's own sections.
@@ -111,6 +111,30 @@ def loop_watch_section(ctx: DoctorContext) -> Iterator[Check]:
                 f"{gap.total_seconds() / 3600:g} h) plus gradeAfterHours {lag:g} take "
                 f"{needed.total_seconds() / 3600:g} h, past watch.deadlineHours "
                 f"{deadline.total_seconds() / 3600:g}: every change would settle unvalidated",
+            )
+
+
+@section("Loop evolve")
+def loop_evolve_section(ctx: DoctorContext) -> Iterator[Check]:
+    """Under preset evolve: quality made a guard by another objective, and quality the only metric compared."""
+    for entity in _in_loop(ctx):
+        if entity.loop().get("preset") != "evolve":
+            continue
+        metrics = entity.evaluation().get("metrics") or {}
+        voting = {mid: spec for mid, spec in metrics.items() if (spec or {}).get("role") in ("objective", "guard")}
+        if list(voting) == ["quality"]:
+            yield Check(
+                WARN,
+                f"{_label(entity)} runs under preset evolve and quality is the only metric its watch compares: "
+                "the loop optimises it against its own grader; declare an objective the world produces",
+            )
+        elif (voting.get("quality") or {}).get("role") == "guard" and any(
+            spec.get("role") == "objective" for mid, spec in voting.items() if mid != "quality"
+        ):
+            yield Check(
+                WARN,
+                f"{_label(entity)}: under preset evolve the judge's quality is a guard beside its objective, so the "
+                "judge's taste can veto a change that moved the number; write quality: {role: observe} to opt out",
             )
 
 

@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 #: The engine's default evaluation.judge.maxUngradedShare and watch.deadlineHours (DESIGN).
 DEFAULT_MAX_UNGRADED = Decimal("0.34")
 DEFAULT_DEADLINE_HOURS = 336
+#: What the watch leaves unread of a window's runs: a window of a thousand runs is not a thousand traces.
+HEAVY_RUN_FIELDS = ("execution__input", "execution__output", "execution__trace", "execution__error")
 
 
 # --- Terms --------------------------------------------------------------------------------
@@ -162,8 +164,11 @@ def observe(cycle: Cycle, now: datetime) -> Observed:
             ungraded += 1
     pinned.sort(key=lambda row: row[:3])
     first = [row[3] for row in pinned[:need]]
-    by_id = Grade.objects.select_related("entity", "execution").in_bulk(first)
+    # The window's runs without their inputs, outputs and traces (read only if asked), the entity the cycle's own.
+    by_id = Grade.objects.select_related("execution").defer(*HEAVY_RUN_FIELDS).in_bulk(first)
     window = [by_id[pk] for pk in first]
+    for grade in window:
+        grade.entity = cycle.entity
     return Observed(window=window, graded=len(pinned), ungraded=ungraded, need=need, min_failures=failures)
 
 

@@ -60,3 +60,19 @@ def test_a_role_evaluator_copy_that_declares_memory_fails(tmp_path):
         tmp_path / "healthy", {"constitution/Agents/system/role-evaluator.md": "---\nname: e\n---\nGrade.\n"}
     )
     assert [f for f in run_doctor(checkout=healthy.checkout, only=["Loop role memory"]) if f.level != "pass"] == []
+
+
+def test_loop_evolve_hints_quality_as_a_guard_and_warns_when_quality_alone_is_compared():
+    views = {"views": {"kind": "computed", "direction": "max", "role": "objective"}}
+    looped("shorts", evaluation={"method": "default", "metrics": views}, loop={"preset": "evolve"})
+    looped(
+        "tuned",
+        evaluation={"method": "default", "metrics": {**views, "quality": {"role": "observe"}}},
+        loop={"preset": "evolve"},
+    )
+    looped("judged", evaluation={"method": "default"}, loop={"preset": "evolve"})
+    looped("repaired", evaluation={"method": "default", "metrics": views})
+    found = sorted(lines("Loop evolve"), key=lambda line: "scenario:judged" in line)
+    assert len(found) == 2
+    assert "scenario:shorts" in found[0] and "quality: {role: observe}" in found[0]
+    assert "scenario:judged" in found[1] and "the only metric its watch compares" in found[1]
