@@ -319,7 +319,7 @@ def _facts(entities: QuerySet[Entity], *, now: datetime, whole: bool) -> Facts:
     """The fleet-wide facts of ``entities`` in a fixed number of queries (none reads a grade)."""
     from evolution.steering import needs_you as waits_on
 
-    listed = list(entities.select_related("waiting_window").order_by("target_kind", "slug"))
+    listed = list(entities.select_related("waiting_window").defer(*waits_on.UNREAD).order_by("target_kind", "slug"))
     live_cycles = (
         Cycle.objects.exclude(phase=Cycle.Phase.SETTLED)
         .select_related("entity")

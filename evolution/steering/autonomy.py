@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Exists, F, OuterRef, Q, Subquery
+from django.db.models import Exists, F, OuterRef, Prefetch, Q, Subquery
 from django.utils import timezone
 
 from evolution.models import AutoAcceptGrant, Cycle, Round, Supervision
@@ -56,13 +56,30 @@ def policy(entity: Entity) -> dict[str, Any]:
 # --- The breaker ----------------------------------------------------------------
 
 
+#: The fields of a settle the breaker reads (``_pause_of``, ``outcomes.strength``).
+BREAKER_CYCLE_FIELDS = (
+    "id",
+    "entity_id",
+    "status",
+    "analysed",
+    "merged_at",
+    "completed_at",
+    "reverted_by_policy",
+    "watch_verdict",
+    "confounded_by",
+    "confounded_by_edit",
+)
+BREAKER_ROUND_FIELDS = ("id", "cycle_id", "number", "merge_sha", "merge_gate", "check_verdict")
+
+
 def _settles(entity_ids: list[int], *, bounded: bool = False) -> dict[int, list[Cycle]]:
     """Each entity's shipped settles after its last re-arm, newest first, with their rounds prefetched.
 
     One statement whatever the number of entities (the re-arm is a correlated subquery, not a ``Q`` per
-    entity). ``bounded`` keeps only the settles the breaker can still read: those from the entity's newest
-    validated one on (the regression streak stops there) and any shipped through an autonomous merge (the
-    unmeasured rule reads every one since the re-arm) — what ``_pause_of`` answers is the same.
+    entity). ``bounded`` keeps only the settles the breaker can still read: the regressed ones after the
+    entity's newest validated one (the streak stops there; each row carries ``validated_at``, which ends the
+    streak as that settle would) and any shipped through an autonomous merge (the unmeasured rule reads every
+    one since the re-arm) — what ``_pause_of`` answers is the same.
     """
     rearm = (
         Supervision.objects.filter(entity_id=OuterRef("entity_id"), kind=Supervision.Kind.REARM)
@@ -83,11 +100,16 @@ def _settles(entity_ids: list[int], *, bounded: bool = False) -> dict[int, list[
             .values("completed_at")[:1]
         )
         autonomous = Round.objects.filter(cycle=OuterRef("pk"), merge_gate=AUTO).exclude(merge_sha="")
+        after = Q(validated_at=None) | Q(completed_at__gt=F("validated_at"))
         cycles = cycles.annotate(validated_at=Subquery(validated)).filter(
-            Q(validated_at=None) | Q(completed_at__gte=F("validated_at")) | Exists(autonomous)
+            (after & Q(status=Cycle.Status.REGRESSED)) | Exists(autonomous)
         )
+    # What the breaker and the verdict's strength read, no more: a cycle's brief, window and terms stay unread.
+    cycles = cycles.only(*BREAKER_CYCLE_FIELDS).prefetch_related(
+        Prefetch("rounds", queryset=Round.objects.only(*BREAKER_ROUND_FIELDS))
+    )
     by_entity: dict[int, list[Cycle]] = {}
-    for cycle in cycles.prefetch_related("rounds").order_by("-completed_at", "-id"):
+    for cycle in cycles.order_by("-completed_at", "-id"):
         by_entity.setdefault(cycle.entity_id, []).append(cycle)
     return by_entity
 
@@ -110,7 +132,8 @@ def _pause_of(entity: Entity, settles: list[Cycle]) -> str | None:
         return None
     regressed: list[int] = []
     for cycle in settles:
-        if cycle.status == Cycle.Status.VALIDATED:
+        newest_validated = getattr(cycle, "validated_at", None)  # a bounded read: that settle is not in it
+        if cycle.status == Cycle.Status.VALIDATED or (newest_validated and cycle.completed_at <= newest_validated):
             break
         if cycle.status == Cycle.Status.REGRESSED and not cycle.reverted_by_policy:
             regressed.append(cycle.pk)

@@ -60,6 +60,8 @@ CARD_GATES = (Card.Kind.DECIDE, Card.Kind.RETRY)
 #: The order a page lists gates in when two waits started at the same instant.
 GATES = ("decide", "retry", "grant", "merge", "revert", "rearm", "window", "stall", "failure", "config", "stuck")
 PAGE_PATH = "/evolution/needs-you/"
+#: What no wait reads of an entity (the definition's text and frontmatter): left unread for a whole fleet.
+UNREAD = ("body", "description", "frontmatter", "provenance")
 DIGEST_KIND = "needs-you-digest"
 #: A digest posted this recently is not posted again (a beat that fires twice in a day posts once).
 DIGEST_GAP = timedelta(hours=20)
@@ -409,7 +411,9 @@ def items(now: datetime | None = None, *, entity: Entity | None = None) -> list[
     if entity is not None:
         entities = list(Entity.objects.filter(pk=entity.pk).select_related("waiting_window"))
         return public(collect(now, entities=entities, whole=False))
-    entities = list(Entity.objects.filter(loop_enabled=True, present=True).select_related("waiting_window"))
+    entities = list(
+        Entity.objects.filter(loop_enabled=True, present=True).select_related("waiting_window").defer(*UNREAD)
+    )
     return public(collect(now, entities=entities, live=_live_cycles(None), whole=True))
 
 
