@@ -217,3 +217,15 @@ def shop_metrics():
 
 
 METRICS_GUARD = {"kind": "computed", "direction": "max", "role": "guard", "floor": 0.25}
+
+
+def test_the_cycle_story_draws_both_windows_and_the_interval_against_the_band(client, django_user_model):
+    from django.urls import reverse
+
+    alice = django_user_model.objects.create_superuser("alice", "alice@example.org", "pw")
+    client.force_login(alice)
+    cycle = settle_with(watched(), runs([v + 300 for v in STEADY]), start=AFTER_START)
+    page = client.get(reverse("evolution:cycle", args=[cycle.pk])).content.decode()
+    assert 'id="watch-evolve"' in page and 'id="watch-metric-revenue"' in page
+    assert "against ±100.75" in page and '<svg class="interval"' in page
+    assert "Answered by rule 6 of 6: the whole interval against the bar" in page
