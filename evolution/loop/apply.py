@@ -166,6 +166,16 @@ def pull_body(round: Round, gate: dict[str, Any]) -> str:
         "",
         f"Cycle {cycle.pk}, round {round.number}: {link}",
     ]
+    frozen = cycle.frozen or {}
+    if frozen.get("mode") == "replay" and frozen.get("slots"):
+        held = frozen.get("heldOut") or {}
+        trials = int((frozen.get("terms") or {}).get("trials") or 1)
+        parts[-1:-1] = [
+            f"Pre-merge check: the candidate (this head) and the incumbent (base {str(frozen.get('baseSha', ''))[:12]}) "
+            f"are replayed on {len(frozen['slots'])} frozen input(s) × {trials} (held-out {held.get('k', 0)} of "
+            f"{held.get('n', 0)}); `singularity/validation` answers on this head before any merge.",
+            "",
+        ]
     return "\n".join(parts) + "\n"
 
 

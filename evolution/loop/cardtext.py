@@ -142,7 +142,28 @@ def metric_lines(cycle: Cycle, grades: list[Grade]) -> list[str]:
     return lines
 
 
+def check_words(cycle: Cycle) -> str:
+    """What the pre-merge check will do before any merge ("" when the cycle froze nothing to check on)."""
+    frozen = cycle.frozen or {}
+    slots = frozen.get("slots") or []
+    if frozen.get("mode") != "replay" or not slots:
+        return ""
+    trials = int((frozen.get("terms") or {}).get("trials") or 1)
+    held = frozen.get("heldOut") or {}
+    times = f" × {trials} trials" if trials > 1 else ""
+    return (
+        f"a pre-merge check first replays the candidate and the incumbent on {len(slots)} frozen input"
+        f"{'s' if len(slots) != 1 else ''}{times} (held-out {held.get('k', 0)} of {held.get('n', 0)}) before "
+        "anyone may merge; then "
+    )
+
+
 def judged_by(cycle: Cycle) -> str:
+    """The sentence saying what settles the change: the pre-merge check where there is one, then the watch."""
+    return check_words(cycle) + watched_by(cycle)
+
+
+def watched_by(cycle: Cycle) -> str:
     """The sentence saying what settles the change after its merge."""
     loop = (cycle.terms or cycle.entity.terms or {}).get("loop") or {}
     watch, trigger = loop.get("watch") or {}, loop.get("trigger") or {}

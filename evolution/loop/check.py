@@ -364,13 +364,11 @@ def _verdict_function(cycle: Cycle) -> tuple[str, Any]:
     return "engine", None
 
 
-def _call_brain(function: Any, *args: Any) -> Any:
-    """Brain code runs under the deadline wrapper where there is one (singularity.brain), else directly."""
-    try:
-        from singularity.brain.deadline import call_with_deadline  # type: ignore[import-not-found]
-    except ImportError:
-        return function(*args)
-    return call_with_deadline(function, *args, what="verdict()")
+def _under_deadline(path: str) -> Any:
+    """How a brain's verdict() is called: under the deadline for brain code, a hang that function's error, named."""
+    from singularity.brain.deadline import call
+
+    return lambda function, *args: call(function, *args, path=path, name="verdict")
 
 
 def judge_pairs(cycle: Cycle, pairs: list[P.Pair]) -> P.Verdict:
@@ -386,7 +384,8 @@ def judge_pairs(cycle: Cycle, pairs: list[P.Pair]) -> P.Verdict:
         if function is None:
             return P.engine_verdict(terms, pairs, held_out=held)
         spec = {"metrics": (terms.get("evaluation") or {}).get("metrics") or {}, "heldOut": held}
-        answer = P.brain_verdict(function, spec, pairs, which=which, call=_call_brain)
+        path = cycle.entity.loop_module_path if which == "module" else "LOOP_VERDICT"
+        answer = P.brain_verdict(function, spec, pairs, which=which, call=_under_deadline(path))
     except (ComparatorFault, P.VerdictFault) as fault:
         return P.Verdict(UNVALIDATED, f"inconclusive: {fault}", rule="fault", inconclusive=True)
     if held and held not in answer.reason:

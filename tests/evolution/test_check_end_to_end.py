@@ -317,3 +317,12 @@ def test_the_cycle_story_and_the_cycle_read_show_the_frozen_inputs_and_each_pair
     assert "Incumbent" in compare.content.decode() and "acted on nothing" in compare.content.decode()
     wrong = client.get(f"/evolution/runs/{first['pairs'][0]['candidate']}/?compare=nope")
     assert wrong.status_code == 200 and "is not a run of" in wrong.content.decode()
+
+
+def test_the_decide_card_and_the_pr_body_say_a_check_will_run_and_on_how_many_inputs(embedded, alice):
+    card, _ = drive_until_card(tickets())
+    assert "pre-merge check first replays the candidate and the incumbent on 5 frozen inputs" in card.text
+    press(card, alice, "accept")
+    rnd = Cycle.objects.get(entity=triage(), analysed=True).rounds.get(number=1)
+    body = PullRequest.objects.get(number=rnd.pr_number).body
+    assert "Pre-merge check:" in body and "5 frozen input(s)" in body and "held-out" in body
