@@ -158,7 +158,8 @@ def terms_table(entity: Entity) -> list[dict[str, Any]]:
             if block == "evaluation" and key == "metrics":
                 continue
             for path, leaf in _leaves(f"{block}.{key}", value):
-                shown = json.dumps(leaf, ensure_ascii=False) if not isinstance(leaf, str) else leaf
+                shown = leaf if isinstance(leaf, str) else json.dumps(leaf, ensure_ascii=False)
+                shown = "not set" if leaf is None else shown  # a person reads words, never a JSON null
                 rows.append({"key": path, "value": shown, "tier": _tier(entity.provenance or {}, path)})
     return rows
 

@@ -16,9 +16,11 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q, Value
+from django.db.models import Count, F, OuterRef, Q, Subquery, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from evolution.core import outcomes
 from evolution.models import Cycle, Round
 from grading.models import Entity
 from singularity.fields import MoneyField
@@ -92,7 +94,7 @@ def live_refusal(entity: Entity, *, holder: Cycle | None = UNREAD) -> str | None
         revert = holder.rounds.exclude(revert_pr_number=None).order_by("-number").first()
         number = f"PR #{revert.revert_pr_number}" if revert else "its PR"
         return f"waiting on the revert of cycle {holder.pk} ({number})"
-    return f"cycle {holder.pk} is live ({holder.get_phase_display()})"
+    return f"cycle {holder.pk} is live ({outcomes.phase_label(holder.phase)})"
 
 
 def ceiling_refusal(entity: Entity, *, now: datetime) -> str | None:
@@ -100,26 +102,58 @@ def ceiling_refusal(entity: Entity, *, now: datetime) -> str | None:
 
     Both bounds count only analyses that ran: a refusal costs nothing and starts no rest.
     """
-    loop = loop_terms(entity)
-    last = (
-        Cycle.objects.filter(entity=entity, analysed=True)
-        .exclude(completed_at=None)
-        .order_by("-completed_at")
-        .only("completed_at", "status")
-        .first()
+    return ceilings_many([entity], now=now).get(entity.pk)
+
+
+def ceilings_many(entities: list[Entity], *, now: datetime) -> dict[int, str]:
+    """``ceiling_refusal`` of each of ``entities`` (only the refused are keys), in one query for them all.
+
+    Each entity's newest settled analysis and its analyses of the last 24 hours are correlated subqueries
+    over ``(entity, -started_at)`` and ``(entity, status, -completed_at)``: the cost follows the entities
+    asked about, not their history.
+    """
+    if not entities:
+        return {}
+    analysed = Cycle.objects.filter(entity=OuterRef("pk"), analysed=True)
+    last = analysed.exclude(completed_at=None).order_by("-completed_at")
+    ran = (
+        analysed.filter(started_at__gt=now - timedelta(hours=24))
+        .order_by()
+        .values("entity")
+        .annotate(n=Count("id"))
+        .values("n")
     )
-    if last is not None:
-        rest = cooldown(loop, regressed=last.status == Cycle.Status.REGRESSED)
-        until = last.completed_at + rest
+    rows = (
+        Entity.objects.filter(pk__in=[e.pk for e in entities])
+        .annotate(
+            last_at=Subquery(last.values("completed_at")[:1]),
+            last_status=Subquery(last.values("status")[:1]),
+            ran=Coalesce(Subquery(ran), 0),
+        )
+        .values_list("pk", "last_at", "last_status", "ran")
+    )
+    facts = {pk: (at, status, n) for pk, at, status, n in rows}
+    answers: dict[int, str] = {}
+    for entity in entities:
+        at, status, n = facts.get(entity.pk, (None, "", 0))
+        why = _ceiling_words(loop_terms(entity), at, status, n, now)
+        if why:
+            answers[entity.pk] = why
+    return answers
+
+
+def _ceiling_words(loop: dict[str, Any], last_at: datetime | None, last_status: str, ran: int, now: datetime) -> str:
+    """Why the ceilings refuse an analysis now ("" when they do not): the rest after the last settle, the count."""
+    if last_at is not None:
+        rest = cooldown(loop, regressed=last_status == Cycle.Status.REGRESSED)
+        until = last_at + rest
         if until > now:
-            why = "a regressed settle" if last.status == Cycle.Status.REGRESSED else "a settle"
+            why = "a regressed settle" if last_status == Cycle.Status.REGRESSED else "a settle"
             return f"cooldown: rests until {when(until)} ({rest.total_seconds() / 3600:g} h after {why})"
     ceiling = loop.get("maxAnalysesPerDay", 3)
-    if ceiling is not None:
-        ran = Cycle.objects.filter(entity=entity, analysed=True, started_at__gt=now - timedelta(hours=24)).count()
-        if ran >= int(ceiling):
-            return f"maxAnalysesPerDay: {ran} analyses in the last 24 hours (ceiling {ceiling})"
-    return None
+    if ceiling is not None and ran >= int(ceiling):
+        return f"maxAnalysesPerDay: {ran} analyses in the last 24 hours (ceiling {ceiling})"
+    return ""
 
 
 # --- Moving ------------------------------------------------------------------

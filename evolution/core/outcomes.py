@@ -206,3 +206,28 @@ def status_label(cycle: Cycle) -> str:
     if shipped is None:
         return "Not merged"
     return "Reverted" if outcome == "merged" else "Unverified"
+
+
+#: A cycle's machine phase as a person reads it (pages, refusals, notices): never "merge_wait" or "Merge Wait".
+PHASE_WORDS = {
+    "analysing": "analysing the evidence",
+    "deciding": "waiting on a person's decision",
+    "applying": "applying the change",
+    "checking": "checking before the merge",
+    "merge_wait": "waiting for the merge",
+    "watching": "watching after the merge",
+    "reverting": "following the revert",
+    "settled": "settled",
+}
+
+
+def phase_words(phase: object) -> str:
+    """Return ``phase`` in people's words; an unknown one with its underscores as spaces."""
+    return PHASE_WORDS.get(str(phase), str(phase or "").replace("_", " "))
+
+
+def phase_label(phase: object) -> str:
+    """Return the phase as a sentence names it ("Analysing", "Deciding"): its label, never "Merge Wait"."""
+    if phase == Cycle.Phase.MERGE_WAIT:
+        return "Waiting for the merge"
+    return Cycle.Phase(phase).label if phase in Cycle.Phase.values else str(phase or "").replace("_", " ")

@@ -26,6 +26,7 @@ from typing import Any
 from django.db.models import Q
 from django.utils.dateparse import parse_datetime
 
+from evolution.core.outcomes import phase_label
 from evolution.models import Cycle, GroupLock, Round
 from evolution.steering.supervision import groups_of
 from grading.models import Entity
@@ -94,7 +95,7 @@ class Holder:
                 where = f" ({revert.revert_pr_url or f'revert PR #{revert.revert_pr_number}'})"
         elif rnd is not None:
             where = f" ({rnd.pr_url or f'PR #{rnd.pr_number}'})"
-        doing = DOING.get(self.cycle.phase, self.cycle.get_phase_display().lower())
+        doing = DOING.get(self.cycle.phase, phase_label(self.cycle.phase).lower())
         return (
             f"lock group {self.group} is held: a change to {entity.kind} {entity.slug} {doing}{where} "
             f"(cycle {self.cycle.pk})"

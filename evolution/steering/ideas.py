@@ -21,6 +21,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from evolution.core import cycles
+from evolution.core.outcomes import phase_label
 from evolution.models import Cycle, Idea, Lesson
 from grading.models import Entity
 
@@ -108,7 +109,7 @@ def unsettled_refusal(entity: Entity) -> str | None:
     line = unsettled_cycle(entity)
     if line is None:
         return None
-    return cycles.live_refusal(entity) or f"cycle {line.pk} is live ({line.get_phase_display()})"
+    return cycles.live_refusal(entity) or f"cycle {line.pk} is live ({phase_label(line.phase)})"
 
 
 # --- The queue ----------------------------------------------------------------
@@ -326,7 +327,7 @@ def cycle_words(cycle: Cycle) -> str:
         name = f"revert PR #{rnd.revert_pr_number}" if rnd else "its revert PR"
         by = f", until {cycles.when(rnd.revert_deadline)}" if rnd and rnd.revert_deadline else ""
         return f"cycle {cycle.pk}'s regressed change: {name} merging or closing{by}"
-    return f"cycle {cycle.pk}, {cycle.get_phase_display().lower()}"
+    return f"cycle {cycle.pk}, {phase_label(cycle.phase).lower()}"
 
 
 def bucket(entity: Entity) -> dict[str, Any]:

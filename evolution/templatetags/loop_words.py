@@ -15,18 +15,10 @@ from django import template
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
 
+from evolution.core import outcomes
+
 register = template.Library()
 
-PHASE_WORDS = {
-    "analysing": "analysing the evidence",
-    "deciding": "waiting on a person's decision",
-    "applying": "applying the change",
-    "checking": "checking before the merge",
-    "merge_wait": "waiting for the merge",
-    "watching": "watching after the merge",
-    "reverting": "following the revert",
-    "settled": "settled",
-}
 OP_WORDS = {"loop_set": "set", "loop_widen": "widened", "loop_join": "joined the loop"}
 
 #: CommonMark with raw HTML off (``js-default``: no HTML, no unsafe link schemes) plus tables.
@@ -35,8 +27,8 @@ _MARKDOWN = MarkdownIt("js-default").enable("table")
 
 @register.filter
 def phase_words(phase: Any) -> str:
-    """A cycle's machine phase as a person reads it; an unknown one with its underscores as spaces."""
-    return PHASE_WORDS.get(str(phase), str(phase or "").replace("_", " "))
+    """A cycle's machine phase as a person reads it (``evolution.core.outcomes.phase_words``)."""
+    return outcomes.phase_words(phase)
 
 
 @register.filter

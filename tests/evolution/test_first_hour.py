@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.test import Client
 
@@ -70,3 +72,56 @@ def test_a_saved_policy_says_what_changed_in_words_and_the_resolved_values_are_n
     resolved = page.split('id="policy-resolved"')[1].split("</details>")[0]
     assert "&quot;" not in resolved and "null" not in resolved and "{" not in resolved
     assert json.loads(expect)  # the expect field stays the dry run's JSON (a hidden input, never shown)
+
+
+# --- No raw words on the main pages ----------------------------------------------------------------------
+
+#: Internal names a person should never read on a page (outside attributes, scripts and form values).
+RAW_WORDS = re.compile(
+    r"\b(?:merge_wait|Merge Wait|loop_set|loop_widen|loop_join|null|None|analysing_|deciding_)\b|\{&quot;|\{\"[a-z]"
+)
+
+
+def visible_text(html: str) -> str:
+    """The page's text as a person reads it: tags, attributes, scripts and styles dropped."""
+    html = re.sub(r"<(script|style)\b.*?</\1>", " ", html, flags=re.DOTALL)
+    return re.sub(r"<[^>]+>", " ", html)
+
+
+def test_the_main_pages_show_no_raw_phase_status_or_null_words(web) -> None:
+    from tests.evolution.page_helpers import every_phase
+    from tests.evolution.test_pages import shipped_story
+
+    made = every_phase()
+    cycle, _ = shipped_story()
+    pages = ["/evolution/", "/evolution/needs-you/", "/evolution/pulls/", "/evolution/settings/", "/inbox/"]
+    pages += [f"/evolution/cycles/{c.pk}/" for c in [*made.values(), cycle]]
+    for c in made.values():
+        entity = c.entity
+        pages += [
+            f"/evolution/entities/{entity.target_kind}/{entity.slug}/",
+            f"/evolution/entities/{entity.target_kind}/{entity.slug}/cycles/",
+        ]
+    wrong = []
+    for url in pages:
+        response = web.get(url, follow=True)
+        assert response.status_code == 200, url
+        text = visible_text(response.content.decode())
+        for named in [*made.values(), cycle]:
+            text = text.replace(named.entity.name, "")  # a test entity's name ("E Merge Wait") is not a raw word
+        found = sorted(set(RAW_WORDS.findall(text)))
+        if found:
+            wrong.append(f"{url}: {found}")
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_the_watch_plot_names_the_aggregate_the_metric_declares(web) -> None:
+    from tests.evolution.test_pages import shipped_story
+
+    cycle, _ = shipped_story()
+    terms = cycle.entity.terms
+    terms["evaluation"]["metrics"]["accuracy"]["aggregate"] = "mean"
+    type(cycle.entity).objects.filter(pk=cycle.entity_id).update(terms=terms)
+    Cycle.objects.filter(pk=cycle.pk).update(terms=terms)
+    html = web.get(f"/evolution/cycles/{cycle.pk}/").content.decode()
+    assert "Window mean" in html and "Window median" not in html
