@@ -379,6 +379,7 @@ class CommitStatus(models.Model):
     updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
+        verbose_name_plural = "commit statuses"
         constraints = [models.UniqueConstraint(fields=["sha", "context"], name="evolution_status_once")]
 
 

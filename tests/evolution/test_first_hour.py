@@ -125,3 +125,8 @@ def test_the_watch_plot_names_the_aggregate_the_metric_declares(web) -> None:
     Cycle.objects.filter(pk=cycle.pk).update(terms=terms)
     html = web.get(f"/evolution/cycles/{cycle.pk}/").content.decode()
     assert "Window mean" in html and "Window median" not in html
+
+
+def test_the_admin_names_commit_statuses_in_good_english(web) -> None:
+    html = web.get("/admin/").content.decode()
+    assert "Commit statuses" in html and "Commit statuss" not in html
