@@ -40,14 +40,51 @@ from grading.models import Entity, Execution
 log = logging.getLogger(__name__)
 
 
-def refusal(entity: Entity, *, origin: str, now: datetime, holder: Cycle | None = UNREAD) -> str | None:
-    """Why the entity cannot open a cycle from ``origin`` now, or None when it can (``holder``: see live_refusal)."""
+def _row_refusal(entity: Entity) -> str | None:
+    """What the entity's own row refuses: it does not load, its loop or its grading is off."""
     if not entity.present or entity.load_error:
         return f"{entity} does not load: {entity.load_error or 'it is gone from the brain'}"
     if not entity.loop_enabled:
         return f"the loop is off for {entity}"
     if not entity.evaluation_enabled:
         return f"grading is off for {entity}: the loop reads graded runs only"
+    return None
+
+
+def refusals_many(
+    entities: list[Entity], *, origin: str, now: datetime, holders: dict[int, Cycle | None]
+) -> dict[int, str | None]:
+    """``refusal`` for many entities at once (a batch of landings): {entity id: why, or None when it may open}.
+
+    ``holders`` are the claims' holders the caller read. The holds, the lock groups and the ceilings are
+    read once for them all (a fixed number of queries); the gates are asked in ``refusal``'s order.
+    """
+    from evolution.core.cycles import ceilings_many
+    from evolution.steering.supervision import holds_many
+
+    answers: dict[int, str | None] = {}
+    rest = []
+    for entity in entities:
+        why = _row_refusal(entity) or live_refusal(entity, holder=holders.get(entity.pk))
+        if why:
+            answers[entity.pk] = why
+        else:
+            rest.append(entity)
+    held, grouped = holds_many(rest), groups.holders_many(rest)
+    ceilings = ceilings_many(rest, now=now) if origin not in EXEMPT_ORIGINS else {}
+    for entity in rest:
+        why = held.get(entity.pk) or grouped.get(entity.pk)
+        if not why and (loop_terms(entity).get("proposer") or {}).get("pipeline"):
+            why = proposer_refusal(entity)
+        answers[entity.pk] = why or ceilings.get(entity.pk)
+    return answers
+
+
+def refusal(entity: Entity, *, origin: str, now: datetime, holder: Cycle | None = UNREAD) -> str | None:
+    """Why the entity cannot open a cycle from ``origin`` now, or None when it can (``holder``: see live_refusal)."""
+    row = _row_refusal(entity)
+    if row:
+        return row
     live = live_refusal(entity, holder=holder)
     if live:
         return live
@@ -66,38 +103,42 @@ def refusal(entity: Entity, *, origin: str, now: datetime, holder: Cycle | None 
     return None
 
 
-def _kind_of(reason: str) -> str:
+def kind_of(reason: str) -> str:
+    """A refusal's kind (its words before the first colon): consecutive refusals of one kind share a row."""
     return reason.split(":", 1)[0].split(" (", 1)[0][:40]
 
 
 #: Fold a refusal into the entity's newest cycle when that is a refusal of the same kind (one statement).
 FOLD_REFUSAL = """
-UPDATE evolution_cycle SET reason = %s, refusals = refusals + 1, completed_at = %s, moved_at = %s
+UPDATE evolution_cycle SET reason = %s, refusals = refusals + %s, completed_at = %s, moved_at = %s
 WHERE id = (SELECT id FROM evolution_cycle WHERE entity_id = %s ORDER BY started_at DESC, id DESC LIMIT 1)
   AND analysed = %s AND status = %s AND reason LIKE %s ESCAPE '!'
 """
 
 
-def _fold_refusal(entity: Entity, reason: str, now: datetime) -> bool:
-    """Fold ``reason`` into the entity's newest refusal row of the same kind; return whether one was there."""
+def _fold_refusal(entity: Entity, reason: str, now: datetime, times: int = 1) -> bool:
+    """Fold ``times`` refusals for ``reason`` into the entity's newest refusal row of the same kind; return whether
+    one was there."""
     from django.db import connection
 
-    kind = _kind_of(reason).replace("!", "!!").replace("%", "!%").replace("_", "!_")
+    kind = kind_of(reason).replace("!", "!!").replace("%", "!%").replace("_", "!_")
     moment = connection.ops.adapt_datetimefield_value(now)
     with connection.cursor() as cursor:
-        cursor.execute(FOLD_REFUSAL, [reason, moment, moment, entity.pk, False, Cycle.Status.SKIPPED.value, f"{kind}%"])
+        cursor.execute(
+            FOLD_REFUSAL, [reason, times, moment, moment, entity.pk, False, Cycle.Status.SKIPPED.value, f"{kind}%"]
+        )
         return cursor.rowcount > 0
 
 
 def record_refusal(
-    entity: Entity, *, origin: str, reason: str, now: datetime, anchor: Execution | None = None
+    entity: Entity, *, origin: str, reason: str, now: datetime, anchor: Execution | None = None, times: int = 1
 ) -> Cycle | None:
     """Record a refused analysis as a skipped cycle; a run of refusals of one kind is folded into one row.
 
     Folding is one conditional UPDATE of the entity's newest cycle (when it is a refusal of the same kind):
-    it returns None then; a new refusal row is returned.
+    it returns None then; a new refusal row is returned. ``times`` refusals of one batch fold at once.
     """
-    if _fold_refusal(entity, reason, now):
+    if _fold_refusal(entity, reason, now, times):
         return None
     return Cycle.objects.create(
         entity=entity,
@@ -107,7 +148,7 @@ def record_refusal(
         status=Cycle.Status.SKIPPED,
         reason=reason,
         analysed=False,
-        refusals=1,
+        refusals=times,
         anchor=anchor,
         window={},
         started_at=now,
@@ -147,8 +188,9 @@ def open_cycle(
     written, None when it was folded into the previous one).
 
     ``known`` carries what a batch caller already read for the entity:
-    ``holder`` (the cycle holding its claim, or None) and ``idea_checked``
-    (no queued idea), so one landing costs no second read of them.
+    ``holder`` (the cycle holding its claim, or None), ``idea_checked``
+    (no queued idea) and ``gates_checked`` (``refusals_many`` found no
+    refusal), so one landing costs no second read of them.
     """
     now = now or timezone.now()
     known = known or {}
@@ -177,7 +219,8 @@ def open_cycle(
         if waiting:
             log.info("loop: %s: idea %s waits: %s", entity, idea.pk, waiting)
             return Opened(None, False, waiting)
-    why = refusal(entity, origin=origin, now=now, holder=holder)
+    # A batch caller that asked refusals_many already knows the gates let it open (``gates_checked``).
+    why = None if known.get("gates_checked") else refusal(entity, origin=origin, now=now, holder=holder)
     if why:
         log.info("loop: %s: no cycle (%s): %s", entity, origin, why)
         return Opened(record_refusal(entity, origin=origin, reason=why, now=now, anchor=anchor), False, why)

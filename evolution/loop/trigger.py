@@ -120,21 +120,28 @@ def decide_evolve(
     return (window if answer["open"] else None), answer["reason"]
 
 
+#: What the trigger never reads of a landed run (its input, output and trace can be large).
+UNREAD_RUN = ("execution__input", "execution__output", "execution__trace", "execution__error")
+
+
 def on_landed(grade_ids: list[Any], *, now: datetime | None = None) -> int:
     """Hear grades that just settled: hand watched entities' to the watch, open cycles where the rule says.
 
-    Returns how many cycles opened.
+    Returns how many cycles opened. Grades of entities out of the loop are left out of the first read (one
+    query, nothing else loaded). The bad landings of a batch share one read of their windows, of the claims'
+    holders and of the gates (holds, lock groups, ceilings: ``opening.refusals_many``); an entity's refused
+    landings fold into its refusal row once per batch.
     """
     now = now or timezone.now()
     grades = list(
-        Grade.objects.filter(pk__in=grade_ids, status=Grade.Status.GRADED)
+        Grade.objects.filter(pk__in=grade_ids, status=Grade.Status.GRADED, entity__loop_enabled=True)
         .select_related("execution")
+        .defer(*UNREAD_RUN)
         .order_by("graded_at")
     )
     if not grades:
-        return 0
-    entity_ids = sorted({g.entity_id for g in grades})
-    entities = Entity.objects.in_bulk(entity_ids)
+        return 0  # nothing of an entity in the loop: nothing else is read
+    entities = Entity.objects.in_bulk(sorted({g.entity_id for g in grades}))
     looped = {pk for pk, e in entities.items() if e.loop_enabled}
     if not looped:
         return 0
@@ -166,9 +173,11 @@ def on_landed(grade_ids: list[Any], *, now: datetime | None = None) -> int:
     }
     ready = evolve.ready_at(cadenced, now=now) if cadenced else {}
     counted += [g for g in considered if g.entity_id in ready and _is_ready(g, ready[g.entity_id])]
-    holders = (
+    holders: dict[int, Cycle | None] = (
         {c.claim: c for c in Cycle.objects.filter(claim__in=sorted({g.entity_id for g in counted}))} if counted else {}
     )
+    gates: dict[int, str | None] | None = None
+    refused: dict[int, list[tuple[str, Any, int]]] = {}
     opened = 0
     for grade in considered:
         entity = entities[grade.entity_id]
@@ -198,15 +207,44 @@ def on_landed(grade_ids: list[Any], *, now: datetime | None = None) -> int:
             log.debug("loop: %s: run %s opens nothing: %s", entity, grade.execution_id, reason)
             continue
         known: dict[str, Any] = {}
-        if (grade.pk in runs or entity.pk in ready) and entity.pk not in queued:
+        if grade.pk in runs and entity.pk not in queued:
+            holder = holders.get(entity.pk)
+            if holder is not None and holder.key == opening.cycle_key(entity, Cycle.Origin.GRADE, grade.execution, now):
+                continue  # a grade delivered twice meets its own cycle: nothing to refuse
+            if gates is None:  # the batch's gates, read once, when the first bad landing passes the count
+                wanted = list({g.entity_id: g.entity for g in counted}.values())
+                gates = opening.refusals_many(wanted, origin=Cycle.Origin.GRADE, now=now, holders=holders)
+            why = gates.get(entity.pk)
+            if why:
+                log.info("loop: %s: no cycle (%s): %s", entity, Cycle.Origin.GRADE, why)
+                _count_refusal(refused.setdefault(entity.pk, []), why, grade.execution)
+                continue
+            known = {"holder": holder, "idea_checked": True, "gates_checked": True}
+        elif entity.pk in ready and entity.pk not in queued:
             known = {"holder": holders.get(entity.pk), "idea_checked": True}
         result = machine.open_cycle(
             entity, origin=Cycle.Origin.GRADE, anchor=grade.execution, window=window, now=now, known=known
         )
         if result.opened:
             holders[entity.pk] = result.cycle
+            if gates is not None:
+                gates[entity.pk] = cycles.live_refusal(entity, holder=result.cycle)
         opened += int(result.opened)
+    for pk, batch in refused.items():
+        for why, anchor, times in batch:
+            opening.record_refusal(
+                entities[pk], origin=Cycle.Origin.GRADE, reason=why, now=now, anchor=anchor, times=times
+            )
     return opened
+
+
+def _count_refusal(found: list[tuple[str, Any, int]], why: str, anchor: Any) -> None:
+    """Add one refusal to an entity's batch: consecutive ones of one kind are one (the last words, the first run)."""
+    if found and opening.kind_of(found[-1][0]) == opening.kind_of(why):
+        _, first, times = found[-1]
+        found[-1] = (why, first, times + 1)
+    else:
+        found.append((why, anchor, 1))
 
 
 def _own_functions(entity: Entity) -> bool:

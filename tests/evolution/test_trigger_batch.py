@@ -1,0 +1,91 @@
+"""The trigger's batch path (issue 18): the gates read once per batch, each entity's refusals folded once."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from evolution.loop import opening, trigger
+from evolution.models import Cycle, Supervision
+from tests.evolution.loop_helpers import graded, history, looped, settled_cycle
+
+pytestmark = pytest.mark.django_db
+
+
+def bad_landings(entities, n: int) -> list:
+    """``n`` bad grades on each entity, interleaved, a millisecond apart (the newest last)."""
+    at = timezone.now()
+    landed = []
+    for k in range(n):
+        for i, entity in enumerate(entities):
+            landed.append(graded(entity, bad=True, at=at + timedelta(milliseconds=k * 10 + i)).pk)
+    return landed
+
+
+def refusal_rows(entity) -> list[tuple[str, int]]:
+    return list(
+        Cycle.objects.filter(entity=entity, analysed=False, status=Cycle.Status.SKIPPED)
+        .order_by("id")
+        .values_list("reason", "refusals")
+    )
+
+
+def test_a_batch_refuses_each_entity_as_one_landing_alone_would_and_folds_its_refusals_once():
+    resting, held, free = looped("resting"), looped("held"), looped("free")
+    capped = looped("capped", loop={"maxAnalysesPerDay": 1, "cooldownHours": 0})
+    for entity in (resting, held, free, capped):
+        history(entity, "bggg", start=timezone.now() - timedelta(hours=3))
+    settled_cycle(resting, Cycle.Status.VALIDATED, at=timezone.now() - timedelta(hours=1))
+    settled_cycle(capped, Cycle.Status.VALIDATED, at=timezone.now() - timedelta(hours=2))
+    Supervision.objects.create(entity=held, kind=Supervision.Kind.HOLD, actor="alice", reason="a migration")
+    now = timezone.now()
+    alone = {e.pk: opening.refusal(e, origin=Cycle.Origin.GRADE, now=now) for e in (resting, held, capped)}
+    assert all(alone.values())
+
+    assert trigger.on_landed(bad_landings([resting, held, free, capped], 3), now=now) == 1
+
+    for entity in (resting, held, capped):
+        assert refusal_rows(entity) == [(alone[entity.pk], 3)]
+    (live,) = Cycle.objects.filter(entity=free, claim=free.pk)
+    assert refusal_rows(free) == [(f"cycle {live.pk} is live ({live.get_phase_display()})", 2)]
+
+
+def test_the_next_batch_folds_into_the_same_row():
+    entity = looped()
+    history(entity, "bggg", start=timezone.now() - timedelta(hours=3))
+    settled_cycle(entity, Cycle.Status.VALIDATED, at=timezone.now() - timedelta(hours=1))
+    trigger.on_landed(bad_landings([entity], 2))
+    trigger.on_landed(bad_landings([entity], 3))
+    [(reason, times)] = refusal_rows(entity)
+    assert reason.startswith("cooldown: rests until ") and times == 5
+
+
+def test_refused_landings_cost_one_statement_per_entity_whatever_their_number():
+    made = iter(range(1000))
+
+    def batch(n_entities: int, per_entity: int) -> int:
+        entities = [looped(f"e{next(made)}") for _ in range(n_entities)]
+        for entity in entities:
+            history(entity, "bggg", start=timezone.now() - timedelta(hours=3))
+            settled_cycle(entity, Cycle.Status.VALIDATED, at=timezone.now() - timedelta(hours=1))
+        landed = bad_landings(entities, per_entity)
+        with CaptureQueriesContext(connection) as read:
+            assert trigger.on_landed(landed) == 0
+        return len(read.captured_queries)
+
+    few = batch(2, 2)
+    assert batch(2, 10) == few
+    # Each entity more: its fold (an UPDATE, then the insert of its first row), and on SQLite its window's read.
+    per_entity = 2 if connection.vendor == "postgresql" else 3
+    assert batch(6, 10) <= few + 4 * per_entity
+
+
+def test_grades_of_entities_out_of_the_loop_cost_one_query(django_assert_num_queries):
+    plain = looped("plain", loop={"enabled": False})
+    landed = [graded(plain, bad=True).pk for _ in range(5)]
+    with django_assert_num_queries(1):
+        assert trigger.on_landed(landed) == 0
