@@ -93,7 +93,24 @@ def entity_cycles_context(entity: Entity) -> dict[str, Any]:
         "lessons": lessons,
         "ended": status.ENDED,
         "groups": groups.overview(entity),
+        "cannot_analyze": cannot_analyze(entity),
     }
+
+
+def cannot_analyze(entity: Entity) -> str:
+    """Why Analyze now would open nothing that a person can see before pressing it: a hold or the breaker's
+    pause, or the loop switched off; "" when it may open one (the one door still answers for the rest)."""
+    from evolution.steering import autonomy, supervision
+
+    if not entity.loop_enabled:
+        return "the loop is switched off for this entity"
+    held = supervision.hold_refusal(entity)
+    if held:
+        return f"{held.rstrip('.')} — release it under Supervision first"
+    paused = autonomy.paused(entity)
+    if paused:
+        return f"{paused.rstrip('.')} — re-arm it under Supervision first"
+    return ""
 
 
 @login_required

@@ -62,8 +62,14 @@ def _target(entity: Entity, raw: str) -> Any:
 
 def _answered(request: HttpRequest, entity: Entity, said: str, ok: bool) -> HttpResponse:
     if request.htmx:
+        # A hold or a release changes what the Loop section offers too (Analyze now): it is swapped out of band.
+        from evolution.views.pages import entity_cycles_context
+
         context = {**supervision_context(entity), "said": said, "said_ok": ok}
-        return render(request, "evolution/_entity_supervision.html", context)
+        section = render(request, "evolution/_entity_supervision.html", context)
+        cycles = render(request, "evolution/_entity_cycles.html", {**entity_cycles_context(entity), "oob": True})
+        section.content += cycles.content
+        return section
     (messages.success if ok else messages.error)(request, said)
     return redirect(entity)
 

@@ -130,3 +130,34 @@ def test_the_watch_plot_names_the_aggregate_the_metric_declares(web) -> None:
 def test_the_admin_names_commit_statuses_in_good_english(web) -> None:
     html = web.get("/admin/").content.decode()
     assert "Commit statuses" in html and "Commit statuss" not in html
+
+
+# --- Every action refreshes what it changed; disabled actions say why -------------------------------------
+
+
+def test_a_hold_swaps_the_loop_section_too_and_analyze_now_says_why_it_is_off(web) -> None:
+    entity = in_loop("digest")
+    page = web.get("/evolution/entities/scenario/digest/cycles/", HTTP_HX_REQUEST="true").content.decode()
+    assert "analyze-blocked" not in page and "disabled" not in page.split("Analyze now")[0].rsplit("<button", 1)[1]
+    answer = web.post(
+        "/evolution/entities/scenario/digest/supervision/hold/",
+        {"target": "entity", "reason": "looking into it"},
+        HTTP_HX_REQUEST="true",
+    ).content.decode()
+    oob = answer.split('<div id="entity-cycles" hx-swap-oob="true">')[1]
+    button = oob.split("Analyze now")[0].rsplit("<button", 1)[1]
+    assert "disabled" in button and "release it under Supervision" in button
+    assert 'id="analyze-blocked"' in oob and "Analyze now is off:" in oob
+    entity.refresh_from_db()
+
+
+def test_an_answer_in_the_inbox_updates_the_waiting_count_on_the_page(web, alice) -> None:
+    from tests.hitl.helpers import make_card, recording_handler
+
+    with recording_handler():
+        first = make_card(key="decide:1")
+        make_card(key="decide:2")
+        page = web.get("/inbox/").content.decode()
+        assert 'Waiting for you (<span id="pending-count">2</span>)' in page
+        answer = web.post(f"/inbox/cards/{first.pk}/answer/", {"choice": "accept"}, HTTP_HX_REQUEST="true")
+    assert '<span id="pending-count" hx-swap-oob="true">1</span>' in answer.content.decode()
