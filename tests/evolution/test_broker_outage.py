@@ -92,11 +92,18 @@ def broker(tmp_path) -> Iterator[Redis]:
 
 
 def _forget_connections() -> None:
-    """Drop the app's pooled broker connections so the next publish connects to the broker configured now."""
+    """Drop the app's pooled broker connections so the next publish connects to the broker configured now.
+
+    kombu keeps producer pools in a process-wide registry keyed by the connection: they are reset too, or a
+    later test (even an eager one, which acquires a producer) meets "Acquire on closed pool".
+    """
+    from kombu import pools
+
     if celery_app._pool is not None:
         celery_app._pool.force_close_all()
         celery_app._pool = None
     celery_app.amqp._producer_pool = None
+    pools.reset()
 
 
 def proposed(tmp_path, settings) -> Round:
