@@ -249,7 +249,13 @@ def due_replays(now: datetime) -> list[int]:
 
 
 def frozen_judge(grade: Grade) -> dict[str, Any] | None:
-    """The judge a replay's cycle pinned, when ``grade`` is of one of the check's replays; else None."""
+    """The judge a replay's cycle pinned, when ``grade`` is of one of the check's replays; else None.
+
+    A run the loop did not launch is never a replay: no query is made for it when its execution is loaded.
+    """
+    loaded = grade._state.fields_cache.get("execution")
+    if loaded is not None and not loaded.loop_launched:
+        return None
     judge = Replay.objects.filter(execution_id=grade.execution_id).values_list("round__cycle__judge", flat=True).first()
     return dict(judge) if judge else None
 
