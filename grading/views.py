@@ -16,8 +16,10 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.db import transaction
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -110,14 +112,23 @@ def _newest_grade(field_name: str) -> Subquery:
     return Subquery(newest.values(field_name)[:1])
 
 
-def entities_for_list() -> QuerySet[Entity]:
-    """Every entity with its run count and its newest grade's outcome and time, in one query."""
-    return Entity.objects.annotate(
-        runs=Count("executions", distinct=True),
+def entities_for_list(ids: list[int] | None = None) -> QuerySet[Entity]:
+    """The entities (those of ``ids`` when given) with their run count and newest grade's outcome and time.
+
+    One query; the counts and the newest grades are correlated subqueries per entity read (a page of them).
+    """
+    runs = Execution.objects.filter(entity=OuterRef("pk")).order_by().values("entity").annotate(n=Count("id"))
+    entities = Entity.objects.all() if ids is None else Entity.objects.filter(pk__in=ids)
+    return entities.annotate(
+        runs=Coalesce(Subquery(runs.values("n")), 0),
         last_passed=_newest_grade("passed"),
         last_score=_newest_grade("score"),
         last_graded_at=_newest_grade("graded_at"),
     ).order_by("kind", "slug")
+
+
+#: Entities on one page of the list.
+ENTITIES_PER_PAGE = 50
 
 
 def _get_entity(target_kind: str, slug: str) -> Entity:
@@ -257,7 +268,11 @@ def _calibration_context(entity: Entity) -> dict[str, Any]:
 
 @login_required
 def entity_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "grading/entity_list.html", {"entities": entities_for_list()})
+    """Every entity, a page at a time (by kind and id): its state, grading and loop, runs and newest grade."""
+    page = Paginator(Entity.objects.order_by("kind", "slug").values_list("pk", flat=True), ENTITIES_PER_PAGE)
+    shown = page.get_page(request.GET.get("page"))
+    entities = list(entities_for_list(list(shown.object_list)))
+    return render(request, "grading/entity_list.html", {"entities": entities, "page": shown})
 
 
 @login_required
