@@ -239,13 +239,79 @@ def loop_modules_section(ctx: DoctorContext) -> Iterator[Check]:
             )
 
 
+def _own_check_mode(entity: Entity) -> Any:
+    """The ``loop.check.mode`` the entity's own frontmatter declares (None when it declares none)."""
+    loop = (entity.frontmatter or {}).get("loop")
+    check = loop.get("check") if isinstance(loop, dict) else None
+    return check.get("mode") if isinstance(check, dict) else None
+
+
+def _distinct_inputs(entity: Entity, scan: int = 2000) -> tuple[list[str], list[str]]:
+    """(every distinct input among the newest graded runs, the inputs of the newest evidence.runs of them)."""
+    import json
+
+    from grading.models import Grade
+
+    loop = entity.loop()
+    evidence = int(((loop.get("evidence") or {}).get("runs")) or 10)
+    inputs = list(
+        Grade.objects.filter(entity=entity, status=Grade.Status.GRADED, execution__loop_launched=False)
+        .order_by("-execution__completed_at")
+        .values_list("execution__input", flat=True)[:scan]
+    )
+    keys = [json.dumps(value, sort_keys=True, default=str) for value in inputs]
+    return list(dict.fromkeys(keys)), list(dict.fromkeys(keys[:evidence]))
+
+
+def _check_capacity(ctx: DoctorContext, entity: Entity) -> Iterator[Check]:
+    """Enough distinct inputs to freeze, and a held-out one possible (seed 003, "What a cycle freezes")."""
+    terms = entity.loop()["check"]
+    wanted = int(terms.get("inputs") or 5)
+    module, _why = ctx.loop_module(entity)
+    cases = getattr(module, "CASES", None) if module is not None else None
+    golden = len(cases) if isinstance(cases, list | tuple) else 0
+    distinct, seen = _distinct_inputs(entity)
+    if len(distinct) + golden < wanted:
+        yield Check(
+            WARN,
+            f"{_label(entity)}: {len(distinct)} distinct graded input(s) and {golden} golden case(s) to freeze, fewer "
+            f"than check.inputs {wanted}: the check's set comes up thin until the entity has run on more",
+        )
+    if wanted < 2 or (distinct and len(seen) >= len(distinct)):
+        why = (
+            "check.inputs is below 2" if wanted < 2 else "the proposer's evidence.runs cover every input it has run on"
+        )
+        yield Check(
+            WARN,
+            f"{_label(entity)}: hint: no held-out input is possible ({why}), so every input the candidate is checked "
+            "on is one its proposer was shown and the check cannot tell a fix from a fit — raise check.inputs above "
+            "the distinct inputs the entity has run on, or lower evidence.runs",
+        )
+
+
 @section("Loop check")
 def loop_check_section(ctx: DoctorContext) -> Iterator[Check]:
     for entity in ctx.ok_entities():
-        if not entity.loop_enabled or entity.kind != Entity.Kind.WORKFLOW:
+        if not entity.loop_enabled:
+            continue
+        own = _own_check_mode(entity)
+        if entity.kind in (Entity.Kind.HEARTBEAT, Entity.Kind.PIPELINE) and own == "replay":
+            yield Check(
+                FAIL,
+                f"{_label(entity)}: declares check.mode replay, but a {entity.kind} is never re-run to measure a change "
+                "(it measures nothing): remove it; the watch judges this entity after the merge",
+            )
+            continue
+        if entity.kind != Entity.Kind.WORKFLOW:
             continue
         if entity.loop()["check"]["mode"] == "none":
+            yield Check(
+                WARN,
+                f"{_label(entity)}: a replayable workflow that declares check.mode none: its changes merge with no "
+                "pre-merge check on frozen inputs, judged only by the watch afterwards",
+            )
             continue
+        yield from _check_capacity(ctx, entity)
         metrics = entity.evaluation()["metrics"]
         reported = sorted(mid for mid, s in metrics.items() if s["kind"] == "reported" and s["role"] == "objective")
         if reported:

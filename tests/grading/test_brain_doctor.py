@@ -207,9 +207,34 @@ def test_a_reported_objective_on_a_replayed_workflow_warns(tmp_path):
             "features/c/unreplayed.scenario.md": md(REPORTED + "  check: { mode: none }"),
         },
     )
-    found = lines(brain, "Loop check")
+    found = [line for line in lines(brain, "Loop check") if "reported objective" in line]
     assert len(found) == 1, found
     assert found[0].startswith("[warn] Loop check: scenario:support: reported objective helpful")
+
+
+def test_the_loop_check_findings(tmp_path):
+    # R11.35 / R11.3: a heartbeat declaring replay in its own frontmatter fails; a workflow declaring none is named;
+    # fewer freezable inputs than check.inputs warns; no held-out input possible hints.
+    brain = Brain(
+        tmp_path,
+        {
+            "features/h/pulse.heartbeat.md": heartbeat("loop:\n  enabled: true\n  check: { mode: replay }"),
+            "features/c/quiet.scenario.md": md(
+                "evaluation:\n  enabled: true\nloop:\n  enabled: true\n  check: { mode: none }"
+            ),
+            "features/c/thin.scenario.md": md(
+                "evaluation:\n  enabled: true\nloop:\n  enabled: true\n  check: { inputs: 1, mode: replay }"
+            ),
+        },
+    )
+    found = lines(brain, "Loop check")
+    assert any(line.startswith("[fail] Loop check: heartbeat:pulse: declares check.mode replay") for line in found)
+    assert any("scenario:quiet: a replayable workflow that declares check.mode none" in line for line in found)
+    thin = [line for line in found if "scenario:thin" in line]
+    assert any(
+        "0 distinct graded input(s) and 0 golden case(s) to freeze, fewer than check.inputs 1" in t for t in thin
+    )
+    assert any("hint: no held-out input is possible (check.inputs is below 2)" in t for t in thin)
 
 
 # ---------------------------------------------------------------------------
