@@ -12,7 +12,7 @@ from rest_framework import serializers
 from singularity.serializers import MoneyString
 
 STATE_HELP = (
-    "off, idle, window (waiting on a window), analysing, waiting_on_you, applying, pr_open, watching, reverting, "
+    "off, idle, window (waiting on a window), analysing, waiting_on_you, applying, checking, pr_open, watching, reverting, "
     "paused, held (a lock-group sibling's change holds the entity)"
 )
 GATE_HELP = (

@@ -69,7 +69,19 @@ def pairs_of(rnd: Round) -> list[dict[str, Any]]:
 
 
 def compare_pairs(rnd: Round) -> list[dict[str, Any]]:
-    """``loop_get_cycle``'s pairs: {baseline, candidate} run ids, input by input, with the slot and the trial."""
+    """``loop_get_cycle``'s pairs: {baseline, candidate} run ids, input by input, with the slot and the trial.
+
+    A round recorded with run ids but no pairs (written before the check kept its record) pairs them in order.
+    """
+    if not pairs_of(rnd) and (rnd.check_run_ids or rnd.baseline_run_ids):
+        from itertools import zip_longest
+
+        return [
+            {"slot": index, "trial": 1, "input": "", "baseline": baseline, "candidate": candidate}
+            for index, (baseline, candidate) in enumerate(
+                zip_longest(rnd.baseline_run_ids or [], rnd.check_run_ids or [])
+            )
+        ]
     return [
         {
             "slot": p["slot"],
@@ -151,9 +163,41 @@ def check_view(cycle: Cycle, rnd: Round) -> dict[str, Any] | None:
     }
 
 
+def progress_many(cycles: list[Cycle]) -> None:
+    """Read the progress of every checking cycle among ``cycles`` in one query (kept on each as ``check_progress``).
+
+    A pair is graded when both its sides are: the candidate's replay finished (and graded, unless it died), the
+    incumbent's too, or the incumbent's frozen grade stands in.
+    """
+    from evolution.models import Replay
+    from grading.models import Execution, Grade
+
+    checking = {c.pk: c for c in cycles if c.phase == Cycle.Phase.CHECKING}
+    if not checking:
+        return
+    done_sides: dict[int, set[tuple[str, int, int]]] = {pk: set() for pk in checking}
+    rows = Replay.objects.filter(round__cycle_id__in=list(checking), round__status=Round.Status.APPLIED).values_list(
+        "round__cycle_id", "side", "slot", "trial", "execution__status", "execution__grade__status"
+    )
+    for cycle_id, side, slot, trial, status, graded in rows:
+        if status == Execution.Status.FAILED or graded in (Grade.Status.GRADED, Grade.Status.FAILED):
+            done_sides[cycle_id].add((side, slot, trial))
+    for pk, cycle in checking.items():
+        slots = list((cycle.frozen or {}).get("slots") or [])
+        trials = check.trials_of(cycle)
+        done = 0
+        for index, slot in enumerate(slots):
+            for trial in range(1, trials + 1):
+                baseline = slot.get("score") is not None or ("incumbent", index, trial) in done_sides[pk]
+                done += int(baseline and ("candidate", index, trial) in done_sides[pk])
+        cycle.check_progress = (done, len(slots) * trials)  # type: ignore[attr-defined]
+
+
 def progress_words(cycle: Cycle) -> str:
     """The fleet's words for a check that waits: "checking (3 of 5 pairs graded)"."""
-    done, of = check.progress(cycle)
+    if getattr(cycle, "check_progress", None) is None:
+        progress_many([cycle])
+    done, of = getattr(cycle, "check_progress", (0, 0))
     return f"checking ({done} of {of} pairs graded)" if of else "checking"
 
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from evolution.core.cycles import cooldown, when
 from evolution.models import Cycle
-from evolution.reads import recent
+from evolution.reads import checks, recent
 from evolution.reads.status import (
     CARD_GATES,
     PHASE_STATE,
@@ -125,6 +125,11 @@ def _live_next(cycle: Cycle) -> str:
         return f"Cycle {cycle.pk} · {number} waits on a person's answer."
     if phase == Cycle.Phase.APPLYING:
         return f"Cycle {cycle.pk} is applying {number}: a pull request opens next."
+    if phase == Cycle.Phase.CHECKING:
+        pr = _pr_round(cycle)
+        name = f"PR #{pr.pr_number}" if pr else "The PR"
+        by = f"; it answers by {when(cycle.check_deadline)}" if cycle.check_deadline else ""
+        return f"{name} is {checks.progress_words(cycle)} before anyone may merge it{by}."
     if phase == Cycle.Phase.MERGE_WAIT:
         pr = _pr_round(cycle)
         name = f"PR #{pr.pr_number}" if pr else "The PR"
@@ -223,6 +228,7 @@ ATTENTION = (
     "paused",
     "reverting",
     "pr_open",
+    "checking",
     "applying",
     "analysing",
     "watching",
@@ -333,6 +339,7 @@ def _facts(entities: QuerySet[Entity], *, now: datetime, whole: bool) -> Facts:
         live.setdefault(cycle.entity_id, []).append(cycle)
     breaker, held = waits_on.pauses(listed)
     every = [c for cycles in live.values() for c in cycles]
+    checks.progress_many(every)  # "checking (3 of 5 pairs graded)": one query for every check in flight
     found = waits_on.collect(now, entities=listed, live=every, breaker=breaker, held=held, whole=whole)
     mine: dict[int, list[dict[str, Any]]] = {}
     for item in found:

@@ -37,6 +37,7 @@ STATE_BADGE = {
     "analysing": "running",
     "waiting_on_you": "warning",
     "applying": "running",
+    "checking": "running",
     "pr_open": "warning",
     "watching": "running",
     "reverting": "failed",

@@ -169,6 +169,10 @@ def every_phase(entity_prefix: str = "e") -> dict[str, Cycle]:
             make_card(make_round(cycle))
         elif phase == Cycle.Phase.APPLYING:
             make_round(cycle, status=Round.Status.ACCEPTED, decided_by="alice")
+        elif phase == Cycle.Phase.CHECKING:
+            make_round(cycle, status=Round.Status.APPLIED, decided_by="alice", pr_number=10 + index,
+                       pr_url=f"http://testserver/evolution/pulls/{10 + index}/", checked_sha="c" * 40)  # fmt: skip
+            Cycle.objects.filter(pk=cycle.pk).update(applied_at=now, check_deadline=now + timedelta(hours=24))
         elif phase == Cycle.Phase.MERGE_WAIT:
             make_round(cycle, status=Round.Status.APPLIED, decided_by="alice", pr_number=10 + index,
                        pr_url=f"http://testserver/evolution/pulls/{10 + index}/", merge_gate="human")  # fmt: skip

@@ -63,6 +63,7 @@ def test_each_phase_puts_its_entity_in_a_state_with_a_next_sentence() -> None:
         "analysing": "analysing",
         "deciding": "waiting_on_you",
         "applying": "applying",
+        "checking": "checking",
         "merge_wait": "pr_open",
         "watching": "watching",
         "reverting": "reverting",
@@ -71,6 +72,10 @@ def test_each_phase_puts_its_entity_in_a_state_with_a_next_sentence() -> None:
     deciding = rows[made["deciding"].entity.slug]
     assert deciding["next"].startswith(f"A person answers the decide card of cycle {made['deciding'].pk} · r1")
     assert "waits for a person to merge it" in rows[made["merge_wait"].entity.slug]["next"]
+    assert (
+        "is checking (0 of 0 pairs graded) before anyone may merge it" not in rows[made["checking"].entity.slug]["next"]
+    )
+    assert "is checking before anyone may merge it" in rows[made["checking"].entity.slug]["next"]
     assert "1 of 5 graded" in rows[made["watching"].entity.slug]["next"]
     assert "revert PR #" in rows[made["reverting"].entity.slug]["next"]
     assert rows[made["settled"].entity.slug]["live"] is None
@@ -85,8 +90,9 @@ def test_needs_you_names_the_card_the_merge_and_the_revert() -> None:
     made = every_phase()
     answer = fleet.loop_status()
     gates = {item["gate"]: item for row in answer["entities"] for item in row["needsYou"]}
-    assert set(gates) == {"decide", "merge", "revert"}
-    assert answer["needsYou"] == 3
+    # The analysing and applying cycles' steps have been due for three days with no worker on them: stuck (issue 14).
+    assert set(gates) == {"decide", "merge", "revert", "stuck"}
+    assert answer["needsYou"] == 5
     decide = gates["decide"]
     card = Round.objects.get(cycle=made["deciding"]).card
     assert decide["cycleId"] == made["deciding"].pk and decide["round"] == 1
@@ -155,7 +161,7 @@ def test_the_fleet_reads_in_a_fixed_number_of_queries(django_assert_max_num_quer
         every_phase(f"more{index}")
     with django_assert_max_num_queries(len(few.captured_queries)):
         rows = fleet.fleet()
-    assert len(rows) == 28
+    assert len(rows) == 4 * len(Cycle.Phase.values)
 
 
 # --- The fleet page -----------------------------------------------------------------
@@ -172,7 +178,7 @@ def test_the_fleet_page_shows_states_next_steps_and_cycles_in_flight(web) -> Non
     made = every_phase()
     html = web.get("/evolution/").content.decode()
     assert 'hx-trigger="every 10s"' in html
-    assert "3 need you" in html
+    assert "5 need you" in html
     deciding = made["deciding"]
     row = html[html.index(f'id="entity-scenario-{deciding.entity.slug}"') :]
     row = row[: row.index("</tr>")]
