@@ -15,6 +15,7 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import generics, status
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -34,6 +35,8 @@ from grading.serializers import (
     RunReportSerializer,
     RunSerializer,
 )
+from singularity.apikit.errors import BadParameter
+from singularity.apikit.pagination import NewestCursor
 from singularity.auth import is_agent
 from singularity.errors import ConfigError, StateError
 from singularity.serializers import ErrorSerializer
@@ -132,6 +135,35 @@ class EntityCalibration(APIView):
         return Response(CalibrationSerializer(calibration(_get_entity(target_kind, slug)), many=True).data)
 
 
+class _Cursor(NewestCursor):
+    """A cursor page whose cursor, when it is none of this list's, is a 400 naming ``cursor``."""
+
+    def decode_cursor(self, request: Request) -> Any:
+        try:
+            return super().decode_cursor(request)
+        except NotFound:
+            raw = str(request.query_params.get(self.cursor_query_param, ""))[:40]
+            raise BadParameter(
+                f"cursor: {raw!r} is not a page of this list (follow its next or previous link)"
+            ) from None
+
+
+class NewestRuns(_Cursor):
+    """Runs newest first, a cursor page at a time (no count over every run): ``?limit=`` 1 to 200, 50 by default."""
+
+    ordering = ("-started_at", "-id")
+    page_size = 50
+    max_page_size = 200
+
+
+class NewestGrades(_Cursor):
+    """Grades newest booked first, a cursor page at a time: ``?limit=`` 1 to 200, 50 by default."""
+
+    ordering = ("-booked_at", "-execution_id")
+    page_size = 50
+    max_page_size = 200
+
+
 @extend_schema_view(
     get=extend_schema(
         summary="List runs, newest first",
@@ -147,6 +179,7 @@ class EntityCalibration(APIView):
 )
 class RunList(FilteredList):
     serializer_class = RunSerializer
+    pagination_class = NewestRuns
 
     @extend_schema(operation_id="runs_create")
     @api_runs.REPORT_SCHEMA
@@ -259,6 +292,7 @@ class RunGrade(APIView):
 )
 class GradeList(FilteredList):
     serializer_class = GradeSerializer
+    pagination_class = NewestGrades
 
     def get_queryset(self) -> QuerySet[Grade]:
         grades = Grade.objects.select_related("entity").order_by("-booked_at", "-execution_id")

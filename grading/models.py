@@ -152,6 +152,8 @@ class Execution(models.Model):
             models.Index(fields=["entity", "status", "-completed_at"]),
             # Rate runs and the runs lists page from the newest (issue 18).
             models.Index(fields=["-completed_at", "-id"], name="execution_newest"),
+            # /api/runs/ pages by its cursor from the newest started.
+            models.Index(fields=["-started_at", "-id"], name="execution_started"),
         ]
 
     def __str__(self) -> str:
@@ -209,6 +211,9 @@ class Grade(models.Model):
         indexes = [
             models.Index(fields=["entity", "status", "-graded_at"]),
             models.Index(fields=["status", "due_at"]),
+            # /api/grades/ pages by its cursor from the newest booked, for the fleet or one entity.
+            models.Index(fields=["-booked_at", "-execution"], name="grade_booked"),
+            models.Index(fields=["entity", "-booked_at"], name="grade_entity_booked"),
         ]
 
     def __str__(self) -> str:
