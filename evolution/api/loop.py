@@ -56,12 +56,22 @@ class LoopStatus(APIView):
     @extend_schema(
         operation_id="loop_status",
         summary="loop_status: the fleet, or one entity — state, live cycle, what comes next, what needs a person",
-        parameters=TARGET,
+        parameters=[
+            *TARGET,
+            OpenApiParameter(
+                "limit", OpenApiTypes.INT, description="Entities per page of the fleet: 1-100, default 100."
+            ),
+            OpenApiParameter("cursor", OpenApiTypes.STR, description="A previous page's nextCursor."),
+        ],
         responses={200: LoopStatusSerializer, 400: INVALID, 404: NOT_FOUND},
     )
     def get(self, request: Request) -> Response:
         try:
-            answer = fleet.status_for(*_target(request))
+            answer = fleet.status_for(
+                *_target(request),
+                limit=request.query_params.get("limit"),
+                cursor=request.query_params.get("cursor"),
+            )
         except (ValueError, status.NotFound) as exc:
             return _refusal(exc)
         return Response(LoopStatusSerializer(answer).data)

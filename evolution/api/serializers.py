@@ -124,6 +124,9 @@ class LoopStatusSerializer(serializers.Serializer):
         help_text='How many waits on a person there are: the dashboard\'s "N need you".'
     )
     needsYouItems = NeedsYouSerializer(many=True, help_text="Every wait on a person, oldest first.")
+    nextCursor = serializers.CharField(
+        allow_null=True, help_text="The next page of the fleet's entities (pass as cursor); null on the last."
+    )
 
 
 class CycleGradeSerializer(serializers.Serializer):

@@ -18,6 +18,7 @@ from evolution.models import Cycle
 from evolution.reads import checks, recent
 from evolution.reads.status import (
     CARD_GATES,
+    MAX_LIMIT,
     PHASE_STATE,
     STATES,
     _live_rounds,
@@ -451,10 +452,16 @@ def fleet(*, now: datetime | None = None) -> list[dict[str, Any]]:
     return _gather(entities, now=now or timezone.now(), whole=True)[0]
 
 
-def loop_status(entity: Entity | None = None, *, now: datetime | None = None) -> dict[str, Any]:
+#: Entities one page of loop_status answers by default (and at most: ``status.MAX_LIMIT``).
+STATUS_PAGE = 100
+
+
+def loop_status(
+    entity: Entity | None = None, *, now: datetime | None = None, limit: int = STATUS_PAGE, cursor: str = ""
+) -> dict[str, Any]:
     """loop_status: the fleet (``entity`` None) or one entity, in one shape.
 
-    Returns {"entities": [...], "needsYou": n, "needsYouItems": [...]} where
+    Returns {"entities": [...], "needsYou": n, "needsYouItems": [...], "nextCursor": str | None} where
     each entry is {targetKind, targetId, name, enabled, state, stateLabel,
     live, inFlight, next, needsYou[], waits} — ``live`` is the cycle holding
     the entity (else its newest live one): {id, phase, round, prUrl, pr,
@@ -465,16 +472,48 @@ def loop_status(entity: Entity | None = None, *, now: datetime | None = None) ->
     entity is answered even with its loop off (state "off"). At the top,
     ``needsYouItems`` lists every wait (the fleet's includes those of no
     entity in it, e.g. a grant card naming none) and ``needsYou`` counts them:
-    the dashboard's "N need you".
+    the dashboard's "N need you". The fleet's entities come ``limit`` at a
+    time by kind and id: ``nextCursor`` (``<kind>:<id>`` of the last one
+    answered) asks for the next page, None on the last.
     """
     now = now or timezone.now()
-    if entity is None:
-        rows, found = _gather(Entity.objects.filter(loop_enabled=True, present=True), now=now, whole=True)
-    else:
+    if entity is not None:
         rows, found = _gather(Entity.objects.filter(pk=entity.pk), now=now, whole=False)
-    return {"entities": rows, "needsYou": len(found), "needsYouItems": found}
+        return {"entities": rows, "needsYou": len(found), "needsYouItems": found, "nextCursor": None}
+    from evolution.steering import needs_you as waits_on
+
+    after = tuple(cursor.split(":", 1)) if cursor else None
+    facts = _facts(Entity.objects.filter(loop_enabled=True, present=True), now=now, whole=True)
+    rest = [e for e in facts.listed if after is None or (e.target_kind, e.slug) > after]
+    shown = rest[:limit]
+    found = waits_on.public(facts.found)
+    more = len(rest) > limit
+    return {
+        "entities": _build(shown, facts, now=now),
+        "needsYou": len(found),
+        "needsYouItems": found,
+        "nextCursor": f"{shown[-1].target_kind}:{shown[-1].slug}" if more and shown else None,
+    }
 
 
-def status_for(target_kind: str | None, target_id: str | None, *, now: datetime | None = None) -> dict[str, Any]:
-    """loop_status named as the API names it: both halves or neither; ValueError / NotFound otherwise."""
-    return loop_status(entity_named(target_kind, target_id), now=now)
+def status_for(
+    target_kind: str | None,
+    target_id: str | None,
+    *,
+    now: datetime | None = None,
+    limit: Any = None,
+    cursor: str | None = None,
+) -> dict[str, Any]:
+    """loop_status named as the API names it: both halves or neither, a ``limit`` of 1–100 and a ``cursor`` of
+    ``<kind>:<id>``; ValueError naming the parameter / NotFound otherwise."""
+    size = STATUS_PAGE if limit in (None, "") else _page_size(limit)
+    if cursor and ":" not in cursor:
+        raise ValueError(f"cursor: {cursor[:60]!r} is not a page of loop_status (a previous answer's nextCursor)")
+    return loop_status(entity_named(target_kind, target_id), now=now, limit=size, cursor=cursor or "")
+
+
+def _page_size(limit: Any) -> int:
+    text = str(limit).strip()
+    if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+        raise ValueError(f"limit: {str(limit)[:40]!r} is not a whole number from 1 to {MAX_LIMIT}")
+    return int(text)

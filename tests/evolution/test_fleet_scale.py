@@ -80,3 +80,17 @@ def test_the_fleet_page_costs_the_same_queries_with_ten_times_the_entities_and_r
         response = web.get("/evolution/", HTTP_HX_REQUEST="true")
     assert len(many.captured_queries) == len(few.captured_queries) <= 20
     assert len(response.context["rows"]) == fleet.PER_PAGE
+
+
+def test_loop_status_pages_the_fleet_by_its_cursor_and_refuses_a_bad_page(web):
+    idle_fleet(5, 1)
+    seen, url = [], "/api/loop/status/?limit=2"
+    while url:
+        body = web.get(url).json()
+        assert len(body["entities"]) <= 2 and body["needsYou"] == len(body["needsYouItems"])
+        seen += [e["targetId"] for e in body["entities"]]
+        url = f"/api/loop/status/?limit=2&cursor={body['nextCursor']}" if body["nextCursor"] else ""
+    assert seen == [f"idle-{i:03d}" for i in range(5)]
+    for query, named in (("limit=0", "limit: "), ("limit=101", "limit: "), ("cursor=nonsense", "cursor: ")):
+        response = web.get(f"/api/loop/status/?{query}")
+        assert response.status_code == 400 and response.json()["detail"].startswith(named), query
