@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Exists, F, OuterRef, Prefetch, Q, Subquery
+from django.db.models import Exists, F, OuterRef, Prefetch, Q, Subquery, prefetch_related_objects
 from django.utils import timezone
 
 from evolution.models import AutoAcceptGrant, Cycle, Round, Supervision
@@ -101,20 +101,28 @@ def _settles(entity_ids: list[int], *, bounded: bool = False) -> dict[int, list[
         )
         autonomous = Round.objects.filter(cycle=OuterRef("pk"), merge_gate=AUTO).exclude(merge_sha="")
         after = Q(validated_at=None) | Q(completed_at__gt=F("validated_at"))
-        cycles = cycles.annotate(validated_at=Subquery(validated)).filter(
-            (after & Q(status=Cycle.Status.REGRESSED)) | Exists(autonomous)
+        cycles = cycles.annotate(validated_at=Subquery(validated), autonomous=Exists(autonomous)).filter(
+            (after & Q(status=Cycle.Status.REGRESSED)) | Q(autonomous=True)
         )
     # What the breaker and the verdict's strength read, no more: a cycle's brief, window and terms stay unread.
-    cycles = cycles.only(*BREAKER_CYCLE_FIELDS).prefetch_related(
-        Prefetch("rounds", queryset=Round.objects.only(*BREAKER_ROUND_FIELDS))
-    )
+    rounds = Prefetch("rounds", queryset=Round.objects.only(*BREAKER_ROUND_FIELDS))
+    cycles = cycles.only(*BREAKER_CYCLE_FIELDS)
+    if not bounded:
+        cycles = cycles.prefetch_related(rounds)
     by_entity: dict[int, list[Cycle]] = {}
-    for cycle in cycles.order_by("-completed_at", "-id"):
+    read = list(cycles.order_by("-completed_at", "-id"))
+    if bounded:
+        # Only a change shipped through an autonomous merge has its rounds read (the unmeasured rule).
+        prefetch_related_objects([c for c in read if c.autonomous], rounds)
+    for cycle in read:
         by_entity.setdefault(cycle.entity_id, []).append(cycle)
     return by_entity
 
 
 def _shipped_unattended(cycle: Cycle) -> bool:
+    known = getattr(cycle, "autonomous", None)  # read with the settle by a bounded read
+    if known is not None:
+        return bool(known)
     return any(r.merge_sha and r.merge_gate == AUTO for r in cycle.rounds.all())
 
 

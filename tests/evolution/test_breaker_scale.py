@@ -53,18 +53,18 @@ def test_the_fleet_read_pauses_exactly_the_entities_their_whole_history_pauses()
         entities.append(entity)
     with CaptureQueriesContext(connection) as read:
         paused = autonomy.paused_many(entities)
-    assert len(read.captured_queries) == 2  # the settles, their rounds
+    assert len(read.captured_queries) <= 2  # the settles, the rounds of those an autonomous merge shipped
     assert paused == {e.pk: one_by_one(e) for e in entities if one_by_one(e)}
     assert 0 < len(paused) < len(entities)
 
 
-def test_the_fleet_read_costs_two_statements_however_many_entities(django_assert_num_queries):
+def test_the_fleet_read_costs_two_statements_however_many_entities(django_assert_max_num_queries):
     few = [looped(f"few{i}") for i in range(2)]
     many = [looped(f"many{i}") for i in range(40)]
     for entity in few + many:
         shipped(entity, "regressed", minutes_ago=20)
         shipped(entity, "regressed", minutes_ago=10)
-    with django_assert_num_queries(2):
+    with django_assert_max_num_queries(2):
         assert len(autonomy.paused_many(few)) == 2
-    with django_assert_num_queries(2):
+    with django_assert_max_num_queries(2):
         assert len(autonomy.paused_many(many)) == 40
