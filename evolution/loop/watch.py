@@ -144,9 +144,69 @@ def span(cycle: Cycle, now: datetime) -> Any:
     ).exclude(status=Execution.Status.RUNNING)
     if cycle.watch_deadline is not None:
         runs = runs.filter(started_at__lt=cycle.watch_deadline)
+    stale = _before_the_change(cycle, runs)
+    if stale:
+        runs = runs.exclude(commit__in=stale)
     if cycle.entity.kind == Entity.Kind.ROLE:
         runs = runs.exclude(episode__mixed_versions=True)
     return observed(runs, now=now)
+
+
+#: (checkout, merge, commit) → whether the commit contains the merge: two commit ids never change (answers only).
+_CONTAINS: dict[tuple[str, str, str], bool] = {}
+
+
+def _contains(checkout_path: str, merge_sha: str, commit: str) -> bool | None:
+    """Whether ``commit`` contains ``merge_sha``; None when git cannot tell yet (asked again next time)."""
+    from evolution.forges.git import is_ancestor
+    from singularity.brain.git import GitError
+
+    key = (checkout_path, merge_sha, commit)
+    if key not in _CONTAINS:
+        try:
+            answer = is_ancestor(merge_sha, commit, cwd=checkout_path)
+        except GitError:
+            return None
+        if len(_CONTAINS) > 4096:
+            _CONTAINS.clear()
+        _CONTAINS[key] = answer
+    return _CONTAINS[key]
+
+
+def _before_the_change(cycle: Cycle, runs: Any) -> list[str]:
+    """The commits among ``runs`` that do not contain the shipped change: runs on the old definition.
+
+    A forge's merge time is to the second (GitHub's is) and a merge made outside the dashboard reaches the
+    engine at its next sync, so a run started "since the merge" may still have run the old definition. Such a
+    run is nobody's evidence about the change. A commit git cannot place is kept (the watch is never starved
+    on a doubt); a run with no commit recorded (reported through the API) is kept.
+    """
+    from evolution.core.cycles import merged_round
+    from grading.sync import current_checkout
+
+    shipped = merged_round(cycle)
+    if shipped is None or not shipped.merge_sha:
+        return []
+    commits = {c for c in runs.values_list("commit", flat=True).distinct() if c and c != shipped.merge_sha}
+    if not commits:
+        return []
+    checkout = current_checkout()
+    _know(checkout, shipped.merge_sha)
+    path = str(checkout.path)
+    return sorted(c for c in commits if _contains(path, shipped.merge_sha, c) is False)
+
+
+def _know(checkout: Any, sha: str) -> None:
+    """Fetch the merge into the engine's clone when it is not there yet (the sync after a merge may lag)."""
+    from django.conf import settings
+
+    from grading.replays import ensure_commit
+    from singularity.brain.git import GitError
+
+    try:
+        ensure_commit(checkout, sha, ref=settings.BRAIN_BRANCH)
+    except GitError as exc:
+        log.info("loop: the merge %s is not in the engine's clone yet: %s", sha[:12], exc)
 
 
 def observe(cycle: Cycle, now: datetime) -> Observed:

@@ -40,7 +40,7 @@ def github_on(settings: Any, fake_github: FakeGitHub) -> FakeGitHub:
 
 
 @pytest.fixture
-def on_github(settings: Any, tmp_path: Path, celery_eager: None, github_on: FakeGitHub) -> FakeGitHub:
+def on_github(settings: Any, tmp_path: Path, celery_eager: None, github_on: FakeGitHub, request: Any) -> FakeGitHub:
     """The demo brain as the fake GitHub's repository, the engine's checkout cloned from it over HTTP.
 
     The default branch requires singularity/diff-gate (classic protection); Celery runs tasks inline.
@@ -54,7 +54,12 @@ def on_github(settings: Any, tmp_path: Path, celery_eager: None, github_on: Fake
     settings.BRAMA_BASE_URL = ""
     settings.DEMO_DRIVER = False
     settings.SINGULARITY_PUBLIC_URL = "http://dash.example"
-    github_on.seed(Path(settings.DEMO_BRAIN_DIR))
+    brain = Path(settings.DEMO_BRAIN_DIR)
+    if request.node.get_closest_marker("no_check"):
+        from tests.evolution.demo_helpers import brain_without_check
+
+        brain = brain_without_check(brain, tmp_path / "demo-brain")
+    github_on.seed(brain)
     github_on.protection = [DIFF_GATE]
     sync_brain()
     return github_on
