@@ -57,8 +57,17 @@ def rows(pulls: list[PullRequest]) -> list[dict[str, Any]]:
     return [{"pull": p, "statuses": marked(by_sha.get(p.head_sha, []), required)} for p in pulls]
 
 
-def merge(number: int, *, by: str) -> Moved:
-    """Merge PR ``number`` as ``by``, sync the brain and ring its cycle; ForgeError (nothing merged) naming why not."""
+def merge(number: int, *, by: str, anyway: bool = False) -> Moved:
+    """Merge PR ``number`` as ``by``, sync the brain and ring its cycle; ForgeError (nothing merged) naming why not.
+
+    ``anyway``: the person merges a PR whose pre-merge check could not show the change works, on their word
+    (``singularity/validation`` turns success "merged on <by>'s word" first; a PR without such a check is
+    merged as it stands, branch protection deciding).
+    """
+    if anyway:
+        from evolution.loop.machine import vouch_for_merge
+
+        vouch_for_merge(number, by=by)
     info = LocalForge().merge_pull(number, by=by)
     moved = Moved(info)
     failed = go_live(number)

@@ -260,7 +260,9 @@ if LOOP_FORGE == "github" and not BRAIN_REPO:
     BRAIN_REPO = git_remote(GITHUB_API_URL, GITHUB_REPOSITORY)
 #: The local forge's branch protection: the commit statuses a pull request needs before a person may merge it.
 LOCAL_FORGE_REQUIRED_STATUSES = [
-    s.strip() for s in env_str("LOCAL_FORGE_REQUIRED_STATUSES", "singularity/diff-gate").split(",") if s.strip()
+    s.strip()
+    for s in env_str("LOCAL_FORGE_REQUIRED_STATUSES", "singularity/diff-gate,singularity/validation").split(",")
+    if s.strip()
 ]
 #: The merge methods the local forge allows an auto-merge arm (it makes merge commits, so reverts stay mechanical).
 LOCAL_FORGE_MERGE_METHODS = [s.strip() for s in env_str("LOCAL_FORGE_MERGE_METHODS", "merge").split(",") if s.strip()]

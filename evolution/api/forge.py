@@ -177,6 +177,17 @@ def _remote_refusal(number: int) -> Response | None:
     )
 
 
+class MergeRequestSerializer(serializers.Serializer):
+    anyway = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text=(
+            "Merge though the pre-merge check could not show the change works (autonomy.onInconclusive: human): "
+            "singularity/validation turns success on your word first."
+        ),
+    )
+
+
 # --- Endpoints ----------------------------------------------------------------------------
 
 
@@ -243,9 +254,18 @@ class _Move(APIView):
         remote = _remote_refusal(number)
         if remote is not None:
             return remote
+        options: dict[str, Any] = {}
+        if self.verb == "merge":
+            body = request.data if isinstance(request.data, dict) else {}
+            anyway = body.get("anyway", False)
+            if not isinstance(anyway, bool):
+                return _error(
+                    "invalid", f"anyway: must be true or false, not {anyway!r}"[:200], http.HTTP_400_BAD_REQUEST
+                )
+            options["anyway"] = anyway
         act = pulls.merge if self.verb == "merge" else pulls.close
         try:
-            moved = act(number, by=request.user.get_username())
+            moved = act(number, by=request.user.get_username(), **options)
         except SingularityError as exc:  # ForgeError, or a forge that cannot be reached (its repository, git)
             return _error("precondition", f"not {self.verb}d: {exc}", http.HTTP_409_CONFLICT)
         detail = detail_dict(number) or {}
@@ -258,8 +278,14 @@ class ForgeMerge(_Move):
     @extend_schema(
         operation_id="forge_merge_pull",
         summary="Merge an open pull request as a person (branch protection holds); the brain syncs, its cycle moves",
-        request=None,
-        responses={200: MovedSerializer, 403: REFUSED, 404: NOT_FOUND, 409: PRECONDITION},
+        request=MergeRequestSerializer,
+        responses={
+            200: MovedSerializer,
+            400: OpenApiResponse(ErrorSerializer, description="invalid: anyway is not a boolean."),
+            403: REFUSED,
+            404: NOT_FOUND,
+            409: PRECONDITION,
+        },
     )
     def post(self, request: Request, number: int) -> Response:
         return super().post(request, number)

@@ -509,6 +509,31 @@ def answer(cycle: Cycle, rnd: Round, verdict: P.Verdict, pairs: list[P.Pair], no
     )
 
 
+def vouchable(rnd: Round) -> bool:
+    """Whether a person may merge ``rnd``'s PR on their word: its check answered unvalidated under ``human``."""
+    record = rnd.check_verdict if isinstance(rnd.check_verdict, dict) else {}
+    return (
+        rnd.status == Round.Status.APPLIED
+        and bool(rnd.checked_sha)
+        and record.get("verdict") == UNVALIDATED
+        and record.get("onInconclusive") == HUMAN
+    )
+
+
+def vouch(rnd: Round, *, by: str, now: datetime) -> None:
+    """A person's "merge anyway": ``success`` on the checked commit, on their word, kept on the check's record.
+
+    The check itself is not rewritten: its verdict stays unvalidated; the record says who merged it without proof.
+    """
+    record = dict(rnd.check_verdict or {})
+    record["mergedOnWordOf"] = by
+    record["vouchedAt"] = now.isoformat()
+    Round.objects.filter(pk=rnd.pk).update(check_verdict=record)
+    rnd.check_verdict = record
+    word = "inconclusive" if record.get("inconclusive") else "unvalidated"
+    _status(rnd, "success", f"{word}; merged on {by}'s word: {record.get('reason') or ''}")
+
+
 def evaluate(cycle: Cycle, now: datetime) -> Answered | None:
     """Read the check of ``cycle`` once (the caller holds the row); its answer, or None while it waits."""
     rnd = checking_round(cycle)

@@ -87,8 +87,20 @@ def pull_detail(request: HttpRequest, number: int) -> HttpResponse:
         "diff_cut": max(0, len(diff_lines) - DIFF_LINES),
         "problem": problem,
         "can_act": request.user.is_staff and pull.state == PullRequest.State.OPEN,
+        "unproven": _unproven(number),
     }
     return render(request, "evolution/pull_detail.html", context)
+
+
+def _unproven(number: int) -> str:
+    """The check's reason when this PR's check could not show the change works and a person may merge anyway."""
+    from evolution.loop import check
+    from evolution.models import Round
+
+    rnd = Round.objects.filter(pr_number=number).order_by("-cycle_id", "-number").first()
+    if rnd is None or not check.vouchable(rnd):
+        return ""
+    return str((rnd.check_verdict or {}).get("reason") or "the check could not show the change works")
 
 
 @login_required
@@ -99,7 +111,7 @@ def pull_merge(request: HttpRequest, number: int) -> HttpResponse:
         return HttpResponseForbidden("Only staff may merge a pull request.")
     get_object_or_404(PullRequest, number=number)
     try:
-        moved = pulls.merge(number, by=request.user.get_username())
+        moved = pulls.merge(number, by=request.user.get_username(), anyway=request.POST.get("anyway") == "1")
     except SingularityError as exc:  # ForgeError, or the forge's repository unreachable
         messages.error(request, f"Not merged: {exc}")
         return redirect("evolution:pull", number=number)

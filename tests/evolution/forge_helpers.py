@@ -116,6 +116,7 @@ def forge_brain(
     brain = Brain(root / "brain", {**FILES, **(files or {})})
     settings.BRAIN_REPO = str(brain.origin)
     settings.BRAIN_BRANCH = "main"
+    settings.BRAIN_CHECKOUT = root / "checkout"  # the engine's own clone of this brain, never the repo's var/
     settings.LOOP_WORK_DIR = root / "loop"
     settings.SINGULARITY_PUBLIC_URL = "http://singularity.test"
     settings.LOCAL_FORGE_REQUIRED_STATUSES = ["singularity/diff-gate"]

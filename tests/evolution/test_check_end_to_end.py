@@ -326,3 +326,30 @@ def test_the_decide_card_and_the_pr_body_say_a_check_will_run_and_on_how_many_in
     rnd = Cycle.objects.get(entity=triage(), analysed=True).rounds.get(number=1)
     body = PullRequest.objects.get(number=rnd.pr_number).body
     assert "Pre-merge check:" in body and "5 frozen input(s)" in body and "held-out" in body
+
+
+def test_a_person_merges_an_unproven_change_on_their_word(embedded, alice, client):
+    # DESIGN: under onInconclusive human a person's "merge anyway" posts success on the checked commit first.
+    alice.is_staff = True
+    alice.save()
+    verdict = """
+def verdict(spec, pairs):
+    return {"verdict": "unvalidated", "perMetric": [], "perInput": [], "reason": "the brain cannot tell"}
+"""
+    import tests.evolution.demo_helpers as helpers
+
+    helpers.person_commits(embedded, {LOOP_MODULE: with_verdict(embedded, verdict)}, Path(embedded.VAR_DIR), "unsure")
+    cycle, rnd = accept_first_card(alice)
+    client.force_login(alice)
+    page = client.get(f"/evolution/pulls/{rnd.pr_number}/").content.decode()
+    assert 'id="merge-anyway-button"' in page and "the brain cannot tell" in page
+    refused = LocalForge().merge_blockers(PullRequest.objects.get(number=rnd.pr_number))
+    assert any("singularity/validation is error" in b for b in refused)  # a plain merge is held
+    client.post(f"/evolution/pulls/{rnd.pr_number}/merge/", {"anyway": "1"})
+    rnd.refresh_from_db()
+    cycle.refresh_from_db()
+    assert PullRequest.objects.get(number=rnd.pr_number).state == "merged"
+    assert cycle.phase == Cycle.Phase.WATCHING and rnd.check_verdict["mergedOnWordOf"] == "alice"
+    validation = next(s for s in LocalForge().statuses(rnd.checked_sha) if s.context == VALIDATION)
+    assert validation.state == "success" and "merged on alice's word" in validation.description
+    assert rnd.check_verdict["verdict"] == "unvalidated"  # the check's own answer is kept as it was
