@@ -189,7 +189,10 @@ class PipelineContext:
     ``run_ref`` is this invocation's identity ({"runKind": "pipeline",
     "runId", "definitionHash"}) for the lineage a pipeline records;
     ``loop_launched`` is true under a replay (skip your own writes then);
-    ``entity`` is the scenario's slug; ``params`` its frontmatter ``params:``.
+    ``entity`` is the scenario's slug; ``params`` its frontmatter ``params:``;
+    ``demo`` is true while the embedded demo driver runs (``DEMO_DRIVER``), so
+    the demo brain's own pipelines may play their part (a proposer that is
+    sometimes hasty) without it reaching anyone's brain or tests.
     """
 
     def __init__(self, recorder: RunRecorder, *, entity: str, params: dict[str, Any]) -> None:
@@ -198,6 +201,7 @@ class PipelineContext:
         self.entity = entity
         self.params = params
         self.loop_launched = execution.loop_launched
+        self.demo = bool(getattr(settings, "DEMO_DRIVER", False))
         self.run_ref: dict[str, Any] = {
             "runKind": execution.run_kind,
             "runId": str(execution.pk),

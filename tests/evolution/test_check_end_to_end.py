@@ -353,3 +353,25 @@ def verdict(spec, pairs):
     validation = next(s for s in LocalForge().statuses(rnd.checked_sha) if s.context == VALIDATION)
     assert validation.state == "success" and "merged on alice's word" in validation.description
     assert rnd.check_verdict["verdict"] == "unvalidated"  # the check's own answer is kept as it was
+
+
+def test_the_demos_hasty_proposal_is_closed_by_the_check_on_real_runs(embedded, alice, tmp_path):
+    # The demo's own proposer, while the demo driver runs, is sometimes hasty: the check closes what it proposes.
+    embedded.DEMO_DRIVER = True
+    fixer = Path(embedded.BRAIN_CHECKOUT) / "features/loop/fixer/fixer.scenario.md"
+    person_commits(
+        embedded,
+        {"features/loop/fixer/fixer.scenario.md": fixer.read_text().replace("hastyEvery: 3", "hastyEvery: 1")},
+        tmp_path,
+        "Every proposal hasty",
+    )
+    cycle, rnd = accept_first_card(alice)
+    cycle.refresh_from_db()
+    rnd.refresh_from_db()
+    assert "in haste" in rnd.summary, rnd.summary
+    assert cycle.status == Cycle.Status.REGRESSED and rnd.check_verdict["rule"] == "c", rnd.check_verdict["reason"]
+    assert PullRequest.objects.get(number=rnd.pr_number).state == "closed"
+    from evolution.core import outcomes
+
+    assert outcomes.status_label(cycle) == "Closed by the check"
+    assert outcomes.grade(cycle)[0] == "Regression" and outcomes.strength(cycle) is None

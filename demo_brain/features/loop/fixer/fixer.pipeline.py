@@ -373,6 +373,33 @@ def _quote(text: str, limit: int = 120) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def hasty(lines: list[str], rules: list[Rule], cases: list[Case]) -> tuple[str, str] | None:
+    """The demo's hasty proposal for the first bad run, with none of the checks ``teach`` makes.
+
+    When no rule named the run's words (it fell through to ``otherwise``), the fallback itself is pointed at
+    the run's label — it fixes that run and misroutes every ticket no rule names. Otherwise the run's word most
+    used by other labels' tickets is taught above every rule. Either fixes the bad run and breaks others: the
+    change the pre-merge check exists to close. Returns (what it did, the label) or None.
+    """
+    bad = next((c for c in cases if c.bad and label_of(rules, c.text) != c.expected), None)
+    if bad is None or not rules:
+        return None
+    fallback = next((r for r in rules if r.otherwise), None)
+    if fallback is not None and fired(rules, bad.text) is None:
+        fallback.label = bad.expected
+        lines[fallback.line] = fallback.render() + "\n"
+        return f"every ticket no rule names goes to {bad.expected}", bad.expected
+    named = {k.lower() for rule in rules for k in rule.keywords}
+    words = [w for w in dict.fromkeys(WORD.findall(bad.text.lower())) if len(w) >= MIN_WORD and w not in named]
+    if not words:
+        return None
+    others = [c.text.lower() for c in cases if c.expected != bad.expected]
+    word = max(words, key=lambda w: (sum(_matches(w, text) for text in others), -words.index(w)))
+    first = rules[0]
+    lines.insert(first.line, f"{first.lead}{word} {first.arrow} {bad.expected}\n")
+    return f"'{word}' → {bad.expected}, placed first", bad.expected
+
+
 def run(ctx: Any, brief: dict[str, Any]) -> dict[str, Any] | None:
     """Return {summary, hypothesis, files: [the scenario's whole new file], citedLessons}; None when nothing is to be learnt."""
     definition = brief.get("definition") or {}
@@ -420,6 +447,22 @@ def run(ctx: Any, brief: dict[str, Any]) -> dict[str, Any] | None:
             "I could not read a keyword and a label in the idea (the labels here: "
             f"{', '.join(labels)}; write, say, “refund, receipt -> billing”), so this round reads the bad runs.",
         )
+
+    every = int(((getattr(ctx, "params", None) or {}).get("hastyEvery")) or 0)
+    cycle_id = int((brief.get("cycle") or {}).get("id") or 0)
+    if getattr(ctx, "demo", False) and every and cycle_id % every == 0 and not from_people and not reply.strip():
+        taken = hasty(lines, rules, cases)
+        if taken is not None:
+            what, label = taken
+            return {
+                "summary": f"Teach the triage rules in haste: {what}.",
+                "hypothesis": (
+                    f"The first bad run should have been {label}; {what} labels it right — and nothing else in the "
+                    "brief was looked at."
+                ),
+                "files": [{"path": path, "content": head + "".join(lines)}],
+                "citedLessons": [],
+            }
 
     learnt: list[tuple[str, str]] = []
     if not from_people or not idea_text.strip():
