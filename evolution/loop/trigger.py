@@ -161,8 +161,14 @@ def on_landed(grade_ids: list[Any], *, now: datetime | None = None) -> int:
     for grade in considered:
         grade.entity = entities[grade.entity_id]
     # The windows of the bad landings the preset's count decides, and the claims' holders: one read each.
+    # A landing the repair preset counts is decided on its window when it is bad; one whose entity (or the
+    # project) answers should_open or window() itself is decided on its window whatever it came to.
     counted = [
-        g for g in considered if g.entity_id not in queued and preset_counts(g.entity) and is_bad(g, g.entity.terms)
+        g
+        for g in considered
+        if g.entity_id not in queued
+        and preset_of(g.entity) == "repair"
+        and (not preset_counts(g.entity) or is_bad(g, g.entity.terms))
     ]
     runs = windows_for(counted, entities, now=now)
     # Evolve entities the preset's cadence decides: when each window became ready, one short read each.
