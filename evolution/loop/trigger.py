@@ -29,7 +29,7 @@ from evolution.loop import intake, machine, opening
 from evolution.models import Cycle
 from evolution.presets import evolve
 from evolution.presets.base import RuleError, outcomes, trigger_terms
-from evolution.presets.repair import repair_window, windows_for
+from evolution.presets.repair import UNREAD_CHANGE, repair_window, windows_for
 from evolution.presets.resolve import (
     ask_should_open,
     ask_window,
@@ -39,6 +39,7 @@ from evolution.presets.resolve import (
     project_rule,
     request_window,
 )
+from evolution.steering import groups
 from evolution.steering.cadence import drop_stale, due, record_window
 from grading.metrics import is_bad
 from grading.models import Entity, Grade
@@ -56,8 +57,12 @@ def decide(
     idea_queued: bool = False,
     runs: list[Grade] | None = None,
     ready: Any = UNREAD,
+    changed: Any = UNREAD_CHANGE,
 ) -> tuple[dict[str, Any] | None, str]:
-    """Ask whether ``grade`` opens a cycle; return (the window to open on, or None, and the reason)."""
+    """Ask whether ``grade`` opens a cycle; return (the window to open on, or None, and the reason).
+
+    ``runs`` and ``changed`` are the window a batch read and the lock group's clean base it read it from.
+    """
     terms = cycles.terms_of(entity)
     loop = terms.get("loop") or {}
     if not entity.loop_enabled or not loop.get("enabled", entity.loop_enabled):
@@ -73,7 +78,7 @@ def decide(
     own_window = entity.loop_module_path and module_function(entity, "window") is not None
     if not own_rule and not own_window and not project_rule() and not is_bad(grade, terms):
         return None, "the run that landed is not bad"
-    window = repair_window(entity, terms, anchor=grade, now=now, runs=runs)
+    window = repair_window(entity, terms, anchor=grade, now=now, runs=runs, changed=changed)
     grades = window.pop("_grades")
     if own_window:
         window, grades = ask_window(entity, terms, window, grades, anchor=grade, now=now)
@@ -170,7 +175,9 @@ def on_landed(grade_ids: list[Any], *, now: datetime | None = None) -> int:
         and preset_of(g.entity) == "repair"
         and (not preset_counts(g.entity) or is_bad(g, g.entity.terms))
     ]
-    runs = windows_for(counted, entities, now=now)
+    # A lock group's clean base, read once per entity of the batch (not per landing).
+    bases = {pk: groups.changed_at(entities[pk]) for pk in sorted({g.entity_id for g in counted})}
+    runs = windows_for(counted, entities, now=now, after=bases)
     # Evolve entities the preset's cadence decides: when each window became ready, one short read each.
     cadenced = {
         g.entity_id: g.entity
@@ -205,6 +212,7 @@ def on_landed(grade_ids: list[Any], *, now: datetime | None = None) -> int:
                 idea_queued=entity.pk in queued,
                 runs=runs.get(grade.pk),
                 ready=ready.get(entity.pk, UNREAD),
+                changed=bases[entity.pk] if grade.pk in runs else UNREAD_CHANGE,
             )
         except Exception as exc:  # noqa: BLE001 - the brain's rule failed: the grade stands, the next one asks again
             log.warning("loop: %s: the trigger withheld run %s: %s", entity, grade.execution_id, exc)

@@ -23,6 +23,9 @@ from grading.cards import observed
 from grading.metrics import is_bad
 from grading.models import Entity, Grade
 
+#: ``repair_window`` not told the clean base the batch read from: it reads it.
+UNREAD_CHANGE: Any = object()
+
 #: What the rule reads of a window's grades (``outcomes``, ``is_bad``): the rest of the rows is left unread.
 WINDOW_FIELDS = (
     "entity_id",
@@ -54,14 +57,22 @@ def graded_window(
     return runs
 
 
-def windows_for(landings: list[Grade], entities: dict[int, Entity], *, now: datetime) -> dict[Any, list[Grade]]:
+def windows_for(
+    landings: list[Grade],
+    entities: dict[int, Entity],
+    *,
+    now: datetime,
+    after: dict[int, datetime | None] | None = None,
+) -> dict[Any, list[Grade]]:
     """The repair window of each landing (newest first), read for the whole batch at once.
 
     Per entity, its last windowRuns + (its landings in the batch) graded runs through its newest landing are
     read (one UNION ALL statement on Postgres, one indexed read per entity on SQLite); each landing's window
     is then the first windowRuns of them at or before it. A landing whose slice comes up short while the read
-    was full is left out (its caller reads it alone).
+    was full is left out (its caller reads it alone). ``after`` gives an entity's clean base (a lock group's
+    last change, ``groups.changed_at``): only runs graded after it are read, as ``graded_window`` does.
     """
+    after = after or {}
     from django.db import connection
 
     if not landings:
@@ -72,13 +83,14 @@ def windows_for(landings: list[Grade], entities: dict[int, Entity], *, now: date
     sizes = {pk: int(trigger_terms((entities[pk].terms or {}).get("loop") or {})["windowRuns"]) for pk in by_entity}
     wanted = {pk: sizes[pk] + len(grades) for pk, grades in by_entity.items()}
     if connection.vendor == "postgresql":
-        read = _lateral_windows(by_entity, wanted, now=now)
+        read = _lateral_windows(by_entity, wanted, now=now, after=after)
     else:
         base = observed(Grade.objects.filter(status=Grade.Status.GRADED, execution__loop_launched=False), now=now)
         read = [
             grade
             for pk, grades in by_entity.items()
-            for grade in base.filter(entity_id=pk, graded_at__lte=max(g.graded_at for g in grades))
+            for grade in (base.filter(graded_at__gt=after[pk]) if after.get(pk) else base)
+            .filter(entity_id=pk, graded_at__lte=max(g.graded_at for g in grades))
             .select_related("execution")
             .only(*WINDOW_FIELDS)
             .order_by("-graded_at", "-execution_id")[: wanted[pk]]
@@ -101,12 +113,13 @@ def windows_for(landings: list[Grade], entities: dict[int, Entity], *, now: date
 #: Each entity's newest graded runs through a mark, one index scan per entity (the same rules as graded_window).
 LATERAL_WINDOWS = """
 SELECT g.execution_id, g.entity_id, g.status, g.graded_at, g.score, g.passed, g.failure_category, g.metrics, g.judge
-FROM unnest(%s::bigint[], %s::timestamptz[], %s::int[]) AS t(entity_id, through, size)
+FROM unnest(%s::bigint[], %s::timestamptz[], %s::int[], %s::timestamptz[]) AS t(entity_id, through, size, after)
 CROSS JOIN LATERAL (
     SELECT gg.execution_id, gg.entity_id, gg.status, gg.graded_at, gg.score, gg.passed, gg.failure_category,
            gg.metrics, gg.judge
     FROM grading_grade gg JOIN grading_execution e ON e.id = gg.execution_id
     WHERE gg.entity_id = t.entity_id AND gg.status = %s AND gg.graded_at <= t.through AND NOT e.loop_launched
+      AND (t.after IS NULL OR gg.graded_at > t.after)
       AND (e.awaiting_rating_until IS NULL OR e.awaiting_rating_until <= %s
            OR EXISTS (SELECT 1 FROM grading_rating r WHERE r.execution_id = gg.execution_id))
     ORDER BY gg.graded_at DESC, gg.execution_id DESC
@@ -115,13 +128,20 @@ CROSS JOIN LATERAL (
 """
 
 
-def _lateral_windows(by_entity: dict[int, list[Grade]], wanted: dict[int, int], *, now: datetime) -> list[Grade]:
+def _lateral_windows(
+    by_entity: dict[int, list[Grade]],
+    wanted: dict[int, int],
+    *,
+    now: datetime,
+    after: dict[int, datetime | None],
+) -> list[Grade]:
     """Postgres: every entity's newest graded runs in one statement (a LATERAL join, one index scan each)."""
     ids = list(by_entity)
     params = [
         ids,
         [max(g.graded_at for g in by_entity[pk]) for pk in ids],
         [wanted[pk] for pk in ids],
+        [after.get(pk) for pk in ids],
         Grade.Status.GRADED,
         now,
     ]
@@ -135,16 +155,20 @@ def repair_window(
     anchor: Grade | None,
     now: datetime,
     runs: list[Grade] | None = None,
+    changed: Any = UNREAD_CHANGE,
 ) -> dict[str, Any]:
     """The repair preset's window: the last windowRuns graded runs, ready (the count is the whole question).
 
-    ``runs`` is the window when a batch already read it (``windows_for``, never for a lock-group member). For a
-    member of a lock group only runs graded after the group last changed count (the clean base: a sibling's
-    change, or its revert, is never answered by a repair of this entity for failures produced before it).
+    ``runs`` is the window when a batch already read it (``windows_for``). For a member of a lock group only
+    runs graded after the group last changed count (the clean base: a sibling's change, or its revert, is never
+    answered by a repair of this entity for failures produced before it); ``changed`` is that instant when the
+    batch read its window from it (else the batch's runs of a group member are read again here).
     """
     size = int(trigger_terms(terms.get("loop") or {})["windowRuns"])
-    changed = groups.changed_at(entity)
-    if runs is None or changed is not None:
+    batch_base = changed is not UNREAD_CHANGE
+    if not batch_base:
+        changed = groups.changed_at(entity)
+    if runs is None or (changed is not None and not batch_base):
         runs = graded_window(entity, through=anchor, size=size, now=now, after=changed)
     window = {
         "from": None,

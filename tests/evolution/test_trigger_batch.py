@@ -89,3 +89,21 @@ def test_grades_of_entities_out_of_the_loop_cost_one_query(django_assert_num_que
     landed = [graded(plain, bad=True).pk for _ in range(5)]
     with django_assert_num_queries(1):
         assert trigger.on_landed(landed) == 0
+
+
+def test_a_batch_window_from_a_clean_base_is_the_window_read_alone():
+    from evolution.presets.repair import graded_window, windows_for
+
+    entity = looped()
+    start = timezone.now() - timedelta(hours=2)
+    history(entity, "bgbbgbgggbbg", start=start)
+    base = start + timedelta(minutes=6, seconds=30)  # a lock group's last change: runs graded before it do not count
+    landed = [graded(entity, bad=True, at=timezone.now() - timedelta(seconds=10 - k)) for k in range(3)]
+    now = timezone.now()
+    for grade in landed:
+        grade.entity = entity
+    batch = windows_for(landed, {entity.pk: entity}, now=now, after={entity.pk: base})
+    for grade in landed:
+        alone = graded_window(entity, through=grade, size=5, now=now, after=base)
+        assert [g.execution_id for g in batch[grade.pk]] == [g.execution_id for g in alone]
+        assert all(g.graded_at > base for g in alone)
