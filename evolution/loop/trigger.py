@@ -18,6 +18,7 @@ the window read plus what opening needs.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from datetime import datetime
 from typing import Any
 
@@ -177,7 +178,8 @@ def on_landed(grade_ids: list[Any], *, now: datetime | None = None) -> int:
     ]
     # A lock group's clean base, read once per entity of the batch (not per landing).
     bases = {pk: groups.changed_at(entities[pk]) for pk in sorted({g.entity_id for g in counted})}
-    runs = windows_for(counted, entities, now=now, after=bases)
+    landed = Counter(g.entity_id for g in considered)
+    runs = windows_for(counted, entities, now=now, after=bases, landed=landed)
     # Evolve entities the preset's cadence decides: when each window became ready, one short read each.
     cadenced = {
         g.entity_id: g.entity

@@ -63,6 +63,7 @@ def windows_for(
     *,
     now: datetime,
     after: dict[int, datetime | None] | None = None,
+    landed: dict[int, int] | None = None,
 ) -> dict[Any, list[Grade]]:
     """The repair window of each landing (newest first), read for the whole batch at once.
 
@@ -71,8 +72,10 @@ def windows_for(
     is then the first windowRuns of them at or before it. A landing whose slice comes up short while the read
     was full is left out (its caller reads it alone). ``after`` gives an entity's clean base (a lock group's
     last change, ``groups.changed_at``): only runs graded after it are read, as ``graded_window`` does.
+    ``landed`` counts every grade of an entity in the batch (its healthy ones too, which take window slots
+    of the older landings): each entity's read reaches that far back.
     """
-    after = after or {}
+    after, landed = after or {}, landed or {}
     from django.db import connection
 
     if not landings:
@@ -81,7 +84,7 @@ def windows_for(
     for grade in landings:
         by_entity.setdefault(grade.entity_id, []).append(grade)
     sizes = {pk: int(trigger_terms((entities[pk].terms or {}).get("loop") or {})["windowRuns"]) for pk in by_entity}
-    wanted = {pk: sizes[pk] + len(grades) for pk, grades in by_entity.items()}
+    wanted = {pk: sizes[pk] + max(len(grades), landed.get(pk, 0)) for pk, grades in by_entity.items()}
     if connection.vendor == "postgresql":
         read = _lateral_windows(by_entity, wanted, now=now, after=after)
     else:

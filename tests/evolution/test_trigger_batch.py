@@ -107,3 +107,20 @@ def test_a_batch_window_from_a_clean_base_is_the_window_read_alone():
         alone = graded_window(entity, through=grade, size=5, now=now, after=base)
         assert [g.execution_id for g in batch[grade.pk]] == [g.execution_id for g in alone]
         assert all(g.graded_at > base for g in alone)
+
+
+def test_a_batch_of_healthy_and_bad_landings_reads_every_bad_window_with_the_batch():
+    from evolution.presets.repair import graded_window, windows_for
+
+    entity = looped()
+    history(entity, "bgbgg", start=timezone.now() - timedelta(hours=1))
+    batch = [graded(entity, bad=k % 3 == 0, at=timezone.now() - timedelta(seconds=40 - k)) for k in range(30)]
+    bad = [g for g in batch if not g.passed]
+    now = timezone.now()
+    for grade in batch:
+        grade.entity = entity
+    read = windows_for(bad, {entity.pk: entity}, now=now, landed={entity.pk: len(batch)})
+    assert set(read) == {g.pk for g in bad}
+    for grade in bad:
+        alone = graded_window(entity, through=grade, size=5, now=now)
+        assert [g.execution_id for g in read[grade.pk]] == [g.execution_id for g in alone]
