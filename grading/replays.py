@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import uuid
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -92,16 +93,27 @@ def entity_at(entity: Entity, commit: str, checkout: Checkout) -> Entity:
 
 def prepare(entity: Entity, *, input: dict[str, Any], commit: str, now: Any = None) -> Execution:
     """Create the running execution row of a replay of ``entity`` at ``commit`` (nothing runs yet)."""
-    return Execution.objects.create(
-        entity=entity,
-        run_kind=run_kind_for(entity),
-        status=Execution.Status.RUNNING,
-        source=Execution.Source.LOOP,
-        input=input if isinstance(input, dict) else {},
-        commit=commit,
-        loop_launched=True,
-        started_at=now or timezone.now(),
-    )
+    return prepare_many(entity, [(input, commit)], now=now)[0]
+
+
+def prepare_many(entity: Entity, sides: list[tuple[dict[str, Any], str]], *, now: Any = None) -> list[Execution]:
+    """Create the running execution rows of replays of ``entity``, one per (input, commit), in one statement."""
+    started = now or timezone.now()
+    rows = [
+        Execution(
+            id=uuid.uuid4(),
+            entity=entity,
+            run_kind=run_kind_for(entity),
+            status=Execution.Status.RUNNING,
+            source=Execution.Source.LOOP,
+            input=value if isinstance(value, dict) else {},
+            commit=commit,
+            loop_launched=True,
+            started_at=started,
+        )
+        for value, commit in sides
+    ]
+    return Execution.objects.bulk_create(rows)
 
 
 def run_replay(

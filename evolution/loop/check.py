@@ -107,7 +107,7 @@ def no_check(rnd: Round) -> None:
 def begin(rnd: Round, now: datetime) -> tuple[Move, list[int]]:
     """Pin the head, set the status pending, create every replay; return the move to ``checking`` and the replays."""
     from evolution.forges.base import VALIDATION
-    from grading.replays import prepare
+    from grading.replays import prepare_many
 
     cycle = rnd.cycle
     entity = cycle.entity
@@ -116,34 +116,25 @@ def begin(rnd: Round, now: datetime) -> tuple[Move, list[int]]:
     slots = list(frozen.get("slots") or [])
     base = str(frozen.get("baseSha") or rnd.base_sha)
     head = rnd.head_sha
+    # Every side to replay: (side, slot, trial, commit), the candidate's first, then the incumbent's.
+    wanted = [(Replay.Side.CANDIDATE, i, t, head) for i in range(len(slots)) for t in range(1, trials + 1)]
+    wanted += [
+        (Replay.Side.INCUMBENT, i, t, base)
+        for i, slot in enumerate(slots)
+        if slot.get("score") is None
+        for t in range(1, trials + 1)
+    ]
     with transaction.atomic():
-        replays: list[Replay] = []
-        candidates: list[str] = []
-        incumbents: list[str] = []
-        for index, slot in enumerate(slots):
-            for trial in range(1, trials + 1):
-                execution = prepare(entity, input=slot.get("input") or {}, commit=head, now=now)
-                replays.append(
-                    Replay(
-                        round=rnd, side=Replay.Side.CANDIDATE, slot=index, trial=trial, commit=head, execution=execution
-                    )
-                )
-                candidates.append(str(execution.pk))
-            if slot.get("score") is None:
-                for trial in range(1, trials + 1):
-                    execution = prepare(entity, input=slot.get("input") or {}, commit=base, now=now)
-                    replays.append(
-                        Replay(
-                            round=rnd,
-                            side=Replay.Side.INCUMBENT,
-                            slot=index,
-                            trial=trial,
-                            commit=base,
-                            execution=execution,
-                        )
-                    )
-                    incumbents.append(str(execution.pk))
+        executions = prepare_many(
+            entity, [(slots[i].get("input") or {}, commit) for _, i, _, commit in wanted], now=now
+        )
+        replays = [
+            Replay(round=rnd, side=side, slot=i, trial=t, commit=commit, execution=execution)
+            for (side, i, t, commit), execution in zip(wanted, executions, strict=True)
+        ]
         Replay.objects.bulk_create(replays)
+        candidates = [str(r.execution_id) for r in replays if r.side == Replay.Side.CANDIDATE]
+        incumbents = [str(r.execution_id) for r in replays if r.side == Replay.Side.INCUMBENT]
         rnd.checked_sha = head
         rnd.check_run_ids = candidates
         rnd.baseline_run_ids = incumbents

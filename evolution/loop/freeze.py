@@ -12,8 +12,10 @@ Not a stage: the opening calls ``freeze`` and the check reads what it wrote.
   entity's own graded runs through the cycle's anchor (the run whose grade
   opened it, else the window's newest run), the anchor's input first, then
   inputs no evidence run ran on (held out), then inputs the proposer saw. The
-  scan reads at most ``SCAN_LIMIT`` of the newest graded runs (deeper than any
-  window, bounded so the freeze costs the same whatever the history holds).
+  scan walks the entity's runs newest started first, a chunk at a time, and
+  stops once it holds enough held-out inputs — at most ``SCAN_LIMIT`` runs
+  (deeper than any window, bounded so the freeze costs the same whatever the
+  history holds). The evidence runs are the scan's newest ``evidence.runs``.
   Under ``incumbent: frozen`` a slot keeps its grade as the incumbent's score
   when that grade was made under the pinned judge and measured something; the
   anchor never keeps its score; under ``incumbent: replay`` no slot does.
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -42,8 +45,9 @@ from singularity.errors import ConfigError
 log = logging.getLogger(__name__)
 
 REPLAY, NONE = "replay", "none"
-#: The most graded runs one freeze reads, newest first.
+#: The most graded runs one freeze reads, newest first, and how many a query reads at a time.
 SCAN_LIMIT = 2000
+SCAN_CHUNK = 200
 #: A frozen input is shown to people by its first characters.
 LABEL_CHARS = 60
 
@@ -85,10 +89,6 @@ def label_of(value: Any) -> str:
     return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"
 
 
-def _graded(entity: Entity) -> Any:
-    return Grade.objects.filter(entity=entity, status=Grade.Status.GRADED, execution__loop_launched=False)
-
-
 def _anchor(cycle: Cycle) -> Execution | None:
     """The run through which history is read: the one that opened the cycle, else the window's newest."""
     if cycle.anchor_id is not None:
@@ -104,17 +104,25 @@ def _anchor(cycle: Cycle) -> Execution | None:
     )
 
 
-def _scored(grade: Grade, judge: dict[str, Any]) -> bool:
-    return comparable(grade.judge, judge) and bool(grade.metrics)
+@dataclass(frozen=True)
+class _Seen:
+    """One graded run of the scan: its id, input and grade, read as plain values."""
+
+    run_id: str
+    input: Any
+    passed: bool | None
+    metrics: dict[str, Any]
+    judge: dict[str, Any]
 
 
-def _score(grade: Grade) -> dict[str, Any]:
-    return {"passed": grade.passed, "vector": dict(grade.metrics or {}), "judge": dict(grade.judge or {})}
-
-
-def _evidence_ids(scan: list[Grade], count: int) -> list[str]:
-    """The runs the proposer is briefed on: the newest ``evidence.runs`` of the same scan (the brief's own rule)."""
-    return [str(g.execution_id) for g in scan[: max(0, count)]]
+def _scan(entity: Entity, anchor: Execution) -> Any:
+    """The entity's own graded runs through the anchor, newest first: the (entity, started) index walked backwards."""
+    query = Execution.objects.filter(
+        entity=entity, loop_launched=False, grade__status=Grade.Status.GRADED, started_at__lte=anchor.started_at
+    )
+    return query.order_by("-started_at", "-id").values_list(
+        "id", "input", "grade__passed", "grade__metrics", "grade__judge"
+    )
 
 
 def _history(
@@ -124,43 +132,53 @@ def _history(
     anchor = _anchor(cycle)
     if anchor is None:
         return [], []
-    query = _graded(entity).select_related("execution")
-    if anchor.completed_at is not None:
-        query = query.filter(execution__completed_at__lte=anchor.completed_at)
-    scan = list(query.order_by("-execution__completed_at", "-execution__started_at")[:SCAN_LIMIT])
-    evidence = _evidence_ids(scan, evidence_runs)
-    seen_inputs = {input_key(g.execution.input) for g in scan if str(g.execution_id) in set(evidence)}
-    anchor_key = input_key(anchor.input)
-    distinct: dict[str, Grade] = {}
-    for grade in scan:
-        key = input_key(grade.execution.input)
-        if key not in distinct:
-            distinct[key] = grade
+    query = _scan(entity, anchor)
     wanted = int(terms.get("inputs") or 0)
+    anchor_key = input_key(anchor.input)
+    scanned = 0
+    distinct: dict[str, _Seen] = {}
+    evidence: list[str] = []
+    seen_inputs: set[str] = set()
+    # Read newest first a chunk at a time, until the scan holds enough inputs the proposer never saw (or its end).
+    for start in range(0, SCAN_LIMIT, SCAN_CHUNK):
+        chunk = [
+            _Seen(str(pk), value, passed, metrics or {}, judge or {})
+            for pk, value, passed, metrics, judge in query[start : start + SCAN_CHUNK]
+        ]
+        if start == 0:
+            evidence = [seen.run_id for seen in chunk[: max(0, evidence_runs)]]
+        scanned += len(chunk)
+        shown = set(evidence)
+        for seen in chunk:
+            key = input_key(seen.input)
+            distinct.setdefault(key, seen)
+            if seen.run_id in shown:
+                seen_inputs.add(key)
+        held_out = sum(1 for key in distinct if key not in seen_inputs and key != anchor_key)
+        if len(chunk) < SCAN_CHUNK or (len(evidence) < scanned and held_out >= wanted):
+            break
     keep_scores = terms.get("incumbent", "frozen") == "frozen"
     judge = dict(cycle.judge or {})
-    ordered: list[tuple[str, Grade | None, bool]] = []
-    anchor_grade = distinct.pop(anchor_key, None)
-    ordered.append((anchor_key, anchor_grade, False))
+    distinct.pop(anchor_key, None)
+    ordered: list[tuple[str, _Seen | None, bool]] = [(anchor_key, None, False)]
     others = list(distinct.items())
-    ordered += [(key, g, True) for key, g in others if key not in seen_inputs]
-    ordered += [(key, g, False) for key, g in others if key in seen_inputs]
+    ordered += [(key, seen, True) for key, seen in others if key not in seen_inputs]
+    ordered += [(key, seen, False) for key, seen in others if key in seen_inputs]
     slots = []
-    for key, grade, held_out in ordered[:wanted]:
-        is_anchor = key == anchor_key
-        run_id = str(anchor.pk) if is_anchor else str(grade.execution_id) if grade else ""
-        value = anchor.input if is_anchor else grade.execution.input if grade else None
+    for _key, seen, held_out in ordered[:wanted]:
+        is_anchor = seen is None
+        value = anchor.input if is_anchor else seen.input
         score = None
-        if keep_scores and not is_anchor and grade is not None and _scored(grade, judge):
-            score = _score(grade)
+        if keep_scores and seen is not None and comparable(seen.judge, judge) and seen.metrics:
+            score = {"passed": seen.passed, "vector": dict(seen.metrics), "judge": dict(seen.judge)}
         slots.append(
             {
                 "kind": "history",
-                "runId": run_id,
+                "runId": str(anchor.pk) if is_anchor else seen.run_id,
                 "caseId": None,
                 "input": value,
                 "label": label_of(value),
-                "heldOut": held_out and not is_anchor,
+                "heldOut": held_out,
                 "anchor": is_anchor,
                 "score": score,
             }
