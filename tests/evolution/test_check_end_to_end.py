@@ -432,3 +432,48 @@ def test_a_fix_whose_guard_regresses_while_its_objective_clears_is_a_tradeoff(em
     objective = next(m for m in rnd.check_verdict["perMetric"] if m["metric"] == "accuracy")
     assert objective["cleared"] is True
     assert outcomes.grade(cycle) == ("Tradeoff", len(rnd.check_verdict["pairs"]))
+
+
+def test_a_refinement_reuses_the_frozen_set_and_runs_made_meanwhile_never_slide_in(embedded, alice):
+    # R11.5: the set is written once; a refinement round reuses it; runs produced while the card waits stay out.
+    from tests.evolution.demo_helpers import run
+
+    card, _ = drive_until_card(tickets())
+    cycle = Cycle.objects.get(entity=triage(), analysed=True)
+    frozen = dict(cycle.frozen)
+    for ticket in tickets()[-3:]:
+        run(ticket)  # the entity keeps running while the card waits
+    press(card, alice, Card.REFINE, refinement="also teach 'upload' -> technical")
+    cycle.refresh_from_db()
+    assert cycle.rounds.count() == 2
+    assert cycle.frozen == frozen
+
+
+def test_golden_cases_the_brain_will_not_yield_set_the_proposal_aside_with_a_notice(embedded, alice, tmp_path):
+    # "What a cycle freezes": a cases export that is not {id, input} skips the proposal, naming the file.
+    module = (Path(embedded.BRAIN_CHECKOUT) / LOOP_MODULE).read_text() + '\nCASES = [{"id": "x", "text": "hello"}]\n'
+    person_commits(embedded, {LOOP_MODULE: module}, tmp_path, "Golden cases, badly written")
+    from tests.evolution.demo_helpers import run
+
+    for ticket in tickets():
+        run(ticket)
+        skipped = Cycle.objects.filter(entity=triage(), status=Cycle.Status.SKIPPED, reason__contains="CASES").first()
+        if skipped is not None:
+            break
+    assert skipped is not None and LOOP_MODULE in skipped.reason and not skipped.analysed
+    notice = Notice.objects.filter(kind="freeze-refused").latest("created_at")
+    assert LOOP_MODULE in notice.text and "cannot be frozen" in notice.title
+    assert not Cycle.objects.filter(entity=triage(), analysed=True).exists()
+
+
+def test_golden_cases_are_frozen_after_the_history_and_replayed_on_both_sides(embedded, alice, tmp_path):
+    cases = (
+        '\nCASES = [{"id": "gold-1", "input": {"text": "My invoice shows a double charge.", "_expected": "billing"}}]\n'
+    )
+    module = (Path(embedded.BRAIN_CHECKOUT) / LOOP_MODULE).read_text() + cases
+    person_commits(embedded, {LOOP_MODULE: module}, tmp_path, "A golden case")
+    cycle, rnd = accept_first_card(alice)
+    slots = cycle.frozen["slots"]
+    assert slots[-1]["kind"] == "case" and slots[-1]["caseId"] == "gold-1" and slots[-1]["score"] is None
+    golden = Replay.objects.filter(round=rnd, slot=len(slots) - 1)
+    assert {r.side for r in golden} == {Replay.Side.CANDIDATE, Replay.Side.INCUMBENT}
