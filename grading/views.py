@@ -464,8 +464,11 @@ def scale_choices(scale: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def rateable_entities(entity: Entity | None = None) -> list[Entity]:
-    """Entities with at least one human-rated metric and grading on (one query)."""
-    entities = Entity.objects.filter(evaluation_enabled=True, load_error="")
+    """Entities with at least one human-rated metric and grading on (one query; the definition's text, its
+    frontmatter and provenance left unread)."""
+    entities = Entity.objects.filter(evaluation_enabled=True, load_error="").defer(
+        "body", "description", "frontmatter", "provenance"
+    )
     if entity is not None:
         entities = entities.filter(pk=entity.pk)
     return [e for e in entities.order_by("kind", "slug") if human_metrics(e)]
