@@ -25,7 +25,6 @@ from evolution.reads.status import (
     _newest_round,
     _pr,
     _pr_round,
-    _rounds_prefetch,
     entity_named,
     needs_you,
 )
@@ -330,8 +329,9 @@ def _facts(entities: QuerySet[Entity], *, now: datetime, whole: bool) -> Facts:
     live_cycles = (
         Cycle.objects.exclude(phase=Cycle.Phase.SETTLED)
         .select_related("entity")
+        .defer(*(f"entity__{name}" for name in waits_on.UNREAD))
         .order_by("started_at", "id")
-        .prefetch_related(_rounds_prefetch())
+        .prefetch_related(waits_on.live_rounds())
     )
     if not whole:
         live_cycles = live_cycles.filter(entity__in=[e.pk for e in listed])

@@ -314,9 +314,15 @@ def _live_cycles(entity_ids: list[int] | None) -> list[Cycle]:
         cycles = cycles.filter(entity_id__in=entity_ids)
     return list(
         cycles.select_related("entity")
-        .prefetch_related(Prefetch("rounds", queryset=Round.objects.select_related("card").order_by("number")))
+        .defer(*(f"entity__{name}" for name in UNREAD))
+        .prefetch_related(live_rounds())
         .order_by("started_at", "id")
     )
+
+
+def live_rounds() -> Prefetch:
+    """A live cycle's rounds with their cards, by number (``core.due`` reads whether a brief was written)."""
+    return Prefetch("rounds", queryset=Round.objects.select_related("card").order_by("number"))
 
 
 def _grant_cards() -> list[Card]:
