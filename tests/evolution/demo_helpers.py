@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -49,9 +50,11 @@ def brain_without_check(source: Path, target: Path) -> Path:
         path = target / rel
         text = path.read_text()
         assert "\nloop:\n  enabled: true\n" in text, rel
-        path.write_text(
-            text.replace("\nloop:\n  enabled: true\n", "\nloop:\n  enabled: true\n  check: {mode: none}\n", 1)
-        )
+        if re.search(r"^  check: .*$", text, re.M):
+            text = re.sub(r"^  check: .*$", "  check: {mode: none}", text, count=1, flags=re.M)
+        else:
+            text = text.replace("\nloop:\n  enabled: true\n", "\nloop:\n  enabled: true\n  check: {mode: none}\n", 1)
+        path.write_text(text)
     return target
 
 
