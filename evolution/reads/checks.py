@@ -61,8 +61,9 @@ def _side(side: dict[str, Any], metrics: list[str]) -> dict[str, Any]:
 def pairs_of(rnd: Round) -> list[dict[str, Any]]:
     """The round's pairs input by input, as the check compared them (its record), else as its replays stand now."""
     record = rnd.check_verdict if isinstance(rnd.check_verdict, dict) else {}
-    if record.get("pairs"):
-        return list(record["pairs"])
+    kept = record.get("pairs")
+    if isinstance(kept, list) and kept and all(isinstance(p, dict) and "slot" in p for p in kept):
+        return list(kept)
     if not rnd.checked_sha:
         return []
     return [p.as_json() for p in check.read_pairs(rnd.cycle, rnd)]

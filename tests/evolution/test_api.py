@@ -78,7 +78,8 @@ def test_a_session_reads_too(client, alice) -> None:
 def test_status_answers_the_fleet_and_one_entity(agent) -> None:
     made = every_phase()
     body = agent.get("/api/loop/status/").json()
-    assert len(body["entities"]) == 7 and body["needsYou"] == 3
+    # One entity per phase; needs you: the decide card, the merge, the revert, and two steps due for days (stuck).
+    assert len(body["entities"]) == len(Cycle.Phase.values) and body["needsYou"] == 5
     deciding = made["deciding"]
     one = agent.get("/api/loop/status/", {"targetKind": "scenario", "targetId": deciding.entity.slug}).json()
     (row,) = one["entities"]
@@ -235,10 +236,11 @@ def test_get_cycle_answers_rounds_pairs_and_lessons(agent) -> None:
     recall(make_lesson(make_round(earlier, status=Round.Status.SKIPPED), outcome="skipped"), first)
     body = agent.get(f"/api/loop/cycles/{cycle.pk}/").json()
     assert [r["number"] for r in body["rounds"]] == [1, 2] and body["rounds"][1]["parent"] == 1
+    # A record without the check's own pairs (hand-built here) pairs the ids in order.
     assert body["rounds"][1]["pairs"] == [
-        {"baseline": "b1", "candidate": "c1"},
-        {"baseline": "b2", "candidate": "c2"},
-        {"baseline": "b3", "candidate": "c3"},
+        {"slot": 0, "trial": 1, "input": "", "baseline": "b1", "candidate": "c1"},
+        {"slot": 1, "trial": 1, "input": "", "baseline": "b2", "candidate": "c2"},
+        {"slot": 2, "trial": 1, "input": "", "baseline": "b3", "candidate": "c3"},
     ]
     assert body["rounds"][1]["costUsd"] == "0.50" and body["rounds"][1]["files"] == [
         "features/digest/digest.scenario.md"
