@@ -19,7 +19,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models.expressions import RawSQL
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -117,10 +117,9 @@ def entities_for_list(ids: list[int] | None = None) -> QuerySet[Entity]:
 
     One query; the counts and the newest grades are correlated subqueries per entity read (a page of them).
     """
-    runs = Execution.objects.filter(entity=OuterRef("pk")).order_by().values("entity").annotate(n=Count("id"))
     entities = Entity.objects.all() if ids is None else Entity.objects.filter(pk__in=ids)
     return entities.annotate(
-        runs=Coalesce(Subquery(runs.values("n")), 0),
+        runs=RawSQL(COUNTED_RUNS, [RUNS_COUNTED_UP_TO + 1]),
         last_passed=_newest_grade("passed"),
         last_score=_newest_grade("score"),
         last_graded_at=_newest_grade("graded_at"),
@@ -129,6 +128,16 @@ def entities_for_list(ids: list[int] | None = None) -> QuerySet[Entity]:
 
 #: Entities on one page of the list.
 ENTITIES_PER_PAGE = 50
+#: The list counts an entity's runs up to here and shows more as "1,000+" (a count that does not grow with them).
+RUNS_COUNTED_UP_TO = 1000
+COUNTED_RUNS = (
+    "SELECT count(*) FROM (SELECT 1 FROM grading_execution e WHERE e.entity_id = grading_entity.id LIMIT %s) counted"
+)
+
+
+def runs_label(count: int) -> str:
+    """An entity's run count as the list shows it: "1,000+" past what it counts."""
+    return f"{RUNS_COUNTED_UP_TO:,}+" if count > RUNS_COUNTED_UP_TO else f"{count:,}"
 
 
 def _get_entity(target_kind: str, slug: str) -> Entity:
@@ -272,6 +281,8 @@ def entity_list(request: HttpRequest) -> HttpResponse:
     page = Paginator(Entity.objects.order_by("kind", "slug").values_list("pk", flat=True), ENTITIES_PER_PAGE)
     shown = page.get_page(request.GET.get("page"))
     entities = list(entities_for_list(list(shown.object_list)))
+    for entity in entities:
+        entity.runs_label = runs_label(entity.runs)  # type: ignore[attr-defined]
     return render(request, "grading/entity_list.html", {"entities": entities, "page": shown})
 
 
