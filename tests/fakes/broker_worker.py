@@ -32,7 +32,9 @@ def transport_options(root: Path) -> dict[str, object]:
     }
 
 
-app = Celery("broker-stress", broker=f"{broker.ALIAS}://")
+# Never the current app: the test that imports this module for its transport options shares the process with
+# every other test, whose shared tasks must keep resolving to singularity.celery.app.
+app = Celery("broker-stress", broker=f"{broker.ALIAS}://", set_as_current=False)
 app.conf.broker_transport_options = transport_options(BROKER_DIR)
 app.conf.task_ignore_result = True
 app.conf.worker_hijack_root_logger = False
