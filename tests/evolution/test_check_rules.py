@@ -206,7 +206,6 @@ def test_movements_are_in_the_metrics_own_direction():
 
 
 def test_with_several_trials_an_input_is_lost_only_when_most_of_its_trials_are():
-    spec = terms(quality=judged())
     one_bad = [
         pair(0, side(P.VIABLE, quality=0.8), side(P.FAILED, quality=0.2), trial=1),
         pair(0, side(P.VIABLE, quality=0.8), side(P.VIABLE, quality=0.8), trial=2),
