@@ -122,9 +122,11 @@ class Verdict:
 
 
 def _plain(value: Any) -> Any:
-    """A number as the record stores it: exact decimal text for money, a float otherwise."""
+    """A number as the record stores it: decimal text to twelve places at most (money's own), else a float."""
     if isinstance(value, Decimal):
-        return format(value.normalize(), "f") if value == value.to_integral() else str(value)
+        if not value.is_finite():
+            return str(value)
+        return format(value.quantize(Decimal("1e-12")).normalize(), "f")
     if isinstance(value, float):
         return round(value, 9)
     return value
@@ -222,10 +224,11 @@ def _below_floor(spec: Mapping[str, Any], value: Any) -> bool:
 
 
 def _fmt(value: Any) -> str:
-    plain = _plain(value)
-    if isinstance(plain, float):
-        return f"{plain:+.3g}" if plain else "0"
-    return str(plain)
+    """A number as a reason says it: three significant digits."""
+    number = to_number(value)
+    if number is None:
+        return str(value)
+    return f"{float(number):.3g}"
 
 
 # --- Before any comparator: the judge's health and the bar ------------------------------------------
