@@ -95,12 +95,26 @@ def compare_pairs(rnd: Round) -> list[dict[str, Any]]:
     ]
 
 
+VOTING = ("objective", "guard")
+
+
 def _metric_ids(cycle: Cycle, record: dict[str, Any]) -> list[str]:
-    shown = [m.get("metric") for m in record.get("perMetric") or [] if isinstance(m, dict) and m.get("metric")]
+    """The metrics that vote (objectives and guards), as the record read them, else as the entity declares them."""
+    shown = [
+        m.get("metric")
+        for m in record.get("perMetric") or []
+        if isinstance(m, dict) and m.get("metric") and m.get("role") in VOTING
+    ]
     if shown:
         return shown
     metrics = ((cycle.entity.terms or {}).get("evaluation") or {}).get("metrics") or {}
-    return [m for m, spec in metrics.items() if spec.get("role") in ("objective", "guard")]
+    return [m for m, spec in metrics.items() if spec.get("role") in VOTING]
+
+
+def _short(source: str) -> str:
+    """ "run 58b101c7-…" as a person reads it: the run's first eight characters."""
+    kind, _, ident = source.partition(" ")
+    return f"{kind} {ident[:8]}" if kind == "run" and len(ident) > 8 else source
 
 
 def check_view(cycle: Cycle, rnd: Round) -> dict[str, Any] | None:
@@ -119,7 +133,7 @@ def check_view(cycle: Cycle, rnd: Round) -> dict[str, Any] | None:
                 "slot": p["slot"],
                 "trial": p["trial"],
                 "label": p.get("label") or "",
-                "source": p.get("source") or "",
+                "source": _short(p.get("source") or ""),
                 "heldOut": p.get("heldOut"),
                 "golden": p.get("golden"),
                 "lost": p["slot"] in lost,
@@ -157,7 +171,12 @@ def check_view(cycle: Cycle, rnd: Round) -> dict[str, Any] | None:
         "onInconclusive": record.get("onInconclusive"),
         "heldOut": (cycle.frozen or {}).get("heldOut"),
         "metrics": metrics,
-        "perMetric": [m for m in record.get("perMetric") or [] if isinstance(m, dict)],
+        "perMetric": [m for m in record.get("perMetric") or [] if isinstance(m, dict) and m.get("role") in VOTING],
+        "observed": [
+            m
+            for m in record.get("perMetric") or []
+            if isinstance(m, dict) and m.get("role") not in VOTING and m.get("pairs")
+        ],
         "pairs": rows,
         "progress": {"done": done, "of": len(rows)},
         "deadline": cycle.check_deadline if cycle.phase == Cycle.Phase.CHECKING else None,
