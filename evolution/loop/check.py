@@ -99,14 +99,11 @@ def no_check(rnd: Round) -> None:
     why = "no pre-merge check: this entity is judged by the watch after the merge"
     if cycle.frozen is not None and not (cycle.frozen or {}).get("slots"):
         why = "no pre-merge check: the cycle froze no inputs (no graded runs, no golden cases)"
-    from evolution.forges.base import VALIDATION
-
-    _forge().set_status(rnd.head_sha, VALIDATION, "success", description(why))
+    _post(rnd.head_sha, "success", why, cycle_id=rnd.cycle_id)
 
 
 def begin(rnd: Round, now: datetime) -> tuple[Move, list[int]]:
     """Pin the head, set the status pending, create every replay; return the move to ``checking`` and the replays."""
-    from evolution.forges.base import VALIDATION
     from grading.replays import prepare_many
 
     cycle = rnd.cycle
@@ -141,11 +138,11 @@ def begin(rnd: Round, now: datetime) -> tuple[Move, list[int]]:
         rnd.check_verdict = None
         rnd.save(update_fields=["checked_sha", "check_run_ids", "baseline_run_ids", "check_verdict"])
     held = freezing.held_out_text(frozen)
-    _forge().set_status(
+    _post(
         head,
-        VALIDATION,
         "pending",
-        description(f"The pre-merge check replays {len(slots)} input(s) × {trials} ({held}); waiting for the grades"),
+        f"The pre-merge check replays {len(slots)} input(s) × {trials} ({held}); waiting for the grades",
+        cycle_id=cycle.pk,
     )
     log.info(
         "loop: cycle %s round %s: the check replays %d candidate and %d incumbent run(s) on %s",
@@ -417,14 +414,24 @@ class Answered:
     demote: str = ""
 
 
-def _status(rnd: Round, state: str, text: str) -> None:
+def _post(sha: str, state: str, text: str, *, cycle_id: int) -> None:
+    """Set ``singularity/validation`` on ``sha``; a forge that refuses or cannot be reached is logged, never fatal.
+
+    The check goes on without it (its record is the verdict); a required status that stays unset holds the PR,
+    which is the safe side, and the next answer posts again.
+    """
     from evolution.forges import ForgeError
     from evolution.forges.base import VALIDATION
+    from singularity.errors import SingularityError
 
     try:
-        _forge().set_status(rnd.checked_sha, VALIDATION, state, description(text))
-    except ForgeError as exc:
-        log.warning("loop: cycle %s: singularity/validation could not be set to %s: %s", rnd.cycle_id, state, exc)
+        _forge().set_status(sha, VALIDATION, state, description(text))
+    except (ForgeError, SingularityError) as exc:
+        log.warning("loop: cycle %s: singularity/validation could not be set to %s: %s", cycle_id, state, exc)
+
+
+def _status(rnd: Round, state: str, text: str) -> None:
+    _post(rnd.checked_sha, state, text, cycle_id=rnd.cycle_id)
 
 
 def _close(rnd: Round, cycle: Cycle) -> str:

@@ -230,15 +230,28 @@ def apply(round_id: int, *, now: datetime | None = None) -> Round | None:
     if failed is not None:
         return _failed(rnd, failed, now or timezone.now())
     now = now or timezone.now()
-    cycle = rnd.cycle
-    if check.needed(cycle):
-        start_check(cycle, rnd, now)
-        return rnd
-    check.no_check(rnd)
-    arm_wait(cycle, rnd, now)
-    merge.notice_pr(cycle, rnd)
-    merge.gate(rnd, now=now)
+    after_apply(rnd.cycle, rnd, now)
     return rnd
+
+
+def after_apply(cycle: Cycle, rnd: Round, now: datetime) -> None:
+    """The PR is open: its pre-merge check starts, or (no check) the merge wait opens and the merge gate is staffed.
+
+    The cycle row is locked and its phase read again, so the clock's sweep of a hand-over that never ran
+    (``check_tick``) and the apply itself never both start it.
+    """
+    with transaction.atomic():
+        fresh = Cycle.objects.select_for_update().select_related("entity").filter(pk=cycle.pk).first()
+        if fresh is None or fresh.phase != Cycle.Phase.APPLYING or fresh.status:
+            return
+        if check.needed(fresh):
+            start_check(fresh, rnd, now)
+        else:
+            check.no_check(rnd)
+            arm_wait(fresh, rnd, now)
+            merge.notice_pr(fresh, rnd)
+            merge.gate(rnd, now=now)
+    cycle.refresh_from_db()
 
 
 # --- Apply → check → merge -----------------------------------------------------------------
@@ -305,6 +318,19 @@ def vouch_for_merge(number: int, *, by: str, now: datetime | None = None) -> boo
 def check_tick(now: datetime | None = None) -> dict[str, int]:
     """Start replays nobody started (a lost message, a dead worker) and read every check (its deadline may be past)."""
     now = now or timezone.now()
+    # A PR opened whose next step never ran (the worker died between the two): hand it over now.
+    stranded = Round.objects.filter(
+        status=Round.Status.APPLIED,
+        checked_sha="",
+        cycle__phase=Cycle.Phase.APPLYING,
+        cycle__status="",
+        cycle__applied_at__lt=now - check.UNTAKEN_AFTER,
+    ).select_related("cycle", "cycle__entity")
+    for rnd in stranded[:BATCH]:
+        log.warning(
+            "loop: cycle %s: PR #%s was open with nothing following it; handed over now", rnd.cycle_id, rnd.pr_number
+        )
+        after_apply(rnd.cycle, rnd, now)
     started = 0
     for replay_id in check.due_replays(now):
         STEPS["replay"](replay_id)

@@ -477,3 +477,21 @@ def test_golden_cases_are_frozen_after_the_history_and_replayed_on_both_sides(em
     assert slots[-1]["kind"] == "case" and slots[-1]["caseId"] == "gold-1" and slots[-1]["score"] is None
     golden = Replay.objects.filter(round=rnd, slot=len(slots) - 1)
     assert {r.side for r in golden} == {Replay.Side.CANDIDATE, Replay.Side.INCUMBENT}
+
+
+def test_a_pr_whose_next_step_never_ran_is_handed_over_by_the_clock(embedded, alice, monkeypatch):
+    # Nothing waits forever: the worker died between opening the PR and starting its check.
+    real = machine.after_apply
+    monkeypatch.setattr(machine, "after_apply", lambda cycle, rnd, now: None)
+    cycle, rnd = accept_first_card(alice)
+    rnd.refresh_from_db()
+    cycle.refresh_from_db()
+    assert rnd.status == Round.Status.APPLIED and rnd.pr_number and cycle.phase == Cycle.Phase.APPLYING
+    monkeypatch.setattr(machine, "after_apply", real)
+    machine.check_tick(timezone.now())
+    cycle.refresh_from_db()
+    assert cycle.phase == Cycle.Phase.APPLYING  # just opened: not yet stranded
+    machine.check_tick(timezone.now() + check.UNTAKEN_AFTER + timedelta(seconds=1))
+    cycle.refresh_from_db()
+    rnd.refresh_from_db()
+    assert cycle.phase in (Cycle.Phase.CHECKING, Cycle.Phase.MERGE_WAIT) and rnd.checked_sha
