@@ -120,9 +120,7 @@ def _scan(entity: Entity, anchor: Execution) -> Any:
     query = Execution.objects.filter(
         entity=entity, loop_launched=False, grade__status=Grade.Status.GRADED, started_at__lte=anchor.started_at
     )
-    return query.order_by("-started_at").values_list(
-        "id", "input", "grade__passed", "grade__metrics", "grade__judge"
-    )
+    return query.order_by("-started_at").values_list("id", "input", "grade__passed", "grade__metrics", "grade__judge")
 
 
 def _history(
