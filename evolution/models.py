@@ -349,6 +349,8 @@ class PullRequest(models.Model):
     closed_by = models.CharField(max_length=200, blank=True, default="")
     #: Auto-merge armed (issue 6): {method, sha} or empty.
     auto_merge = models.JSONField(default=dict, blank=True)
+    #: Comments left on the request, oldest first: [{by, body, at}] (the pre-merge check's record on a PR it closed).
+    comments = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     merged_at = models.DateTimeField(null=True, blank=True)
     closed_at = models.DateTimeField(null=True, blank=True)

@@ -64,6 +64,9 @@ class Forge(Protocol):
     def close_pull(self, number: int, *, by: str) -> PullInfo:
         """Close a pull request unmerged."""
 
+    def comment(self, number: int, body: str, *, by: str) -> None:
+        """Leave a comment (Markdown) on a pull request, open or closed."""
+
     def pull_url(self, number: int) -> str:
         """Where a person reads (and, on the local forge, merges) the request."""
 

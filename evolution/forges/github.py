@@ -587,6 +587,12 @@ class GitHubForge:
         kept, row = self._read(number, self._row(number))
         return self._info(kept, row)
 
+    def comment(self, number: int, body: str, *, by: str) -> None:
+        """Leave a comment on the request (GitHub's issue comments); GitHubError with GitHub's reason."""
+        issue = self.repo.get_issue(number)  # lazy: no request; a pull request's comments are its issue's
+        self._call(f"comment on PR #{number}", lambda: issue.create_comment(body))
+        log.info("github: commented on PR #%s (for %s)", number, by)
+
     def list_pulls(self, *, limit: int = 100) -> list[PullInfo]:
         """The repository's pull requests, newest first, at most ``limit`` (paged as GitHub pages them)."""
 

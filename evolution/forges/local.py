@@ -207,6 +207,13 @@ class LocalForge:
             rows = rows.filter(head_sha=sha)
         return sum(1 for row in rows if self._land_armed(row) is not None)
 
+    def comment(self, number: int, body: str, *, by: str) -> None:
+        """Leave a comment on request ``number`` (open or closed); ForgeError when there is no such request."""
+        with transaction.atomic():
+            row = self._row(number, lock=True)
+            row.comments = [*(row.comments or []), {"by": by, "body": body, "at": timezone.now().isoformat()}]
+            row.save(update_fields=["comments"])
+
     def close_pull(self, number: int, *, by: str) -> PullInfo:
         """Close an open request unmerged (closing a closed one changes nothing); ForgeError for a merged one."""
         with transaction.atomic():

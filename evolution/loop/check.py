@@ -434,8 +434,43 @@ def _status(rnd: Round, state: str, text: str) -> None:
     _post(rnd.checked_sha, state, text, cycle_id=rnd.cycle_id)
 
 
+STATE_WORDS = {
+    "viable": "passed",
+    "failed": "failed",
+    "ungraded": "ungraded",
+    "notRun": "did not run",
+    "unfinished": "—",
+}
+
+
+def comment_body(cycle: Cycle, rnd: Round) -> str:
+    """The check's record as the comment it leaves on a PR it closed (Markdown: the answer, then each input)."""
+    from django.conf import settings
+
+    record = rnd.check_verdict or {}
+    lines = [
+        f"**The pre-merge check {record.get('verdict') or 'answered'}** — {record.get('reason') or ''}",
+        "",
+        f"The candidate (this PR's head `{rnd.checked_sha[:12]}`) and the incumbent (base "
+        f"`{str(record.get('baseSha') or '')[:12]}`) were replayed on the cycle's frozen inputs:",
+        "",
+        "| frozen input | incumbent | candidate | |",
+        "|---|---|---|---|",
+    ]
+    for row in record.get("perInput") or []:
+        label = str(row.get("label") or row.get("source") or "").replace("|", "\\|")
+        marks = " ".join(m for m, on in (("held out", row.get("heldOut")), ("lost", row.get("lost"))) if on)
+        incumbent = ", ".join(STATE_WORDS.get(s, s) for s in row.get("incumbent") or [])
+        candidate = ", ".join(STATE_WORDS.get(s, s) for s in row.get("candidate") or [])
+        lines.append(f"| {label} | {incumbent} | {candidate} | {marks} |")
+    link = settings.SINGULARITY_PUBLIC_URL.rstrip("/") + cycle.get_absolute_url()
+    lines += ["", f"Nothing shipped. The whole record: cycle {cycle.pk}, {link}"]
+    return "\n".join(lines) + "\n"
+
+
 def _close(rnd: Round, cycle: Cycle) -> str:
     from evolution.forges import ForgeError
+    from singularity.errors import SingularityError
 
     forge = _forge()
     try:
@@ -446,6 +481,12 @@ def _close(rnd: Round, cycle: Cycle) -> str:
         log.warning("loop: cycle %s: PR #%s could not be closed: %s", cycle.pk, rnd.pr_number, exc)
         return f" (closing it failed: {exc})"
     Round.objects.filter(pk=rnd.pk).update(status=Round.Status.CLOSED)
+    try:
+        forge.comment(rnd.pr_number, comment_body(cycle, rnd), by=cycle.actor)
+    except (ForgeError, SingularityError) as exc:  # the status and the cycle's story carry the record anyway
+        log.warning("loop: cycle %s: the check's record could not be left on PR #%s: %s", cycle.pk, rnd.pr_number, exc)
+    except Exception:  # noqa: BLE001 - a comment is a courtesy: a client bug must not undo the closed PR's settle
+        log.exception("loop: cycle %s: leaving the check's record on PR #%s broke", cycle.pk, rnd.pr_number)
     return ""
 
 

@@ -132,6 +132,10 @@ def test_a_harmful_change_is_closed_by_the_check(embedded, alice, tmp_path):
     # Only the fallback left: the candidate's accuracy stands below its floor 0.5 on the frozen tickets.
     assert rnd.check_verdict["rule"] == "f" and "below its floor 0.5" in rnd.check_verdict["reason"]
     assert rnd.check_verdict["reason"] in cycle.reason
+    # R25.4: the closed PR carries the check's record as a comment, input by input.
+    (comment,) = PullRequest.objects.get(number=rnd.pr_number).comments
+    assert comment["body"].startswith("**The pre-merge check regressed**") and "| frozen input |" in comment["body"]
+    assert comment["by"] == cycle.actor
     assert cycle.claim is None
 
 

@@ -73,3 +73,5 @@ def test_a_harmful_change_is_closed_on_github_by_the_check(on_github, alice, tmp
     assert cycle.status == Cycle.Status.REGRESSED and not rnd.merge_sha and rnd.revert_pr_number is None
     assert on_github.pull(rnd.pr_number).state == "closed"
     assert on_github.statuses(rnd.checked_sha)[VALIDATION] == "failure"
+    (comment,) = on_github.pull(rnd.pr_number).comments  # R25.4: the check's record on the closed PR
+    assert comment["body"].startswith("**The pre-merge check regressed**")

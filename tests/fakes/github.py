@@ -102,6 +102,7 @@ class Pull:
     merge_commit_sha: str = ""
     closed_at: datetime | None = None
     auto_merge: dict[str, Any] | None = None
+    comments: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def node_id(self) -> str:
@@ -497,6 +498,21 @@ class FakeGitHub:
             pull = self._state.pulls[int(m.group(1))]
             sha = self._merge(pull, method=data.get("merge_method") or "merge", by="api", sha=data.get("sha"))
             return 200, {"sha": sha, "merged": True, "message": "Pull Request successfully merged"}, {}
+        if (m := re.fullmatch(r"/issues/(\d+)/comments", rest)) and method == "POST":
+            pull = self._state.pulls.get(int(m.group(1)))
+            if pull is None:
+                raise Refused(404, {"message": "Not Found", "documentation_url": DOCS})
+            if not isinstance(data.get("body"), str) or not data["body"]:
+                raise Refused(422, {"message": "Validation Failed", "errors": [{"field": "body", "code": "missing"}]})
+            comment = {
+                "id": len(pull.comments) + 1,
+                "body": data["body"],
+                "user": {"login": "singularity-bot"},
+                "created_at": _now().isoformat().replace("+00:00", "Z"),
+                "html_url": f"{self.origin}/{self.full_name}/pull/{pull.number}#issuecomment-{len(pull.comments) + 1}",
+            }
+            pull.comments.append(comment)
+            return 201, comment, {}
         if (m := re.fullmatch(r"/statuses/([0-9a-fA-F]+)", rest)) and method == "POST":
             return 201, self._post_status(m.group(1), data, token), {}
         if (m := re.fullmatch(r"/commits/([0-9a-fA-F]+)/status", rest)) and method == "GET":
