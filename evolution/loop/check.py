@@ -266,7 +266,7 @@ def checking_round(cycle: Cycle) -> Round | None:
     return cycle.rounds.exclude(checked_sha="").filter(status=Round.Status.APPLIED).order_by("-number").first()
 
 
-def _side(execution: Execution | None, grade: Grade | None, judge: dict[str, Any], *, closing: bool) -> P.Side:
+def _side(execution: Execution | None, grade: Grade | None, judge: dict[str, Any]) -> P.Side:
     if execution is None:
         return P.Side(P.NOT_RUN)
     run_id = str(execution.pk)
@@ -282,7 +282,7 @@ def _side(execution: Execution | None, grade: Grade | None, judge: dict[str, Any
     return P.Side(state, vector=dict(grade.metrics or {}), run_id=run_id)
 
 
-def read_pairs(cycle: Cycle, rnd: Round, *, closing: bool = False) -> list[P.Pair]:
+def read_pairs(cycle: Cycle, rnd: Round) -> list[P.Pair]:
     """The check's pairs, one per frozen input and trial, each side read as it stands now (three queries)."""
     frozen = cycle.frozen or {}
     judge = dict(cycle.judge or {})
@@ -295,7 +295,7 @@ def read_pairs(cycle: Cycle, rnd: Round, *, closing: bool = False) -> list[P.Pai
     sides: dict[tuple[str, int, int], P.Side] = {}
     for replay in replays:
         grade = grades.get(replay.execution_id) if replay.execution_id else None
-        sides[(replay.side, replay.slot, replay.trial)] = _side(replay.execution, grade, judge, closing=closing)
+        sides[(replay.side, replay.slot, replay.trial)] = _side(replay.execution, grade, judge)
     pairs = []
     for index, slot in enumerate(slots):
         for trial in range(1, trials_of(cycle) + 1):
@@ -321,16 +321,6 @@ def read_pairs(cycle: Cycle, rnd: Round, *, closing: bool = False) -> list[P.Pai
                 )
             )
     return pairs
-
-
-def progress(cycle: Cycle) -> tuple[int, int]:
-    """(pairs graded on both sides, pairs) — what the fleet shows while a check waits."""
-    rnd = checking_round(cycle)
-    if rnd is None:
-        return 0, 0
-    pairs = read_pairs(cycle, rnd)
-    done = sum(p.candidate.state not in (P.UNFINISHED,) and p.baseline.state not in (P.UNFINISHED,) for p in pairs)
-    return done, len(pairs)
 
 
 # --- 2b. The verdict --------------------------------------------------------------------------------
@@ -434,15 +424,6 @@ def _status(rnd: Round, state: str, text: str) -> None:
     _post(rnd.checked_sha, state, text, cycle_id=rnd.cycle_id)
 
 
-STATE_WORDS = {
-    "viable": "passed",
-    "failed": "failed",
-    "ungraded": "ungraded",
-    "notRun": "did not run",
-    "unfinished": "—",
-}
-
-
 def comment_body(cycle: Cycle, rnd: Round) -> str:
     """The check's record as the comment it leaves on a PR it closed (Markdown: the answer, then each input)."""
     from django.conf import settings
@@ -460,8 +441,8 @@ def comment_body(cycle: Cycle, rnd: Round) -> str:
     for row in record.get("perInput") or []:
         label = str(row.get("label") or row.get("source") or "").replace("|", "\\|")
         marks = " ".join(m for m, on in (("held out", row.get("heldOut")), ("lost", row.get("lost"))) if on)
-        incumbent = ", ".join(STATE_WORDS.get(s, s) for s in row.get("incumbent") or [])
-        candidate = ", ".join(STATE_WORDS.get(s, s) for s in row.get("candidate") or [])
+        incumbent = ", ".join(P.STATE_WORDS.get(s, s) for s in row.get("incumbent") or [])
+        candidate = ", ".join(P.STATE_WORDS.get(s, s) for s in row.get("candidate") or [])
         lines.append(f"| {label} | {incumbent} | {candidate} | {marks} |")
     link = settings.SINGULARITY_PUBLIC_URL.rstrip("/") + cycle.get_absolute_url()
     lines += ["", f"Nothing shipped. The whole record: cycle {cycle.pk}, {link}"]
@@ -579,7 +560,7 @@ def evaluate(cycle: Cycle, now: datetime) -> Answered | None:
     if rnd is None:
         return Answered(UNVALIDATED, "", settle=Settle(Cycle.Status.FAILED, "the check found no round with an open PR"))
     closing = cycle.check_deadline is not None and now >= cycle.check_deadline
-    pairs = read_pairs(cycle, rnd, closing=closing)
+    pairs = read_pairs(cycle, rnd)
     waiting = any(P.UNFINISHED in (p.candidate.state, p.baseline.state) for p in pairs)
     if waiting and not closing:
         return None

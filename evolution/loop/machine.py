@@ -355,23 +355,15 @@ POLLED_PHASES = (Cycle.Phase.CHECKING, Cycle.Phase.MERGE_WAIT, Cycle.Phase.REVER
 
 
 def poll(cycle: Cycle, now: datetime | None = None) -> str:
-    """Read ``cycle``'s pull request (apply PR in merge_wait, revert PR in reverting) and act; return the outcome.
+    """Read ``cycle``'s pull request (the apply PR in checking or merge_wait, the revert PR in reverting) and act.
 
     The caller has taken the cycle. Returns "merged", "closed", "expired", "open" or "lost"; "" otherwise.
     """
     now = now or timezone.now()
     with transaction.atomic():
-        if cycle.phase == Cycle.Phase.CHECKING:
-            step = check.poll(cycle, now)
-            if step is None:
-                return "open"
-            if isinstance(step, Move):
-                open_watch(cycle, step.at or now, evaluated_at=now)
-                return "merged"
-            settle(cycle, step.status, reason=step.reason, now=now)
-            return "lost" if step.status == Cycle.Status.FAILED else "closed"
-        if cycle.phase == Cycle.Phase.MERGE_WAIT:
-            step = merge.poll(cycle, now)
+        if cycle.phase in (Cycle.Phase.CHECKING, Cycle.Phase.MERGE_WAIT):
+            # The apply PR, read while its check waits or while the merge gate decides: merged, closed or still open.
+            step = check.poll(cycle, now) if cycle.phase == Cycle.Phase.CHECKING else merge.poll(cycle, now)
             if step is None:
                 return "open"
             if isinstance(step, Move):
@@ -530,10 +522,14 @@ def evaluate(cycle: Cycle, now: datetime | None = None) -> str | None:
 
 
 def on_grades(grade_ids: list[Any], *, now: datetime | None = None) -> int:
-    """Hear landed grades: read the watch of every watching cycle of their entities; return how many settled."""
+    """Hear landed grades: a check's replays answer their check, the entity's own runs its watch; return how many
+    settled or answered. One read of the grades tells the two apart, so an ordinary landing asks nothing of replays.
+    """
     now = now or timezone.now()
-    answered = sum(evaluate_check(Cycle(pk=pk), now) is not None for pk in check.cycles_of(list(grade_ids)))
-    entity_ids = set(Grade.objects.filter(pk__in=list(grade_ids)).values_list("entity_id", flat=True))
+    rows = list(Grade.objects.filter(pk__in=list(grade_ids)).values_list("pk", "entity_id", "execution__loop_launched"))
+    replays = [pk for pk, _, launched in rows if launched]
+    answered = sum(evaluate_check(Cycle(pk=pk), now) is not None for pk in check.cycles_of(replays)) if replays else 0
+    entity_ids = {entity_id for _, entity_id, launched in rows if not launched}
     if not entity_ids:
         return answered
     watching = Cycle.objects.filter(phase=Cycle.Phase.WATCHING, entity_id__in=entity_ids).order_by("pk")

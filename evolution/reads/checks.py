@@ -32,13 +32,6 @@ RULE_WORDS = {
     "project": "the project's verdict()",
     "fault": "the verdict function failed",
 }
-STATE_WORDS = {
-    P.VIABLE: "passed",
-    P.FAILED: "failed",
-    P.UNGRADED: "ungraded",
-    P.NOT_RUN: "did not run",
-    P.UNFINISHED: "waiting",
-}
 VERDICT_WORDS = {"validated": "Validated", "regressed": "Regressed", "unvalidated": "Unvalidated"}
 
 
@@ -50,7 +43,7 @@ def _side(side: dict[str, Any], metrics: list[str]) -> dict[str, Any]:
     vector = side.get("vector") or {}
     return {
         "state": side.get("state"),
-        "words": STATE_WORDS.get(side.get("state"), side.get("state")),
+        "words": P.STATE_WORDS.get(side.get("state"), side.get("state")),
         "runId": side.get("runId"),
         "url": _run_url(side.get("runId")),
         "frozen": bool(side.get("frozen")),
