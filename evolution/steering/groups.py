@@ -1,7 +1,7 @@
 """Lock groups: one variable at a time across entities that share an outcome (seed 003, "Lock groups").
 
 - ``held_by``: while a member of a locking group has a change past its Accept
-  and not settled (applying, its PR open, watching) or a regressed change whose
+  and not settled (applying, checking, its PR open, watching) or a regressed change whose
   revert is awaited, no other member's cycle opens and none is accepted — the
   refusal names the group, the holder's change and its PR. Under ``preset:
   repair`` a member of a group with ``repair: bypass`` (the default) is not held.
@@ -32,10 +32,17 @@ from evolution.steering.supervision import groups_of
 from grading.models import Entity
 
 #: A change is past its Accept and not settled in these phases (reverting: a regressed change whose revert is awaited).
-HOLDING = (Cycle.Phase.APPLYING, Cycle.Phase.MERGE_WAIT, Cycle.Phase.WATCHING, Cycle.Phase.REVERTING)
+HOLDING = (
+    Cycle.Phase.APPLYING,
+    Cycle.Phase.CHECKING,
+    Cycle.Phase.MERGE_WAIT,
+    Cycle.Phase.WATCHING,
+    Cycle.Phase.REVERTING,
+)
 
 DOING = {
     Cycle.Phase.APPLYING: "is being applied",
+    Cycle.Phase.CHECKING: "is in its pre-merge check",
     Cycle.Phase.MERGE_WAIT: "has its PR open",
     Cycle.Phase.WATCHING: "is still watching its merged change",
     Cycle.Phase.REVERTING: "regressed and waits on its revert",

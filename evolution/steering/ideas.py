@@ -311,6 +311,11 @@ def cycle_words(cycle: Cycle) -> str:
                 f"until {cycles.when(card.expires_at)}"
             )
         return f"cycle {cycle.pk}: a person's answer"
+    if phase == Cycle.Phase.CHECKING:
+        rnd = cycle.rounds.exclude(pr_number=None).order_by("-number").first()
+        name = f"PR #{rnd.pr_number}" if rnd else "its PR"
+        by = f", answering by {cycles.when(cycle.check_deadline)}" if cycle.check_deadline else ""
+        return f"cycle {cycle.pk}: the pre-merge check of {name}{by}"
     if phase == Cycle.Phase.MERGE_WAIT:
         rnd = cycle.rounds.exclude(pr_number=None).order_by("-number").first()
         name = f"PR #{rnd.pr_number}" if rnd else "its PR"

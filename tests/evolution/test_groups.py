@@ -86,7 +86,8 @@ def test_a_sibling_watching_refuses_a_members_cycle_naming_the_group_the_holder_
 
 
 @pytest.mark.parametrize(
-    "phase", [Cycle.Phase.APPLYING, Cycle.Phase.MERGE_WAIT, Cycle.Phase.WATCHING, Cycle.Phase.REVERTING]
+    "phase",
+    [Cycle.Phase.APPLYING, Cycle.Phase.MERGE_WAIT, Cycle.Phase.CHECKING, Cycle.Phase.WATCHING, Cycle.Phase.REVERTING],
 )
 def test_every_phase_past_the_accept_holds_the_group(phase):
     layout = member("layout", group={"repair": "wait"})
@@ -345,3 +346,21 @@ def test_a_siblings_revert_merge_moves_the_clean_base():
     reverted_at = now - 10 * MINUTE
     Round.objects.filter(cycle=regressed).update(revert_pr_number=12, revert_merged_at=reverted_at)
     assert groups.changed_at(layout) == reverted_at
+
+
+def test_a_sibling_in_its_pre_merge_check_holds_the_group_and_says_so():
+    layout = member("layout", group={"repair": "wait"})
+    holder = holding(member("publish", group={"repair": "wait"}), Cycle.Phase.CHECKING)
+    assert groups.refusal(layout) == (
+        "lock group audience is held: a change to workflow publish is in its pre-merge check "
+        f"(http://forge.example/pulls/7/) (cycle {holder.pk})"
+    )
+
+
+def test_an_idea_waiting_behind_a_check_is_told_which_pr_is_checked():
+    from evolution.steering.ideas import cycle_words
+
+    holder = holding(member("publish"), Cycle.Phase.CHECKING)
+    Cycle.objects.filter(pk=holder.pk).update(check_deadline=timezone.now() + HOUR)
+    holder.refresh_from_db()
+    assert cycle_words(holder).startswith(f"cycle {holder.pk}: the pre-merge check of PR #7, answering by ")
