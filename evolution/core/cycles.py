@@ -136,13 +136,13 @@ def ceilings_many(entities: list[Entity], *, now: datetime) -> dict[int, str]:
     answers: dict[int, str] = {}
     for entity in entities:
         at, status, n = facts.get(entity.pk, (None, "", 0))
-        why = _ceiling_words(loop_terms(entity), at, status, n, now)
+        why = ceiling_words(loop_terms(entity), at, status, n, now)
         if why:
             answers[entity.pk] = why
     return answers
 
 
-def _ceiling_words(loop: dict[str, Any], last_at: datetime | None, last_status: str, ran: int, now: datetime) -> str:
+def ceiling_words(loop: dict[str, Any], last_at: datetime | None, last_status: str, ran: int, now: datetime) -> str:
     """Why the ceilings refuse an analysis now ("" when they do not): the rest after the last settle, the count."""
     if last_at is not None:
         rest = cooldown(loop, regressed=last_status == Cycle.Status.REGRESSED)
