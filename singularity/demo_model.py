@@ -20,6 +20,7 @@ from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
+from singularity.demo_judge import is_judge_request, judge_answer
 from singularity.money import money_str
 
 log = logging.getLogger(__name__)
@@ -534,7 +535,9 @@ def _sale_amount(value: Any) -> Decimal | None:
 def demo_policy(request_json: dict[str, Any], headers: dict[str, str]) -> Reply:
     """Return the demo model's deterministic reply.
 
-    A json_schema response format gets a minimal valid JSON object. When a
+    A json_schema response format gets a minimal valid JSON object; the
+    judge's (``run_evaluation``) gets the demo judge's reading of the run
+    (``singularity.demo_judge``). When a
     system message holds a ``## Rules`` section (see ``parse_rules``) and the
     request offers no tools or ends with the user's message, it answers
     exactly the label the rules give the last user message (``classify``).
@@ -549,6 +552,8 @@ def demo_policy(request_json: dict[str, Any], headers: dict[str, str]) -> Reply:
     response_format = request_json.get("response_format") or {}
     if response_format.get("type") == "json_schema":
         schema = (response_format.get("json_schema") or {}).get("schema") or {"type": "object"}
+        if is_judge_request(response_format):
+            return Reply(content=json.dumps(judge_answer(_text_of(last.get("content")), schema)))
         return Reply(content=json.dumps(example_for_schema(schema)))
     if response_format.get("type") == "json_object":
         return Reply(content="{}")
