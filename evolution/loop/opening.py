@@ -27,6 +27,7 @@ from evolution.core.cycles import (
     loop_terms,
     terms_of,
 )
+from evolution.core.spend import month_refusal, month_refusals
 from evolution.loop.freeze import FreezeRefused, freeze
 from evolution.loop.pipelines import refusal as proposer_refusal
 from evolution.models import Cycle, Round
@@ -72,11 +73,12 @@ def refusals_many(
             rest.append(entity)
     held, grouped = holds_many(rest), groups.holders_many(rest)
     ceilings = ceilings_many(rest, now=now) if origin not in EXEMPT_ORIGINS else {}
+    monthly = month_refusals(rest, now=now)  # no origin is exempt from a spend ceiling
     for entity in rest:
         why = held.get(entity.pk) or grouped.get(entity.pk)
         if not why and (loop_terms(entity).get("proposer") or {}).get("pipeline"):
             why = proposer_refusal(entity)
-        answers[entity.pk] = why or ceilings.get(entity.pk)
+        answers[entity.pk] = why or ceilings.get(entity.pk) or monthly.get(entity.pk)
     return answers
 
 
@@ -99,8 +101,11 @@ def refusal(entity: Entity, *, origin: str, now: datetime, holder: Cycle | None 
         if proposer:
             return proposer
     if origin not in EXEMPT_ORIGINS:
-        return ceiling_refusal(entity, now=now)
-    return None
+        ceiling = ceiling_refusal(entity, now=now)
+        if ceiling:
+            return ceiling
+    # loop.budget.maxUsdPerMonth (issue 16): a spend ceiling, so no origin is exempt from it (as maxUsdPerRun).
+    return month_refusal(entity, now=now)
 
 
 def kind_of(reason: str) -> str:

@@ -69,7 +69,8 @@ LOOP: dict[str, Any] = {
         "onUnmeasured": "pause",
         "requireCalibration": False,
     },
-    "budget": {"maxUsdPerRun": None},
+    # maxUsdPerMonth is ours (issue 16), brain-wide only: one entity's loop spend in a calendar month.
+    "budget": {"maxUsdPerRun": None, "maxUsdPerMonth": None},
     "evidence": {"runs": 10, "maxTokens": 60000, "includeTrace": False},
     "lessons": {"maxRecalled": 10, "retentionDays": 180},
     "proposer": {"pipeline": None, "modelRef": None, "instructions": None},

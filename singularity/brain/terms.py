@@ -260,7 +260,7 @@ LOOP_SCHEMA: dict[str, Spec] = {
         "onUnmeasured": Choice(("pause", "continue")),
         "requireCalibration": Flag(),
     },
-    "budget": {"maxUsdPerRun": Money()},
+    "budget": {"maxUsdPerRun": Money(), "maxUsdPerMonth": Money()},
     "evidence": {"runs": Num(0, integer=True), "maxTokens": Num(0, integer=True), "includeTrace": Flag()},
     "lessons": {"maxRecalled": Num(0, integer=True), "retentionDays": Num(0)},
     "proposer": {"pipeline": Text(nullable=True), "modelRef": Text(nullable=True), "instructions": TextList(True)},
@@ -282,6 +282,8 @@ CHAT_SCHEMA: dict[str, Spec] = {
 
 SCHEMAS = {"evaluation": EVALUATION_SCHEMA, "loop": LOOP_SCHEMA, "chat": CHAT_SCHEMA}
 MANIFEST_ONLY = {"evaluation.judge": "evaluation.judge", "loop.groups": "loop.groups"}
+#: Brain-wide keys inside a loop block (issue 16): written in the manifest, kept whatever tier owns the block.
+MANIFEST_ONLY_LEAVES = (("loop", "budget", "maxUsdPerMonth"),)
 
 METRIC_SCHEMA: dict[str, Spec] = {
     "kind": Choice(("judged", "computed", "reported")),
@@ -550,6 +552,8 @@ def _resolve_loop(r: _Resolver) -> dict[str, Any]:
         "modelRef": r.nearest("loop", "proposer", "modelRef", engine=proposer["modelRef"]),
         "instructions": _instructions(r),
     }
+    # The monthly ceiling is brain-wide: an entity's own budget block (refused from holding it) never drops it.
+    out["budget"]["maxUsdPerMonth"] = r.nearest("loop", "budget", "maxUsdPerMonth", engine=None)
     out["protectedPaths"] = _union_paths(r)
     out["groups"] = _groups(r)
     for name in engine:
@@ -787,6 +791,13 @@ def _manifest_only(errors: _Errors, entity: dict[str, dict[str, Any]]) -> None:
         if name in entity.get(block, {}):
             errors.add(dotted, "brain-wide only: set it in constitution/MANIFEST.yaml, never on an entity")
             entity[block] = {k: v for k, v in entity[block].items() if k != name}
+    for block, name, leaf in MANIFEST_ONLY_LEAVES:
+        inner = entity.get(block, {}).get(name)
+        if isinstance(inner, dict) and leaf in inner:
+            errors.add(
+                f"{block}.{name}.{leaf}", "brain-wide only: set it in constitution/MANIFEST.yaml, never on an entity"
+            )
+            entity[block] = {**entity[block], name: {k: v for k, v in inner.items() if k != leaf}}
 
 
 def _tier_blocks(errors: _Errors, tier: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
@@ -853,8 +864,9 @@ def resolve_terms(
     if errors.lines:
         raise TermsError(errors.lines)
     budget = terms["loop"]["budget"]
-    if budget["maxUsdPerRun"] is not None:
-        budget["maxUsdPerRun"] = str(_decimal(budget["maxUsdPerRun"]))
+    for name in ("maxUsdPerRun", "maxUsdPerMonth"):
+        if budget[name] is not None:
+            budget[name] = str(_decimal(budget[name]))
     return terms, dict(sorted(r.provenance.items()))
 
 

@@ -1,0 +1,172 @@
+"""What the loop spent: a cycle's cost to the quantum, an entity's loop spend in a calendar month, the monthly ceiling.
+
+A cycle's cost is derived at read, never stored, from the exact amounts already
+priced where each call was paid (issue 16):
+
+- ``proposer_usd``: every proposer call of every round, failed attempts included (``Cycle.spent_usd``, the
+  ledger the decide card's "spend so far" and ``budget.maxUsdPerRun`` read);
+- ``replays_usd``: the pre-merge check's replays' own model calls (the ``cost_usd`` of each ``Replay``'s run);
+- ``check_judge_usd``: the judge's grading of those replays (their grades' ``cost_usd``);
+- ``watch_judge_usd``: the judge's grading of the entity's own runs the watch booked exempt for this cycle
+  (grades whose reason is ``exempt:watch:<cycle id>``, booked since the cycle opened — the exemption's own
+  words, so no grade is counted for two cycles and none is guessed from a time span).
+
+A cycle's whole cost belongs to the calendar month (the project's time zone) in which it opened, so a month's
+row lists its cycles and their cost together. ``loop.budget.maxUsdPerMonth`` (ours, brain-wide) refuses new
+cycles of an entity whose cycles opened this month cost at least the ceiling, until the month turns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import CharField, F, OuterRef, QuerySet, Subquery, Sum, Value
+from django.db.models.functions import Cast, Coalesce, Concat
+from django.utils import timezone
+
+from evolution.models import Cycle, Replay
+from grading.models import Entity, Grade
+from singularity.display import usd_text
+from singularity.fields import MoneyField
+
+#: The parts of a cycle's cost, in the order people read them.
+PARTS = ("proposer_usd", "replays_usd", "check_judge_usd", "watch_judge_usd")
+#: The grade reason the watch's exemption writes (grading.booking: ``exempt:`` + the watch's ``watch:<id>``).
+WATCH_REASON = "exempt:watch:"
+ZERO = Decimal(0)
+
+
+def _money(expression: Any) -> Any:
+    return Coalesce(expression, Value(ZERO, output_field=MoneyField()), output_field=MoneyField())
+
+
+def _summed(queryset: QuerySet[Any], group: str, column: str) -> Subquery:
+    return Subquery(
+        queryset.order_by().values(group).annotate(total=Sum(column, output_field=MoneyField())).values("total")[:1],
+        output_field=MoneyField(),
+    )
+
+
+def with_cost(cycles: QuerySet[Cycle]) -> QuerySet[Cycle]:
+    """``cycles`` annotated with each part of ``PARTS`` and their sum ``cost_usd`` (exact Decimals; 0 when none)."""
+    replays = Replay.objects.filter(round__cycle=OuterRef("pk"))
+    watch = Grade.objects.filter(
+        entity=OuterRef("entity_id"),
+        booked_at__gte=OuterRef("started_at"),
+        reason=Concat(Value(WATCH_REASON), Cast(OuterRef("pk"), output_field=CharField()), output_field=CharField()),
+    )
+    # The parts are added in Python (``total``): Django types a sum of two money columns as a plain decimal,
+    # which SQLite would CAST to NUMERIC and read back as integer units.
+    return cycles.annotate(
+        proposer_usd=F("spent_usd"),
+        replays_usd=_money(_summed(replays, "round__cycle", "execution__cost_usd")),
+        check_judge_usd=_money(_summed(replays, "round__cycle", "execution__grade__cost_usd")),
+        watch_judge_usd=_money(_summed(watch, "entity", "cost_usd")),
+    )
+
+
+def total(row: Any) -> Decimal:
+    """The sum of ``PARTS`` of a row (a dict or a cycle annotated by ``with_cost``), exact."""
+    get = row.get if isinstance(row, dict) else lambda name: getattr(row, name, None)
+    return sum((get(name) or ZERO for name in PARTS), ZERO)
+
+
+def cost_of(cycle: Cycle) -> dict[str, Decimal]:
+    """{each part of ``PARTS``, ``total_usd``} of one cycle, exact to the quantum (one query)."""
+    row = with_cost(Cycle.objects.filter(pk=cycle.pk)).values(*PARTS).first() or {}
+    parts = {name: row.get(name) or ZERO for name in PARTS}
+    return {**parts, "total_usd": total(parts)}
+
+
+# --- Months -------------------------------------------------------------------------------
+
+
+def month_of(instant: datetime) -> tuple[datetime, datetime]:
+    """The calendar month holding ``instant`` in the project's time zone: (its first instant, the next month's)."""
+    local = timezone.localtime(instant)
+    start = local.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    following = (
+        start.replace(year=start.year + 1, month=1) if start.month == 12 else start.replace(month=start.month + 1)
+    )
+    zone = timezone.get_current_timezone()
+    # Re-anchored in the zone: a month that crosses a daylight-saving change keeps midnight.
+    return (
+        timezone.make_aware(start.replace(tzinfo=None), zone),
+        timezone.make_aware(following.replace(tzinfo=None), zone),
+    )
+
+
+def opened_in(start: datetime, end: datetime) -> QuerySet[Cycle]:
+    """The cycles that opened in [start, end) and could have spent (a refusal row opened no analysis)."""
+    return Cycle.objects.filter(analysed=True, started_at__gte=start, started_at__lt=end)
+
+
+def spent_many(entity_ids: Iterable[int], *, now: datetime) -> dict[int, Decimal]:
+    """Each entity's loop spend in the calendar month holding ``now``: {entity id: Decimal} for those that spent.
+
+    One query for them all: the month's cycles of those entities, their costs summed per entity.
+    """
+    ids = sorted(set(entity_ids))
+    if not ids:
+        return {}
+    start, end = month_of(now)
+    rows = (
+        with_cost(opened_in(start, end).filter(entity_id__in=ids))
+        .order_by()
+        .values("entity_id")
+        .annotate(**{f"sum_{name}": Sum(name, output_field=MoneyField()) for name in PARTS})
+    )
+    answer = {}
+    for row in rows:
+        spent = sum((row[f"sum_{name}"] or ZERO for name in PARTS), ZERO)
+        if spent:
+            answer[row["entity_id"]] = spent
+    return answer
+
+
+# --- The monthly ceiling ------------------------------------------------------------------
+
+
+def month_ceiling(entity: Entity) -> Decimal | None:
+    """The entity's ``loop.budget.maxUsdPerMonth`` as a Decimal, or None (no ceiling, the engine default)."""
+    budget = ((entity.terms or {}).get("loop") or {}).get("budget") or {}
+    value = budget.get("maxUsdPerMonth")
+    return None if value is None else Decimal(str(value))
+
+
+def turns_at(now: datetime) -> datetime:
+    """When the month holding ``now`` ends: the instant new cycles may open again."""
+    return month_of(now)[1]
+
+
+def month_words(spent: Decimal, ceiling: Decimal, now: datetime) -> str:
+    """The refusal's sentence: what the month's cycles cost against the ceiling, and when the month turns."""
+    turn = timezone.localtime(turns_at(now))
+    return (
+        f"maxUsdPerMonth: the loop spent {usd_text(spent)} on this entity this month, the brain's ceiling is "
+        f"{usd_text(ceiling)} (loop.budget.maxUsdPerMonth); new cycles open again on {turn:%b} {turn.day}"
+    )
+
+
+def month_refusals(entities: Iterable[Entity], *, now: datetime) -> dict[int, str]:
+    """{entity id: the refusal} for each of ``entities`` whose month's loop spend reached its ceiling.
+
+    No query when no entity has a ceiling; else one for them all (``spent_many``).
+    """
+    ceilings = {e.pk: c for e in entities if (c := month_ceiling(e)) is not None}
+    if not ceilings:
+        return {}
+    spent = spent_many(ceilings, now=now)
+    return {
+        pk: month_words(spent.get(pk, ZERO), ceiling, now)
+        for pk, ceiling in ceilings.items()
+        if spent.get(pk, ZERO) >= ceiling
+    }
+
+
+def month_refusal(entity: Entity, *, now: datetime) -> str | None:
+    """The refusal when ``entity``'s loop spend this month reached ``loop.budget.maxUsdPerMonth``, else None."""
+    return month_refusals([entity], now=now).get(entity.pk)

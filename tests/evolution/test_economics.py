@@ -1,0 +1,196 @@
+"""What the loop cost and what it moved (issue 16): a cycle's cost to the quantum, the monthly ceiling, the
+summary, the fleet, needs-you and the entity page.
+
+Run on both databases: ``DATABASE_URL=postgres://… pytest tests/evolution/test_economics.py``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+import time_machine
+from django.utils import timezone
+
+from evolution.core import spend
+from evolution.loop import machine
+from evolution.models import Cycle, Replay, Round
+from grading.models import Grade
+from singularity.brain.terms import TermsError
+from tests.evolution.loop_helpers import graded, looped
+from tests.grading.grading_helpers import make_run
+
+pytestmark = pytest.mark.django_db
+
+Q = Decimal("1e-12")  # the money quantum
+CEILING = {"loop": {"budget": {"maxUsdPerMonth": "10"}}}
+#: Nothing but the monthly ceiling refuses these entities' openings.
+FREE = {"cooldownHours": 0, "maxAnalysesPerDay": None}
+
+
+def capped(slug: str = "triage", *, ceiling: str = "10", **kwargs) -> object:
+    return looped(
+        slug, loop={**FREE, **kwargs.pop("loop", {})}, manifest={"loop": {"budget": {"maxUsdPerMonth": ceiling}}}
+    )
+
+
+def spent_cycle(entity, *, at: datetime, proposer: str = "0", status: str = Cycle.Status.VALIDATED, **fields) -> Cycle:
+    """A settled analysed cycle of ``entity`` opened at ``at`` whose proposer spent ``proposer``."""
+    return Cycle.objects.create(
+        entity=entity,
+        key=f"test:{entity.pk}:{at.isoformat()}:{status}:{proposer}",
+        origin=Cycle.Origin.GRADE,
+        phase=Cycle.Phase.SETTLED,
+        status=status,
+        analysed=True,
+        spent_usd=Decimal(proposer),
+        started_at=at,
+        completed_at=at + timedelta(minutes=5),
+        moved_at=at + timedelta(minutes=5),
+        **fields,
+    )
+
+
+def judged(run, *, cost: str, reason: str, at: datetime) -> Grade:
+    return Grade.objects.create(
+        execution=run,
+        entity=run.entity,
+        status=Grade.Status.GRADED,
+        reason=reason,
+        holds_slot=False,
+        day=at.date(),
+        booked_at=at,
+        due_at=at,
+        graded_at=at,
+        passed=True,
+        cost_usd=Decimal(cost),
+    )
+
+
+def replayed(rnd: Round, *, slot: int, side: str, run_cost: str, judge_cost: str, at: datetime) -> Replay:
+    run = make_run(rnd.cycle.entity, cost_usd=run_cost, loop_launched=True, completed_at=at)
+    judged(run, cost=judge_cost, reason=f"exempt:check:{rnd.cycle_id}", at=at)
+    return Replay.objects.create(round=rnd, side=side, slot=slot, commit="a" * 40, execution=run)
+
+
+def open_on_bad(entity, *, now: datetime):
+    landed = graded(entity, bad=True, at=now)
+    return machine.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=landed.execution, now=now)
+
+
+# --- A cycle's cost --------------------------------------------------------------------------
+
+
+def test_a_cycle_carries_its_cost_to_the_last_decimal():
+    entity = looped()
+    at = timezone.now() - timedelta(days=1)
+    cycle = spent_cycle(entity, at=at, proposer="0.100000000001")
+    rnd = Round.objects.create(cycle=cycle, number=1, status=Round.Status.MERGED)
+    replayed(rnd, slot=0, side="candidate", run_cost="0.000000000001", judge_cost="0.020000000003", at=at)
+    replayed(rnd, slot=0, side="incumbent", run_cost="1.000000000002", judge_cost="0.000000000007", at=at)
+    # The watch's exempt gradings of the entity's own runs count; a sampled grade and another cycle's do not.
+    judged(make_run(entity), cost="0.300000000009", reason=f"exempt:watch:{cycle.pk}", at=at + timedelta(hours=1))
+    other = spent_cycle(entity, at=at + timedelta(minutes=1), proposer="0")
+    judged(make_run(entity), cost="5", reason=f"exempt:watch:{other.pk}", at=at + timedelta(hours=1))
+    judged(make_run(entity), cost="7", reason="sampled", at=at + timedelta(hours=1))
+    judged(make_run(entity), cost="9", reason=f"exempt:watch:{cycle.pk}0", at=at + timedelta(hours=1))
+
+    cost = spend.cost_of(cycle)
+
+    assert cost == {
+        "proposer_usd": Decimal("0.100000000001"),
+        "replays_usd": Decimal("1.000000000003"),
+        "check_judge_usd": Decimal("0.020000000010"),
+        "watch_judge_usd": Decimal("0.300000000009"),
+        "total_usd": Decimal("1.420000000023"),
+    }
+    assert spend.cost_of(other)["total_usd"] == Decimal(5)
+
+
+def test_a_cycle_that_spent_nothing_costs_exactly_zero():
+    cycle = spent_cycle(looped(), at=timezone.now())
+    assert spend.cost_of(cycle) == {name: Decimal(0) for name in (*spend.PARTS, "total_usd")}
+
+
+def test_a_month_sums_every_cycle_it_opened_to_the_quantum_and_no_other():
+    entity, neighbour = looped("triage"), looped("digest")
+    start = datetime(2026, 3, 1, tzinfo=UTC)
+    for day in range(30):
+        spent_cycle(entity, at=start + timedelta(days=day, hours=1), proposer="0.000000000001")
+    spent_cycle(entity, at=start - timedelta(seconds=1), proposer="100")  # February's
+    spent_cycle(entity, at=datetime(2026, 4, 1, tzinfo=UTC), proposer="100")  # April's
+    spent_cycle(neighbour, at=start + timedelta(days=2), proposer="0.5")
+    with time_machine.travel(datetime(2026, 3, 15, tzinfo=UTC), tick=False):
+        month = spend.spent_many([entity.pk, neighbour.pk], now=timezone.now())
+    assert month == {entity.pk: Decimal("0.000000000030"), neighbour.pk: Decimal("0.5")}
+
+
+# --- The term ----------------------------------------------------------------------------------
+
+
+def test_the_monthly_ceiling_is_read_from_the_manifest_even_when_the_entity_owns_its_budget_block():
+    entity = looped(loop={"budget": {"maxUsdPerRun": 1}}, manifest=CEILING)
+    assert entity.terms["loop"]["budget"] == {"maxUsdPerRun": "1", "maxUsdPerMonth": "10"}
+    assert entity.provenance["loop.budget.maxUsdPerMonth"] == "manifest"
+    assert spend.month_ceiling(entity) == Decimal(10)
+
+
+def test_no_ceiling_is_the_engine_default():
+    entity = looped()
+    assert entity.terms["loop"]["budget"]["maxUsdPerMonth"] is None and spend.month_ceiling(entity) is None
+
+
+def test_an_entity_writing_the_monthly_ceiling_is_refused_naming_the_key():
+    with pytest.raises(TermsError) as refused:
+        looped(loop={"budget": {"maxUsdPerMonth": 5}})
+    assert "loop.budget.maxUsdPerMonth: brain-wide only: set it in constitution/MANIFEST.yaml" in str(refused.value)
+
+
+@pytest.mark.parametrize("bad", ["ten dollars", -1, True])
+def test_a_bad_monthly_ceiling_in_the_manifest_is_refused_naming_the_dotted_key(bad):
+    with pytest.raises(TermsError) as refused:
+        looped(manifest={"loop": {"budget": {"maxUsdPerMonth": bad}}})
+    assert "constitution/MANIFEST.yaml: loop.budget.maxUsdPerMonth: must" in str(refused.value)
+
+
+# --- The monthly ceiling at its boundary ---------------------------------------------------------
+
+
+def test_the_monthly_ceiling_refuses_exactly_at_the_boundary_and_the_next_month_opens_again():
+    entity = capped(ceiling="10")
+    first = datetime(2026, 3, 2, 9, tzinfo=UTC)
+    earlier = spent_cycle(entity, at=first, proposer="9.999999999999")
+    # One quantum below the ceiling: it opens.
+    with time_machine.travel(datetime(2026, 3, 20, tzinfo=UTC), tick=False):
+        below = open_on_bad(entity, now=timezone.now())
+        assert below.opened, below.reason
+        machine.settle(below.cycle, Cycle.Status.SKIPPED, reason="test", now=timezone.now())
+    # That cycle's check spent the last quantum: the month's spend is at the ceiling.
+    rnd = Round.objects.create(cycle=earlier, number=2, status=Round.Status.CLOSED)
+    replayed(rnd, slot=0, side="candidate", run_cost="0.000000000001", judge_cost="0", at=first)
+    with time_machine.travel(datetime(2026, 3, 31, 23, 59, 59, tzinfo=UTC), tick=False):
+        at = open_on_bad(entity, now=timezone.now())
+        assert not at.opened
+        assert at.reason == (
+            "maxUsdPerMonth: the loop spent $10.00 on this entity this month, the brain's ceiling is $10.00 "
+            "(loop.budget.maxUsdPerMonth); new cycles open again on Apr 1"
+        )
+        assert at.cycle.status == Cycle.Status.SKIPPED and not at.cycle.analysed
+        # Analyze now is exempt from the frequency bounds, never from a spend ceiling.
+        from evolution.loop.trigger import analyze_now
+
+        assert not analyze_now(entity).opened
+    with time_machine.travel(datetime(2026, 4, 1, tzinfo=UTC), tick=False):
+        assert open_on_bad(entity, now=timezone.now()).opened
+
+
+def test_the_batch_of_landings_meets_the_same_ceiling():
+    from evolution.loop import opening
+
+    capped_entity, free = capped("triage", ceiling="1"), looped("digest", loop=FREE, manifest={})
+    now = timezone.now()
+    spent_cycle(capped_entity, at=spend.month_of(now)[0], proposer="1")
+    answers = opening.refusals_many([capped_entity, free], origin=Cycle.Origin.GRADE, now=now, holders={})
+    assert answers[capped_entity.pk].startswith("maxUsdPerMonth: the loop spent $1.00")
+    assert answers[free.pk] is None
