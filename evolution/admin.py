@@ -27,6 +27,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
+from evolution.core.outcomes import phase_label
 from evolution.models import (
     ActionLog,
     AutoAcceptGrant,
@@ -63,14 +64,36 @@ class RoundInline(admin.TabularInline):
         return False
 
 
+class PhaseFilter(admin.SimpleListFilter):
+    """The cycle's phase filter in people's words ("Waiting for the merge", never "Merge Wait")."""
+
+    title = "phase"
+    parameter_name = "phase__exact"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(phase, phase_label(phase)) for phase in Cycle.Phase.values]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Cycle]) -> QuerySet[Cycle]:
+        return queryset.filter(phase=self.value()) if self.value() else queryset
+
+
 @admin.register(Cycle)
 class CycleAdmin(ReadOnlyAdmin):
-    list_display = ["id", "entity", "origin", "phase", "status", "reason", "started_at", "completed_at"]
-    list_filter = ["status", "phase", "origin"]
+    list_display = ["id", "entity", "origin", "phase_said", "status", "reason", "started_at", "completed_at"]
+    list_filter = ["status", PhaseFilter, "origin"]
+    readonly_fields = ["phase_said"]
     search_fields = ["id", "entity__slug", "reason", "key"]
     list_select_related = ["entity"]
     date_hierarchy = "started_at"
     inlines = [RoundInline]
+
+    @admin.display(description="phase", ordering="phase")
+    def phase_said(self, cycle: Cycle) -> str:
+        return phase_label(cycle.phase)
+
+    def get_fields(self, request: HttpRequest, obj: Cycle | None = None) -> list[str]:
+        fields = [f for f in super().get_fields(request, obj) if f != "phase_said"]
+        return ["phase_said" if f == "phase" else f for f in fields]
 
 
 @admin.register(Round)

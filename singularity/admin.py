@@ -91,12 +91,30 @@ class CycleAdmin(ReadOnlyAdmin):
         return money(cycle.earned)
 
 
+def said(value: Any, *, nested: bool = False) -> str:
+    """A journal entry's data as a person reads it: ``key: value`` pairs, nested ones in parentheses, never JSON."""
+    if isinstance(value, dict):
+        pairs = " · ".join(f"{str(key).replace('_', ' ')}: {said(item, nested=True)}" for key, item in value.items())
+        return (f"({pairs})" if nested else pairs) if pairs else "—"
+    if isinstance(value, list):
+        return ", ".join(said(item) for item in value) or "—"
+    if value is None or value == "":
+        return "—"
+    return str(value)
+
+
 @admin.register(Event)
 class EventAdmin(ReadOnlyAdmin):
-    list_display = ["being", "seq", "cycle", "kind", "created_at", "data"]
+    list_display = ["being", "seq", "cycle", "kind", "created_at", "details"]
     list_filter = ["kind"]
     search_fields = ["being__name"]
     list_select_related = ["being"]
+    readonly_fields = ["details"]
+    exclude = ["data"]
+
+    @admin.display(description="details")
+    def details(self, event: Event) -> str:
+        return said(event.data)
 
 
 @admin.register(ApiToken)

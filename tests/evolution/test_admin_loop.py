@@ -209,3 +209,13 @@ def test_every_admin_list_and_change_page_opens(admin_client, triage):
         for row in model_admin.get_queryset(listed.wsgi_request)[:3]:
             page = admin_client.get(f"/admin/{meta.app_label}/{meta.model_name}/{row.pk}/change/")
             assert page.status_code == 200, f"{meta.label} {row.pk}: {page.status_code}"
+
+
+def test_the_cycles_admin_names_a_phase_in_peoples_words(admin_client, triage):
+    cycle = make_cycle(triage, phase=Cycle.Phase.MERGE_WAIT)
+    listed = admin_client.get("/admin/evolution/cycle/").content.decode()
+    changed = admin_client.get(f"/admin/evolution/cycle/{cycle.pk}/change/").content.decode()
+    filtered = admin_client.get("/admin/evolution/cycle/?phase__exact=merge_wait")
+    for html in (listed, changed):
+        assert "Waiting for the merge" in html and "Merge Wait" not in html
+    assert filtered.status_code == 200 and str(cycle.pk) in filtered.content.decode()

@@ -135,3 +135,13 @@ def test_the_api_token_command_names_an_unknown_user(db) -> None:
     with pytest.raises(CommandError, match="--user: no user named 'nobody'"):
         call_command("api_token", "--user", "nobody", "--name", "ci")
     assert not ApiToken.objects.exists()
+
+
+def test_the_journal_shows_an_entrys_data_in_words_never_json(admin_client: Client) -> None:
+    being = create_being("nova")
+    data = {"round": 1, "usage": {"prompt_tokens": 172, "completion_tokens": 1}, "error": None}
+    event = Event.objects.create(being=being, seq=1, kind="model_completed", data=data)
+    for url in ("/admin/singularity/event/", f"/admin/singularity/event/{event.pk}/change/"):
+        html = admin_client.get(url).content.decode()
+        assert "round: 1 · usage: (prompt tokens: 172 · completion tokens: 1) · error: —" in html, url
+        assert "{&quot;" not in html and "None" not in html.replace("None available", ""), url
