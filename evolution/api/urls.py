@@ -51,3 +51,8 @@ urlpatterns += [
     path("forge/pulls/<int:number>/merge/", api_forge.ForgeMerge.as_view(), name="api-forge-merge"),
     path("forge/pulls/<int:number>/close/", api_forge.ForgeClose.as_view(), name="api-forge-close"),
 ]
+
+# --- loop_summary: a window's settles by grade and what the loop spent (evolution.api.summary, issue 16) ---
+from evolution.api import summary as api_summary  # noqa: E402
+
+urlpatterns += [path("loop/summary/", api_summary.LoopSummary.as_view(), name="api-loop-summary")]

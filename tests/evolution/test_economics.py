@@ -194,3 +194,124 @@ def test_the_batch_of_landings_meets_the_same_ceiling():
     answers = opening.refusals_many([capped_entity, free], origin=Cycle.Origin.GRADE, now=now, holders={})
     assert answers[capped_entity.pk].startswith("maxUsdPerMonth: the loop spent $1.00")
     assert answers[free.pk] is None
+
+
+# --- What it moved: loop_summary ---------------------------------------------------------------
+
+EVOLVED = {
+    "verdict": "validated",
+    "comparator": "evolve",
+    "n": 12,
+    "perMetric": [
+        {"metric": "accuracy", "role": "objective", "gain": "0.125", "spread": [0.05, 0.2], "confidence": 0.9},
+    ],
+}
+COUNTED = {"verdict": "validated", "comparator": "count", "n": 5, "bad": 0, "tally": "5 of 5 graded runs, 0 bad"}
+REGRESSED = {"verdict": "regressed", "comparator": "count", "n": 5, "bad": 3, "tally": "5 of 5 graded runs, 3 bad"}
+
+
+def shipped(entity, *, at, status, record, proposer, revert=""):
+    """A cycle whose round merged and whose watch settled on ``record``."""
+    cycle = spent_cycle(entity, at=at, proposer=proposer, status=status, watch_verdict=record)
+    Round.objects.create(
+        cycle=cycle, number=1, status=Round.Status.MERGED, merge_sha="b" * 40, pr_number=cycle.pk, revert_outcome=revert
+    )
+    return cycle
+
+
+@pytest.fixture
+def person(alice):
+    from rest_framework.test import APIClient
+
+    from singularity.models import ApiToken
+
+    _, key = ApiToken.issue(alice, "script", is_agent=False)
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    return api
+
+
+@pytest.fixture
+def march():
+    """One entity's March: an evolve gain, a repair count, a reverted regression, a skip that bought nothing."""
+    entity = looped(manifest=CEILING)
+    day = datetime(2026, 3, 3, tzinfo=UTC)
+    made = {
+        "gain": shipped(entity, at=day, status="validated", record=EVOLVED, proposer="0.25"),
+        "count": shipped(entity, at=day + timedelta(days=1), status="validated", record=COUNTED, proposer="0.5"),
+        "regressed": shipped(
+            entity, at=day + timedelta(days=2), status="regressed", record=REGRESSED, proposer="1", revert="merged"
+        ),
+        "nothing": spent_cycle(entity, at=day + timedelta(days=3), proposer="0.000000000001", status="skipped"),
+    }
+    Cycle.objects.create(  # a refusal row: a skipped settle that cost nothing and opened no analysis
+        entity=entity,
+        key="refused",
+        origin="grade",
+        phase=Cycle.Phase.SETTLED,
+        status="skipped",
+        reason="cooldown: rests",
+        refusals=4,
+        started_at=day + timedelta(days=4),
+        completed_at=day + timedelta(days=4),
+    )
+    judged(make_run(entity), cost="0.03", reason=f"exempt:watch:{made['gain'].pk}", at=day + timedelta(hours=2))
+    return entity, made
+
+
+def test_loop_summary_counts_a_windows_settles_by_grade_and_carries_the_spend(person, march):
+    entity, _ = march
+    answer = person.get(
+        "/api/loop/summary/",
+        {
+            "since": "2026-03-01T00:00:00Z",
+            "until": "2026-04-01T00:00:00Z",
+            "target_kind": "scenario",
+            "target_id": entity.slug,
+        },
+    )
+    assert answer.status_code == 200, answer.content
+    body = answer.json()
+    assert body["settled"] == 5 and body["refused"] == 4
+    assert body["by_grade"] == {
+        "improvement": 2,
+        "regression": 1,
+        "tradeoff": 0,
+        "tie": 0,
+        "inconclusive": 0,
+        "ungraded": 2,
+    }
+    assert body["by_status"] == {"validated": 2, "regressed": 1, "unvalidated": 0, "skipped": 2, "failed": 0}
+    assert body["spent_usd"] == "1.780000000001"
+    assert body["proposer_usd"] == "1.750000000001" and body["watch_judge_usd"] == "0.03"
+    assert body["spent_by_grade_usd"]["improvement"] == "0.78"
+    assert body["spent_measured_nothing_usd"] == "0.000000000001"
+
+
+def test_loop_summary_of_a_window_that_holds_nothing_counts_zero(person, march):
+    body = person.get("/api/loop/summary/", {"since": "2026-05-01", "until": "2026-06-01"}).json()
+    assert body["settled"] == 0 and body["spent_usd"] == "0.00" and body["target_kind"] is None
+
+
+@pytest.mark.parametrize(
+    ("params", "status", "named"),
+    [
+        ({"since": "last tuesday"}, 400, "since: 'last tuesday' is not an ISO 8601 instant"),
+        ({"since": "2026-03-02", "until": "2026-03-01"}, 400, "until: 2026-03-01T00:00:00+00:00 is not after since"),
+        ({"target_kind": "scenario"}, 400, "target_id: name both target_kind and target_id"),
+        ({"target_kind": "scenario", "target_id": "nobody"}, 404, "scenario:nobody names no entity"),
+        ({"since": "0001-01-01T00:00:00+05:00"}, 400, "since: '0001-01-01T00:00:00+05:00' is outside"),
+    ],
+)
+def test_loop_summary_refuses_bad_input_naming_it(person, params, status, named):
+    answer = person.get("/api/loop/summary/", params)
+    assert answer.status_code == status
+    assert answer.json()["error"] == ("invalid" if status == 400 else "not_found")
+    assert answer.json()["detail"].startswith(named)
+
+
+def test_loop_summary_is_in_the_schema(person):
+    schema = person.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    operation = schema["paths"]["/api/loop/summary/"]["get"]
+    assert operation["operationId"] == "loop_summary"
+    assert {p["name"] for p in operation["parameters"]} >= {"since", "until", "target_kind", "target_id"}
