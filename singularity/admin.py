@@ -12,11 +12,25 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
+from django_celery_beat.models import (
+    ClockedSchedule,
+    CrontabSchedule,
+    IntervalSchedule,
+    PeriodicTask,
+    SolarSchedule,
+)
 
 from singularity.being.actions import request_stop, start_on_workers
 from singularity.errors import ConfigError, StateError
 from singularity.models import ApiToken, Being, Cycle, Event
 from singularity.templatetags.singularity_tags import money
+
+# The beat schedule is the brain's (``grading.schedules`` rewrites it from the entities' ``schedule:`` on every
+# sync) plus the engine's own periodic tasks: an edit made in the admin would be overwritten, and its pages are
+# the scheduler's internal task names. Change a heartbeat's cron in its file instead.
+for _model in (PeriodicTask, IntervalSchedule, CrontabSchedule, SolarSchedule, ClockedSchedule):
+    if admin.site.is_registered(_model):
+        admin.site.unregister(_model)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

@@ -145,3 +145,8 @@ def test_the_journal_shows_an_entrys_data_in_words_never_json(admin_client: Clie
         html = admin_client.get(url).content.decode()
         assert "round: 1 · usage: (prompt tokens: 172 · completion tokens: 1) · error: —" in html, url
         assert "{&quot;" not in html and "None" not in html.replace("None available", ""), url
+
+
+def test_the_beat_schedules_internal_task_names_are_not_in_the_admin(admin_client: Client) -> None:
+    assert "Periodic tasks" not in admin_client.get("/admin/").content.decode()
+    assert admin_client.get("/admin/django_celery_beat/periodictask/").status_code == 404
