@@ -538,3 +538,33 @@ class GitHubDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event} delivery {self.delivery}"
+
+
+class Backtest(models.Model):
+    """One backtest report: what a loop policy would have done over the entity's graded history (issue 16).
+
+    A proposed policy's report points at today's (``compared_with``), so the two are read side by side.
+    """
+
+    class Label(models.TextChoices):
+        CURRENT = "current", "today's policy"
+        PROPOSED = "proposed", "the proposed policy"
+
+    entity = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="backtests")
+    label = models.CharField(max_length=10, choices=Label.choices)
+    #: The settings changes the proposed policy makes: [{key, op, value}] (empty for today's).
+    changes = models.JSONField(default=list, blank=True)
+    since = models.DateTimeField()
+    until = models.DateTimeField()
+    #: The report (``evolution.loop.backtest.backtest``): money in it is decimal strings.
+    result = models.JSONField(default=dict)
+    compared_with = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    created_by = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["entity", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"backtest {self.pk} of {self.entity} ({self.label})"

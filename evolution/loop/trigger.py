@@ -59,17 +59,19 @@ def decide(
     runs: list[Grade] | None = None,
     ready: Any = UNREAD,
     changed: Any = UNREAD_CHANGE,
+    past: Any = None,
 ) -> tuple[dict[str, Any] | None, str]:
     """Ask whether ``grade`` opens a cycle; return (the window to open on, or None, and the reason).
 
     ``runs`` and ``changed`` are the window a batch read and the lock group's clean base it read it from.
+    ``past`` is a replayed history (``evolution.loop.backtest``): the entity's own window() reads it, not the tables.
     """
     terms = cycles.terms_of(entity)
     loop = terms.get("loop") or {}
     if not entity.loop_enabled or not loop.get("enabled", entity.loop_enabled):
         return None, "the loop is off"
     if (loop.get("preset") or "repair") == "evolve":
-        return decide_evolve(entity, grade, terms, now=now, idea_queued=idea_queued, ready=ready)
+        return decide_evolve(entity, grade, terms, now=now, idea_queued=idea_queued, ready=ready, past=past)
     if idea_queued:
         # A queued idea outranks the rule (never the gates): should_open is not asked.
         window = repair_window(entity, terms, anchor=grade, now=now)
@@ -82,7 +84,7 @@ def decide(
     window = repair_window(entity, terms, anchor=grade, now=now, runs=runs, changed=changed)
     grades = window.pop("_grades")
     if own_window:
-        window, grades = ask_window(entity, terms, window, grades, anchor=grade, now=now)
+        window, grades = ask_window(entity, terms, window, grades, anchor=grade, now=now, past=past)
         if not window.get("ready", True):
             return None, window.get("reason") or "the window is not ready"
     if not grades:
@@ -95,11 +97,19 @@ def decide(
 
 
 def decide_evolve(
-    entity: Entity, grade: Grade, terms: dict[str, Any], *, now: datetime, idea_queued: bool, ready: Any = UNREAD
+    entity: Entity,
+    grade: Grade,
+    terms: dict[str, Any],
+    *,
+    now: datetime,
+    idea_queued: bool,
+    ready: Any = UNREAD,
+    past: Any = None,
 ) -> tuple[dict[str, Any] | None, str]:
     """The evolve trigger at a landing: the window is every grade since the previous cycle's mark; the preset
     opens when it holds trigger.windowRuns (``ready``: when the batch read it became ready, or UNREAD); the
-    entity's own window() and should_open() replace the preset's."""
+    entity's own window() and should_open() replace the preset's. ``past`` (a backtest) holds the mark and the
+    grades since it."""
     own_rule = bool(entity.loop_module_path) and module_function(entity, "should_open") is not None
     own_window = bool(entity.loop_module_path) and module_function(entity, "window") is not None
     if not (idea_queued or own_rule or own_window or project_rule()):
@@ -108,13 +118,14 @@ def decide_evolve(
         if ready is None or grade.graded_at is None or grade.graded_at < ready:
             size = evolve.cadence(terms)
             return None, f"fewer than {size} graded runs since the previous cycle's window (the cadence is {size})"
-    since = evolve.mark(entity)
-    window = evolve.evolve_window(entity, terms, now=now, since=since)
+    since = past.mark if past is not None else evolve.mark(entity)
+    held = past.since_mark() if past is not None else None
+    window = evolve.evolve_window(entity, terms, now=now, since=since, runs=held)
     grades = window.pop("_grades")
     if idea_queued:
         return window, "an idea is queued"
     if own_window:
-        window, grades = ask_window(entity, terms, window, grades, anchor=grade, now=now, since=since)
+        window, grades = ask_window(entity, terms, window, grades, anchor=grade, now=now, since=since, past=past)
     if not window.get("ready", True):
         return None, window.get("reason") or "the window is not ready"
     if not grades:

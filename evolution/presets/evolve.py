@@ -85,14 +85,21 @@ def since_grades(entity: Entity, *, since: datetime | None, now: datetime, limit
 
 
 def evolve_window(
-    entity: Entity, terms: Mapping[str, Any], *, now: datetime, since: datetime | None | str = "read"
+    entity: Entity,
+    terms: Mapping[str, Any],
+    *,
+    now: datetime,
+    since: datetime | None | str = "read",
+    runs: list[Grade] | None = None,
 ) -> dict[str, Any]:
     """The evolve window at ``now``: every grade since the mark (``since``; read when not given), ready at the
-    cadence. ``_grades`` carries its runs newest first (dropped before storing)."""
+    cadence. ``_grades`` carries its runs newest first (dropped before storing); ``runs`` are those grades when the
+    caller holds them already (a backtest replaying the history)."""
     size = cadence(terms)
     start = mark(entity) if since == "read" else since
     assert not isinstance(start, str)
-    runs = since_grades(entity, since=start, now=now)
+    if runs is None:
+        runs = since_grades(entity, since=start, now=now)
     have = len(runs)
     if start is None:
         reason = f"the first window: the entity's {have} graded runs so far (at most {WINDOW_BOUND:,})"

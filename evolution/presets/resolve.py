@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
@@ -27,11 +29,34 @@ from singularity.brain import deadline
 
 log = logging.getLogger(__name__)
 
+#: Inside ``pinned_modules``: the functions already read, by (path, commit, name) — one read of the brain per replay.
+_PINNED: ContextVar[dict[tuple[str, str, str], Any] | None] = ContextVar("pinned_modules", default=None)
+
+
+@contextmanager
+def pinned_modules() -> Iterator[None]:
+    """Read each loop-module function once for the block (a backtest asks the same module at every graded run)."""
+    token = _PINNED.set({})
+    try:
+        yield
+    finally:
+        _PINNED.reset(token)
+
 
 def module_function(entity: Entity, name: str) -> Callable[..., Any] | None:
     """The entity's loop module function ``name`` at its commit, or None (no module, or no such function)."""
     if not entity.loop_module_path or not entity.commit:
         return None
+    pinned = _PINNED.get()
+    if pinned is None:
+        return _read_function(entity, name)
+    key = (entity.loop_module_path, entity.commit, name)
+    if key not in pinned:
+        pinned[key] = _read_function(entity, name)
+    return pinned[key]
+
+
+def _read_function(entity: Entity, name: str) -> Callable[..., Any] | None:
     from grading.methods import brain_checkout
     from singularity.brain.modules import load_at
 
@@ -71,12 +96,16 @@ def ask_window(
     anchor: Grade | None,
     now: datetime,
     since: datetime | None = None,
+    past: Any = None,
 ) -> tuple[dict[str, Any], list[Grade]]:
     """Ask the entity's own window(ctx) at the trigger; return its answer and the graded runs it names, newest first.
 
     The answer is recorded (a waiting window, or the end of one; a ready window carrying awaitingPerson is a load
     error) and its run ids are re-filtered by the engine's rules: the entity's own graded runs, never the loop's
     replays; an id that fails is dropped; a window naming one run twice is refused.
+
+    ``past`` replays a history instead of reading the tables (a backtest): it answers ``changed_at``,
+    ``graded_runs(since, through, limit)`` and ``kept(ids)`` from the runs replayed so far, and nothing is recorded.
     """
     from types import SimpleNamespace
 
@@ -91,26 +120,34 @@ def ask_window(
         now=now,
         anchor={"id": str(anchor.execution_id), "createdAt": anchor.graded_at.isoformat()} if anchor else None,
         since=since.isoformat() if since is not None else None,
-        groupChangedAt=groups.changed_at(entity),
+        groupChangedAt=past.changed_at if past is not None else groups.changed_at(entity),
         terms=terms,
         preset=SimpleNamespace(window=lambda _ctx=None: dict(shown)),
-        gradedRuns=lambda since=None, through=None, limit=None: graded_runs(entity, since, through, limit, now=now),
+        gradedRuns=lambda since=None, through=None, limit=None: (
+            past.graded_runs(since, through, limit)
+            if past is not None
+            else graded_runs(entity, since, through, limit, now=now)
+        ),
         calibration=lambda: calibration_of(entity),
     )
     if inspect.iscoroutinefunction(function):
         raise RuleError(f"{entity}: window must answer synchronously here; it is declared async")
     answer = function(ctx)
     cadence.check_window(entity, answer)
-    cadence.record_window(entity, answer, now)
+    if past is None:
+        cadence.record_window(entity, answer, now)
     ids = [str(i) for i in answer.get("runIds") or []]
     if len(ids) != len(set(ids)):
         raise RuleError(f"{entity}: window() named a run twice: a run is one vote")
-    kept = {
-        str(g.execution_id): g
-        for g in Grade.objects.filter(
-            entity=entity, status=Grade.Status.GRADED, execution__loop_launched=False, execution_id__in=ids
-        ).select_related("execution")
-    }
+    if past is not None:
+        kept = past.kept(ids)
+    else:
+        kept = {
+            str(g.execution_id): g
+            for g in Grade.objects.filter(
+                entity=entity, status=Grade.Status.GRADED, execution__loop_launched=False, execution_id__in=ids
+            ).select_related("execution")
+        }
     rejected = [i for i in ids if i not in kept]
     if rejected:
         log.info("loop: %s: window() named %d runs the engine does not count (rejected)", entity, len(rejected))

@@ -49,6 +49,8 @@ class Staged:
     edits: list[Edit]
     widened: list[dict[str, Any]]
     tip: Tip
+    #: The target's resolved terms with the write made (None: nothing changed, or the target is the manifest).
+    terms_after: dict[str, Any] | None = None
 
     @property
     def diff(self) -> str:
@@ -121,6 +123,9 @@ def _stage(
             REFUSED, "; ".join(departures) + " — the hold would stop applying to it; lifting a hold is loop_release's"
         )
     staged.widened = widenings(tip.snapshot, snapshot, tip.definition)
+    if tip.definition is not None:
+        after = snapshot.entity(tip.definition.target_kind, tip.definition.slug)
+        staged.terms_after = after.terms if after is not None and after.ok else None
     return staged
 
 
