@@ -54,11 +54,9 @@ machine.register_step("replay", lambda replay_id: run_replay.delay(replay_id))
 
 
 @shared_task(ignore_result=True)
-def tick() -> dict[str, int]:
+def tick() -> dict[str, Any]:
     """The loop's clock: poll pull requests that are due, read every watch, recover lost rounds and lost steps."""
-    counts = dict(machine.tick())
-    counts["resent"] = recovery.sweep()
-    return counts
+    return recovery.tick()
 
 
 @shared_task(ignore_result=True)

@@ -58,6 +58,9 @@ class Forge(Protocol):
     def get_pull(self, number: int) -> PullInfo:
         """Read a pull request back as the forge holds it now."""
 
+    def open_pull_of(self, head: str, base: str) -> PullInfo | None:
+        """The open pull request of branch ``head`` into ``base``, or None (a retried step adopts it)."""
+
     def set_status(self, sha: str, context: str, state: str, description: str) -> None:
         """Set a commit status (pending | success | failure | error) on ``sha``."""
 

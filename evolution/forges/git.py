@@ -6,6 +6,7 @@ writes; nothing here knows about cycles.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import shutil
@@ -53,3 +54,13 @@ def is_ancestor(ancestor: str, descendant: str, *, cwd: Path | str) -> bool:
 def branch_name(prefix: str) -> str:
     """``loop/<prefix>-<8 hex>``: a branch name no other apply draws."""
     return f"loop/{prefix}-{secrets.token_hex(4)}"
+
+
+def step_branch(prefix: str, *step: object) -> str:
+    """``loop/<prefix>-<8 hex>`` derived from ``step`` (what names one step: a cycle's key, a round, a commit).
+
+    The same step always draws the same branch, so a step retried after its
+    worker died finds what the dead worker pushed and the PR it opened.
+    """
+    digest = hashlib.sha256("\x1f".join(str(part) for part in step).encode()).hexdigest()
+    return f"loop/{prefix}-{digest[:8]}"

@@ -446,7 +446,7 @@ class GitHubForge:
             made = self._call(what, create)
         except GitHubError as exc:
             if len(tries) > 1 and exc.status == 422 and "already exists" in exc.reason.lower():
-                standing = self._open_of(head, base)
+                standing = self.open_pull_of(head, base)
                 if standing is not None:
                     log.info("github: the pull request of %s already stood: #%s", head, standing.number)
                     return standing
@@ -456,7 +456,8 @@ class GitHubForge:
         log.info("github: opened PR #%s (%s -> %s at %s)", kept["number"], head, base, kept["head"]["sha"][:12])
         return self._info(kept, row)
 
-    def _open_of(self, head: str, base: str) -> PullInfo | None:
+    def open_pull_of(self, head: str, base: str) -> PullInfo | None:
+        """The open request of ``head`` into ``base`` (``GET /pulls?head=owner:branch&state=open``), or None."""
         owner = self.repository.split("/")[0]
 
         def first() -> dict[str, Any] | None:

@@ -107,6 +107,11 @@ class LocalForge:
         log.info("local forge: opened PR #%s (%s -> %s at %s)", row.number, head, base, head_sha[:12])
         return self._info(row)
 
+    def open_pull_of(self, head: str, base: str) -> PullInfo | None:
+        """The open request of ``head`` into ``base``, or None."""
+        row = PullRequest.objects.filter(head=head, base=base, state=PullRequest.State.OPEN).first()
+        return None if row is None else self._info(row)
+
     def _create(self, **fields: str) -> PullRequest:
         """Insert a pull request under the next free number (max + 1), re-drawing when a racing opener took it."""
         for _ in range(NUMBER_ATTEMPTS):

@@ -8,6 +8,12 @@ commits exactly the gated files on ``loop/<entity>-<8 hex>`` (each re-checked
 against the gate's digest), pushes that branch, sets ``singularity/diff-gate``
 to success on the pushed commit and only then opens the pull request.
 
+The branch is derived from the round (``step_branch``: the cycle's key and
+the round's number), so an apply retried after its worker died between the
+forge's open and the record asks the forge for the open PR of that branch
+first and adopts it (the gate read again on what it carries) instead of
+opening a second; a branch pushed with no PR is pushed again.
+
 It records nothing on the round or the cycle: the caller stores what the
 returned ``Applied`` carries. A refused change raises ``ApplyFailed`` with the
 gate's message and the offending paths; nothing is pushed then.
@@ -26,7 +32,7 @@ from django.utils import timezone
 
 from evolution.forges import get_forge
 from evolution.forges.base import DIFF_GATE, PullInfo
-from evolution.forges.git import branch_name, is_ancestor, throwaway_clone
+from evolution.forges.git import is_ancestor, step_branch, throwaway_clone
 from evolution.loop import diffgate
 from evolution.loop.steps import Fail
 from evolution.models import Cycle, Round
@@ -77,7 +83,10 @@ def apply_round(round: Round) -> Applied:
         raise ApplyFailed(refusal.message, refusal.paths) from None
     forge = get_forge()
     default = forge.default_branch()
-    branch = branch_name(entity.slug)
+    branch = round_branch(round)
+    standing = forge.open_pull_of(branch, default)
+    if standing is not None:
+        return _adopt(round, standing, paths)
     with throwaway_clone(forge.remote_url(), default, label=f"apply-{cycle.pk}-{round.number}") as clone:
         base_sha = git("rev-parse", "HEAD", cwd=clone).decode().strip()
         git("checkout", "--quiet", "-b", branch, cwd=clone)
@@ -91,12 +100,55 @@ def apply_round(round: Round) -> Applied:
         git("commit", "--quiet", "--no-verify", "-m", commit_message(round), cwd=clone)
         head_sha = git("rev-parse", "HEAD", cwd=clone).decode().strip()
         _require_base_still_on(clone, default, base_sha)
-        git("push", "--quiet", "origin", f"refs/heads/{branch}:refs/heads/{branch}", cwd=clone)
+        # Forced: the branch is this round's alone, and one there already is a dead worker's push with no PR.
+        git("push", "--quiet", "origin", f"+refs/heads/{branch}:refs/heads/{branch}", cwd=clone)
     described = f"{len(gate['paths'])} file(s), {gate['lines']} of {gate['bound']} lines"
     forge.set_status(head_sha, DIFF_GATE, "success", f"The diff gate passed: {described}")
     pull = forge.open_pull(head=branch, base=default, title=pull_title(round), body=pull_body(round, gate))
     log.info("apply: cycle %s round %s opened PR #%s on %s", cycle.pk, round.number, pull.number, branch)
     return Applied(branch=branch, base_sha=base_sha, head_sha=head_sha, pull=pull, gate=dict(gate))
+
+
+def round_branch(round: Round) -> str:
+    """The branch ``round``'s change is pushed on: the same for every attempt at this round's apply."""
+    return step_branch(round.cycle.entity.slug, round.cycle.key, round.cycle_id, round.number)
+
+
+def _adopt(round: Round, pull: PullInfo, paths: list[str]) -> Applied:
+    """Take the PR an earlier attempt at this apply opened: its head gated again, the gate's status set again."""
+    cycle = round.cycle
+    forge = get_forge()
+    default = forge.default_branch()
+    with throwaway_clone(forge.remote_url(), default, label=f"adopt-{cycle.pk}-{round.number}") as clone:
+        git("fetch", "--quiet", "origin", f"refs/heads/{pull.head}", cwd=clone)
+        head_sha = git("rev-parse", "FETCH_HEAD", cwd=clone).decode().strip()
+        base_sha = git("merge-base", "HEAD", head_sha, cwd=clone).decode().strip()
+        git("checkout", "--quiet", "--detach", head_sha, cwd=clone)
+        try:
+            diffgate.write_proposal(clone, list(round.files or []))
+            gate = diffgate.check(clone, base_sha, cycle.entity, paths)
+            diffgate.verify_digests(clone, gate)
+        except diffgate.GateRefused as refusal:
+            raise ApplyFailed(
+                f"PR #{pull.number}, opened by an earlier attempt: {refusal.message}", refusal.paths
+            ) from None
+        if git("diff", "--cached", "--name-only", head_sha, cwd=clone).decode().strip():
+            raise ApplyFailed(
+                f"PR #{pull.number} of {pull.head}, opened by an earlier attempt at this round, carries something "
+                "other than the proposal: it is left for a person, none is opened beside it",
+                paths,
+            )
+    described = f"{len(gate['paths'])} file(s), {gate['lines']} of {gate['bound']} lines"
+    forge.set_status(head_sha, DIFF_GATE, "success", f"The diff gate passed: {described}")
+    log.warning(
+        "apply: cycle %s round %s: PR #%s of %s was open already (an earlier attempt died before recording it); "
+        "adopted, none opened",
+        cycle.pk,
+        round.number,
+        pull.number,
+        pull.head,
+    )
+    return Applied(branch=pull.head, base_sha=base_sha, head_sha=head_sha, pull=pull, gate=dict(gate))
 
 
 def _require_base_still_on(clone: Path, default: str, base_sha: str) -> None:

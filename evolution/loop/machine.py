@@ -372,11 +372,25 @@ def poll(cycle: Cycle, now: datetime | None = None) -> str:
             settle(cycle, step.status, reason=step.reason, now=now)
             return "lost" if step.status == Cycle.Status.FAILED else "closed"
         if cycle.phase == Cycle.Phase.REVERTING:
+            if revert.reverted_round(cycle) is None:
+                # Settled reverting, its revert never opened (the worker died, or the open broke): open it now.
+                return "opened" if _open_due_revert(cycle, now) else "failed"
             outcome = revert.poll(cycle, now)
             if outcome in revert.ENDED:
                 cycles.advance(cycle, Cycle.Phase.SETTLED, claim=None, next_poll_at=None, now=now)
             return outcome
     return ""
+
+
+def _open_due_revert(cycle: Cycle, now: datetime) -> bool:
+    """Open a due revert on a cycle this worker has taken; False when it cannot be opened (the hold ends)."""
+    if revert.open_for(cycle, now):
+        cycles.advance(cycle, Cycle.Phase.REVERTING, now=now, **revert.first_poll(now))
+        return True
+    # It cannot be opened (the reason is on the round and the cycle): the settle goes on without it.
+    cycle.refresh_from_db(fields=["reason"])
+    cycles.advance(cycle, Cycle.Phase.SETTLED, claim=None, next_poll_at=None, reverted_by_policy=False, now=now)
+    return False
 
 
 def _poll_taken(cycle: Cycle, now: datetime) -> bool:
@@ -587,18 +601,35 @@ def settle(
         if not settled:
             return fresh
         why = revert.due(fresh)
-        reverting = why is not None and revert.open_for(fresh, now)
-        if reverting:
+        if why is not None:
             if why == revert.BY_POLICY:
                 settling.mark_reverted_by_policy(fresh)
-            cycles.advance(fresh, Cycle.Phase.REVERTING, now=now, **revert.first_poll(now))
-        settling.close(fresh, reverting=reverting, now=now)
+            # The revert is due in the database before the forge is asked: a worker that dies opening it leaves
+            # the cycle reverting with no PR, which the poll (``poll_due``) opens.
+            cycles.advance(fresh, Cycle.Phase.REVERTING, now=now, next_poll_at=None)
+        settling.close(fresh, reverting=why is not None, now=now)
         if lesson:
             settling.write_lesson(fresh)
+    if why is not None:
+        start_revert(fresh, now)
     for effect in AFTER_SETTLE:
         effect(fresh)
     cycle.__dict__.update({k: v for k, v in fresh.__dict__.items() if not k.startswith("_")})
     return fresh
+
+
+def start_revert(cycle: Cycle, now: datetime) -> bool:
+    """Open the revert PR of a cycle settled ``reverting`` (due, none opened yet); return whether one is followed.
+
+    One worker opens it (it takes the cycle's poll, like any poll); the open
+    is idempotent (``revert.open_revert`` adopts the open PR of the revert's
+    own branch), so the poll that finds it still due after a dead worker
+    opens no second one.
+    """
+    if not take_poll(cycle, now):
+        return False
+    with transaction.atomic():
+        return _open_due_revert(cycle, now)
 
 
 # --- The clock ------------------------------------------------------------------------------
@@ -617,15 +648,3 @@ def sweep_lost(*, now: datetime | None = None, after: timedelta = timedelta(minu
         else:
             enqueue("analyse", rnd.pk)
     return lost
-
-
-def tick(now: datetime | None = None) -> dict[str, int]:
-    """The loop's clock: start lost replays and read every check, poll due pull requests, read every watch, recover lost rounds."""
-    checks = check_tick(now)
-    return {
-        "polled": poll_due(now),
-        "checks": checks["checks"],
-        "replays": checks["replays"],
-        "watches": watch_tick(now),
-        "lost": sweep_lost(now=now),
-    }

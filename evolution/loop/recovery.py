@@ -1,33 +1,47 @@
-"""The due-step sweep: every step the loop handed a worker is picked up again when its message was lost.
+"""The due-step sweeps: every step the loop handed a worker is picked up again when its message was lost.
 
 A producer, like the trigger: it reads what the database says is due
-(``evolution.core.due``) and asks the machine to start it. Run by the loop's
-periodic tick (``evolution.tasks.tick``), and idempotent: a step a worker
-holds is left alone, a step handed over again is taken by one worker only
-(the claim), and a sweep that cannot reach the broker leaves the step due
-for the next tick.
+(``evolution.core.due``, the rows a step's own transaction wrote) and asks
+the machine to start it. ``tick`` is the loop's clock (``evolution.tasks.tick``,
+every 30 s): it runs every sweep of ``SWEEPS`` once, each idempotent (a step
+a worker holds is left alone, a step handed over again is taken by one
+worker only: a claim or a lease on the row) and each on its own (one that
+breaks is logged; the others still run). ``BY_PHASE`` says, for every phase
+a live cycle can be in, which sweeps pick up its due step; a test keeps it
+whole, so a new phase cannot be left without one.
 
-- **apply** — a round accepted (the cycle ``applying``) whose message never
-  reached a worker, or whose worker died mid-apply (its claim older than
-  the lease): handed over again (``machine.enqueue("apply")``), the first
-  time two ticks after the Accept, then every five minutes while nobody
-  takes it. ``run_apply`` is what the worker runs: the claim, then
-  ``machine.apply``.
-- **analyse** — kept by ``machine.sweep_lost`` (re-sent when unclaimed,
-  failed onto a Retry card when its worker died).
+- **apply** (``sweep``) — a round accepted (the cycle ``applying``) whose
+  message never reached a worker, or whose worker died mid-apply (its claim
+  older than the lease): handed over again (``machine.enqueue("apply")``),
+  the first time two ticks after the Accept, then every five minutes while
+  nobody takes it. ``run_apply`` is what the worker runs: the claim, then
+  ``machine.apply``, which adopts a PR an earlier attempt opened.
+- **analyse** (``machine.sweep_lost``) — re-sent when unclaimed, failed onto a
+  Retry card when its worker died.
+- **check** (``machine.check_tick``) — replays lost or whose worker died, a
+  replay run and never booked, a PR opened whose next step never ran, the
+  check's deadline.
+- **poll** (``machine.poll_due``) — the PR of a cycle checking, in its merge
+  wait or reverting, under a lease (a dead worker's poll is taken again);
+  a revert due and never opened is opened.
+- **watch** (``machine.watch_tick``) — every watch read; its deadline closes it.
+- **decide** — a card past its review deadline is expired by hitl's own
+  sweep (beat's ``hitl-expire-cards``), which calls the loop's card handler.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 
 from evolution.core import due
 from evolution.loop import machine
-from evolution.models import Round
+from evolution.models import Cycle, Round
 
 log = logging.getLogger(__name__)
 
@@ -70,3 +84,40 @@ def sweep(now: datetime | None = None) -> int:
         log.info("loop: round %s: its apply was due with no worker on it; handed to a worker again", round_id)
         sent += 1
     return sent
+
+
+#: The loop's sweeps, in the order the tick runs them: name → the sweep (``now`` → what it did).
+SWEEPS: dict[str, Callable[[datetime], Any]] = {
+    "check": machine.check_tick,
+    "poll": machine.poll_due,
+    "watch": machine.watch_tick,
+    "analyse": lambda now: machine.sweep_lost(now=now),
+    "apply": sweep,
+}
+
+#: A sweep outside the loop's tick, by its beat entry (``singularity.schedule.BEAT_SCHEDULE``).
+ELSEWHERE = {"decide": "hitl-expire-cards"}
+
+#: Every phase a live cycle can be in → the sweeps that pick up its due step when no worker did.
+BY_PHASE: dict[str, tuple[str, ...]] = {
+    Cycle.Phase.ANALYSING: ("analyse",),
+    Cycle.Phase.DECIDING: ("decide",),
+    Cycle.Phase.APPLYING: ("apply", "check"),
+    Cycle.Phase.CHECKING: ("check", "poll"),
+    Cycle.Phase.MERGE_WAIT: ("poll",),
+    Cycle.Phase.WATCHING: ("watch",),
+    Cycle.Phase.REVERTING: ("poll",),
+}
+
+
+def tick(now: datetime | None = None) -> dict[str, Any]:
+    """Run every sweep once; return what each did (a sweep that broke is logged and answers None)."""
+    now = now or timezone.now()
+    done: dict[str, Any] = {}
+    for name, run in SWEEPS.items():
+        try:
+            done[name] = run(now)
+        except Exception:  # noqa: BLE001 - one broken sweep never stops the others; it runs again next tick
+            log.exception("loop: the %s sweep failed; the other sweeps ran, and it runs again on the next tick", name)
+            done[name] = None
+    return done

@@ -28,7 +28,7 @@ from evolution.core import cycles
 from evolution.core.polling import FIRST_INTERVAL_S, back_off, deadline_hours
 from evolution.forges import get_forge
 from evolution.forges.base import DIFF_GATE, VALIDATION, ForgeError, PullInfo
-from evolution.forges.git import branch_name, throwaway_clone
+from evolution.forges.git import step_branch, throwaway_clone
 from evolution.models import Cycle, Round
 from evolution.steering import autonomy
 from singularity.brain.git import GitError, git
@@ -43,10 +43,19 @@ def open_revert(round: Round) -> PullInfo:
             f"round {round.number} of cycle {round.cycle_id} has no merge commit to revert", permanent=True
         )
     cycle = round.cycle
-    entity = cycle.entity
     forge = get_forge()
     default = forge.default_branch()
-    branch = branch_name(f"revert-{entity.slug}")
+    branch = revert_branch(round)
+    standing = forge.open_pull_of(branch, default)
+    if standing is not None:
+        log.warning(
+            "revert: cycle %s: revert PR #%s of %s was open already (an earlier attempt died before recording it); "
+            "adopted, none opened",
+            cycle.pk,
+            standing.number,
+            branch,
+        )
+        return standing
     try:
         head_sha = _revert_on_branch(forge.remote_url(), default, branch, round)
     except GitError as exc:
@@ -57,6 +66,11 @@ def open_revert(round: Round) -> PullInfo:
     pull = forge.open_pull(head=branch, base=default, title=revert_title(round), body=revert_body(round))
     log.info("revert: cycle %s round %s opened revert PR #%s on %s", cycle.pk, round.number, pull.number, branch)
     return pull
+
+
+def revert_branch(round: Round) -> str:
+    """The branch ``round``'s revert is pushed on: the same for every attempt (a retry finds the PR it opened)."""
+    return step_branch(f"revert-{round.cycle.entity.slug}", round.cycle.key, round.cycle_id, round.merge_sha)
 
 
 def _revert_on_branch(url: str, default: str, branch: str, round: Round) -> str:
@@ -80,7 +94,8 @@ def _revert_on_branch(url: str, default: str, branch: str, round: Round) -> str:
                 permanent=True,
             ) from None
         head_sha = git("rev-parse", "HEAD", cwd=clone).decode().strip()
-        git("push", "--quiet", "origin", f"refs/heads/{branch}:refs/heads/{branch}", cwd=clone)
+        # Forced: the branch is this revert's alone, and one there already is a dead worker's push with no PR.
+        git("push", "--quiet", "origin", f"+refs/heads/{branch}:refs/heads/{branch}", cwd=clone)
     return head_sha
 
 

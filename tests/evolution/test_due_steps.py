@@ -100,3 +100,33 @@ def test_an_apply_due_for_longer_than_a_few_ticks_needs_a_person_and_says_why(ac
     with time_machine.travel(start + timedelta(minutes=6), tick=False):
         due.claim_apply(accepted.pk, timezone.now())  # a worker has it now: not stuck
         assert [i for i in needs_you.items() if i["gate"] == "stuck"] == []
+
+
+# --- One table: every phase has a sweep ------------------------------------------------------------
+
+
+def test_every_phase_a_live_cycle_can_be_in_has_a_sweep_that_picks_up_its_due_step():
+    from singularity.schedule import BEAT_SCHEDULE
+
+    live = {phase for phase in Cycle.Phase.values if phase != Cycle.Phase.SETTLED}
+    assert set(recovery.BY_PHASE) == live  # a new phase without a sweep fails here
+    for phase, sweeps in recovery.BY_PHASE.items():
+        assert sweeps, phase
+        for name in sweeps:
+            assert name in recovery.SWEEPS or name in recovery.ELSEWHERE, (phase, name)
+    assert all(entry in BEAT_SCHEDULE for entry in recovery.ELSEWHERE.values())
+    assert BEAT_SCHEDULE["loop-tick"]["task"] == "evolution.tasks.tick"
+
+
+def test_the_tick_runs_every_sweep_and_one_that_breaks_stops_none_of_the_others(monkeypatch, caplog):
+    ran: list[str] = []
+
+    def broken(now):
+        raise RuntimeError("a bug in one sweep")
+
+    sweeps = {name: (lambda now, name=name: ran.append(name) or 0) for name in recovery.SWEEPS}
+    sweeps["check"] = broken
+    monkeypatch.setattr(recovery, "SWEEPS", sweeps)
+    done = recovery.tick()
+    assert ran == [name for name in sweeps if name != "check"]
+    assert done["check"] is None and "the check sweep failed" in caplog.text
