@@ -160,6 +160,9 @@ def handle_report(request: Request) -> Response:
         if row["entity"] not in found:
             where = f"runs[{index}].entity" if many else "entity"
             return _invalid(f"{where}: {row['entity']!r} names no entity")
+        if found[row["entity"]].run_refusal():
+            where = f"runs[{index}].entity" if many else "entity"
+            return _invalid(f"{where}: {found[row['entity']].run_refusal()}")
     try:
         if many:
             executions = report_many([(found[row["entity"]], row["run"]) for row in rows], user=request.user)

@@ -45,8 +45,9 @@ class DemoError(ConfigError):
 
 
 def _demo_entity(path: str) -> Entity | None:
-    """Return the loaded, present entity defined at ``path``; None when the brain has no such entity."""
-    return Entity.objects.filter(path=path, present=True, load_error="").first()
+    """Return the loaded, present entity defined at ``path``; None when the brain has none, or it is switched off."""
+    entity = Entity.objects.filter(path=path, present=True, load_error="").first()
+    return None if entity is None or entity.switched_off else entity
 
 
 def _demo_runs(entity: Entity) -> int:

@@ -74,6 +74,20 @@ class Entity(models.Model):
         return not self.load_error
 
     @property
+    def switched_off(self) -> bool:
+        """Whether the definition's top-level ``enabled`` is ``false``: it neither runs nor is scheduled."""
+        return (self.frontmatter or {}).get("enabled") is False
+
+    def run_refusal(self) -> str:
+        """Why a run of this entity is refused before it starts (``enabled: false``), or "" when it may run."""
+        if not self.switched_off:
+            return ""
+        return (
+            f"{self} is switched off: the top-level `enabled: false` in {self.path or 'its definition'} stops "
+            "its runs; set `enabled: true` in the brain to run it"
+        )
+
+    @property
     def unattended(self) -> bool:
         """Nobody decides each execution: a scheduled scenario, every heartbeat, every chat role."""
         return self.kind in (self.Kind.HEARTBEAT, self.Kind.ROLE) or bool(self.schedule)

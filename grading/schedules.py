@@ -65,7 +65,7 @@ def _crontab(fields: dict[str, str]) -> CrontabSchedule:
 
 def switched_off(entity: Entity) -> bool:
     """Whether the entity's frontmatter says ``enabled: false`` (it neither runs nor is scheduled)."""
-    return (entity.frontmatter or {}).get("enabled") is False
+    return entity.switched_off
 
 
 def scheduled_entities() -> list[Entity]:

@@ -297,6 +297,7 @@ def entity_detail(request: HttpRequest, target_kind: str, slug: str) -> HttpResp
         "calibration": calibration(entity),
         "runs": recent_runs(entity),
         "runnable": entity.kind in (Entity.Kind.WORKFLOW, Entity.Kind.PIPELINE) and entity.ok,
+        "run_refusal": entity.run_refusal(),
         "run_input": request.session.pop("run_input", "{}"),
     }
     return render(request, "grading/entity_detail.html", context)
@@ -322,6 +323,9 @@ def entity_run(request: HttpRequest, target_kind: str, slug: str) -> HttpRespons
         messages.error(
             request, f"{entity} cannot be run from here (a {entity.kind}{', broken' if not entity.ok else ''})."
         )
+        return redirect(entity)
+    if entity.run_refusal():
+        messages.error(request, entity.run_refusal())
         return redirect(entity)
     try:
         data = parse_run_input(request.POST.get("input", ""))

@@ -74,10 +74,14 @@ def run_entity(
     ``gateway`` and ``catalogue`` default to the configured ones (made on
     first use, closed at the end); ``checkout`` to the engine's brain
     checkout. Raises ``ConfigError`` before starting anything when the entity
-    cannot run; an unexpected exception is recorded on the execution as its
+    cannot run or is switched off (``enabled: false``; a loop-launched replay
+    still runs); an unexpected exception is recorded on the execution as its
     failure and raised again.
     """
     check_runnable(entity, input)
+    if not loop_launched and entity.run_refusal():
+        # A replay of the loop's check acts on nothing and is not the entity's run: only those go on.
+        raise ConfigError(entity.run_refusal())
     runner = _runner_for(entity)
     if execution is None:
         execution = start_execution(entity, input=input or {}, source=source, loop_launched=loop_launched, user=user)
