@@ -56,3 +56,10 @@ urlpatterns += [
 from evolution.api import summary as api_summary  # noqa: E402
 
 urlpatterns += [path("loop/summary/", api_summary.LoopSummary.as_view(), name="api-loop-summary")]
+
+# --- loop_backtest: a policy replayed over the entity's graded history (evolution.api.backtest) ---
+from evolution.api import backtest as api_backtest  # noqa: E402
+
+urlpatterns += [
+    path("loop/backtest/", api_backtest.LoopBacktest.as_view(), name="api-loop-backtest"),
+]

@@ -198,9 +198,7 @@ def _stream(entity: Entity, since: datetime, until: datetime) -> Any:
         graded_at__gt=since,
         graded_at__lte=until,
     )
-    return (
-        rows.select_related("execution").only(*WINDOW_FIELDS).order_by("graded_at", "execution_id").iterator(CHUNK)
-    )
+    return rows.select_related("execution").only(*WINDOW_FIELDS).order_by("graded_at", "execution_id").iterator(CHUNK)
 
 
 def _before(entity: Entity, since: datetime, size: int) -> list[Grade]:
@@ -300,9 +298,7 @@ def backtest(
     replay = Replay(policy=policy, hold=hold, holds=HoldHistory.read(entity), groups=GroupHistory.read(entity))
     # Cycles a person, an idea or the clock opened stay as they happened; before the period, every real one does.
     kept = [
-        c
-        for c in real
-        if c.analysed and (c.started_at <= since or c.origin != Cycle.Origin.GRADE) and not _skip_row(c)
+        c for c in real if c.analysed and (c.started_at <= since or c.origin != Cycle.Origin.GRADE) and not _skip_row(c)
     ]
     evolving = preset_of(policy) == "evolve"
     own = bool(project_rule()) or (
@@ -338,10 +334,14 @@ def backtest(
             ready: Any = trigger.UNREAD
             if evolving and not own:
                 since_mark = past.since_mark()
-                ready = since_mark[-cadence(policy.terms)].graded_at if len(since_mark) >= cadence(policy.terms) else None
+                ready = (
+                    since_mark[-cadence(policy.terms)].graded_at if len(since_mark) >= cadence(policy.terms) else None
+                )
             recent = [g for g in reversed(window) if base is None or g.graded_at > base]
             try:
-                opens, _reason = trigger.decide(policy, grade, now=at, runs=recent, changed=base, ready=ready, past=past)
+                opens, _reason = trigger.decide(
+                    policy, grade, now=at, runs=recent, changed=base, ready=ready, past=past
+                )
             except Exception as exc:  # noqa: BLE001 - the brain's rule failed: the live trigger withholds the run too
                 replay.refuse(f"the trigger rule failed: {exc}", at, str(grade.execution_id))
                 continue
@@ -483,3 +483,63 @@ def run(
         result=backtest(entity, since=since, terms=proposed, now=now, label=Backtest.Label.PROPOSED),
     )
     return current, other
+
+
+def period_words(report: dict[str, Any]) -> str:
+    """The replayed period as a person says it: "the last 30 days", or "since Nov 1, 00:00 UTC"."""
+    since, until = parse_datetime(report["since"]), parse_datetime(report["until"])
+    if since is None or until is None:
+        return "the period"
+    days = (until - since) / timedelta(days=1)
+    if abs(days - round(days)) < 0.01 and round(days) >= 1:
+        return f"the last {round(days)} day{'s' if round(days) != 1 else ''}"
+    hours = (until - since) / timedelta(hours=1)
+    if abs(hours - round(hours)) < 0.01 and round(hours) >= 1:
+        return f"the last {round(hours)} hour{'s' if round(hours) != 1 else ''}"
+    return f"since {when(since)}"
+
+
+def cycles_words(count: int) -> str:
+    return f"{count} cycle{'s' if count != 1 else ''}"
+
+
+def compare_words(current: dict[str, Any], proposed: dict[str, Any] | None = None) -> str:
+    """One sentence: "Would have opened 14 cycles instead of 3 in the last 30 days." (today's alone without one)."""
+    period = period_words(current)
+    if proposed is None:
+        return f"Today's policy would have opened {cycles_words(current['opened'])} in {period}."
+    return (
+        f"Would have opened {cycles_words(proposed['opened'])} instead of {current['opened']} in {period} "
+        f"({proposed['graded_runs']:,} graded runs replayed)."
+    )
+
+
+def refusal_words(report: dict[str, Any]) -> str:
+    """The refusals a replay met, by kind: "cooldown 4, maxAnalysesPerDay 2" ("none")."""
+    counts = report.get("refusals") or {}
+    said = [f"{KIND_WORDS[kind]} {counts[kind]}" for kind in (*KINDS, "other") if counts.get(kind)]
+    return ", ".join(said) or "none"
+
+
+def lines(report: dict[str, Any]) -> list[str]:
+    """The report for a shell, line by line."""
+    said = [
+        f"{report['policy']} policy ({report['preset']}): {cycles_words(report['opened'])} would have opened in "
+        f"{period_words(report)} over {report['graded_runs']:,} graded runs",
+        f"  refused: {refusal_words(report)}",
+        f"  each cycle held {timedelta(seconds=report['held_for_seconds'])} ({report['held_for']})",
+        f"  implied spend: {report['spend']['total_usd']} USD (proposer {report['spend']['proposer_usd']}, "
+        f"judge {report['spend']['judge_usd']}; median per cycle over {report['spend']['cycles_priced']} cycles)",
+    ]
+    said += [f"  opened {c['at']} on run {c['anchor']}" for c in report["cycles"][:20]]
+    if report["opened"] > 20:
+        said.append(f"  … and {report['opened'] - 20} more")
+    repro = report.get("reproduction")
+    if repro:
+        verdict = "reproduced" if repro["reproduced"] else "not reproduced"
+        said.append(
+            f"  against what happened: {verdict} — {repro['matched']} of {repro['really_opened']} real cycles on the "
+            f"same anchors, {len(repro['extra'])} extra, {len(repro['missed'])} missed"
+        )
+        said += [f"  cycle {c['cycle']}: {c['why']}" for c in repro["not_reproducible"]]
+    return said

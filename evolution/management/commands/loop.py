@@ -1,4 +1,4 @@
-"""``manage.py loop analyze <kind>:<id>`` — the loop from a shell (Analyze now, the loop's clock)."""
+"""``manage.py loop analyze <kind>:<id>`` — the loop from a shell (Analyze now, the loop's clock, a backtest)."""
 
 from __future__ import annotations
 
@@ -32,8 +32,22 @@ class Command(BaseCommand):
         analyze = sub.add_parser("analyze", help="Open a cycle on request (Analyze now).")
         analyze.add_argument("entity", help="<kind>:<id>, e.g. scenario:triage")
         sub.add_parser("tick", help="Poll pull requests, close overdue watches, recover lost rounds, once.")
+        backtest = sub.add_parser("backtest", help="Replay the entity's graded history through its policy.")
+        backtest.add_argument("entity", help="<kind>:<id>, e.g. scenario:triage")
+        backtest.add_argument("--since", default="30d", help="30d, 12h, 2w, or a date (default 30d).")
+        backtest.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="A proposed settings change (repeatable): loop.trigger.minFailures=3; KEY= removes the key.",
+        )
+        backtest.add_argument("--json", action="store_true", help="Print the reports as JSON.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["action"] == "backtest":
+            self.backtest(options)
+            return
         if options["action"] == "analyze":
             from evolution.loop.trigger import analyze_now
 
@@ -46,3 +60,42 @@ class Command(BaseCommand):
             from evolution.tasks import tick
 
             self.stdout.write(str(tick()))
+
+    def backtest(self, options: dict[str, Any]) -> None:
+        """Backtest today's policy (and the one the --set changes make) and print both reports."""
+        import json
+
+        from django.utils import timezone
+
+        from evolution.loop import backtest
+        from evolution.steering.settings import SettingsRefusal
+        from evolution.steering.settings.base import REMOVE, SET
+        from evolution.steering.settings.preview import Change
+        from evolution.views.settings import parse_value
+
+        entity = find_entity(options["entity"])
+        now = timezone.now()
+        try:
+            since = backtest.parse_since(options["since"], now=now)
+            changes = []
+            for raw in options["set"]:
+                key, equals, text = raw.partition("=")
+                if not equals or not key.strip():
+                    raise SettingsRefusal("invalid", f"--set {raw!r}: write KEY=VALUE, e.g. loop.trigger.minFailures=3")
+                key = key.strip()
+                op = REMOVE if text.strip() == "" else SET
+                changes.append(Change(key, op, parse_value(key, text) if op == SET else None))
+            current, proposed = backtest.run(entity, since=since, changes=changes, actor="manage.py loop", now=now)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        except SettingsRefusal as refusal:
+            raise CommandError(f"{refusal.code}: {refusal.detail}") from None
+        if options["json"]:
+            body = {"current": current.result, "proposed": proposed.result if proposed else None}
+            self.stdout.write(json.dumps(body, indent=2))
+            return
+        for report in (current, proposed):
+            if report is not None:
+                self.stdout.write("\n".join(backtest.lines(report.result)))
+        if proposed is not None:
+            self.stdout.write(backtest.compare_words(current.result, proposed.result))
