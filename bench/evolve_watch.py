@@ -134,7 +134,7 @@ def grades_for(pairs: list[tuple[Any, datetime]], rng: random.Random, shift: flo
     return Grade.objects.bulk_create(grades, batch_size=500)
 
 
-def bench_watch(repeat: int) -> list[float]:
+def bench_watch(repeat: int) -> dict[str, list[float]]:
     from django.db import transaction
 
     from evolution.loop import machine
@@ -166,7 +166,7 @@ def bench_watch(repeat: int) -> list[float]:
     Round.objects.create(cycle=cycle, number=1, status=Round.Status.MERGED, pr_number=1, merge_sha="a" * 40)
     grades_for([(owner, merged + timedelta(minutes=1 + i)) for i in range(1000)], rng, shift=150)
     now = T0
-    times = []
+    times: dict[str, list[float]] = {"tick": [], "query": [], "cpu": []}
     status = None
     for _ in range(repeat + 1):
         fresh = Cycle.objects.get(pk=cycle.pk)
@@ -174,12 +174,19 @@ def bench_watch(repeat: int) -> list[float]:
             with transaction.atomic():
                 started = time.perf_counter()
                 status = machine.evaluate(fresh, now)
-                times.append((time.perf_counter() - started) * 1000)
+                times["tick"].append((time.perf_counter() - started) * 1000)
                 raise _Rollback
         except _Rollback:
             pass
+        # The floors, beside each tick so they share its load: a trivial query, and a fixed piece of Python.
+        started = time.perf_counter()
+        Cycle.objects.filter(pk=cycle.pk).exists()
+        times["query"].append((time.perf_counter() - started) * 1000)
+        started = time.perf_counter()
+        sum(i * i for i in range(100_000))
+        times["cpu"].append((time.perf_counter() - started) * 1000)
     print(f"watch tick settled {status}: windows of 1,000 runs each")
-    return times[1:]  # the first warms the process
+    return {name: values[1:] for name, values in times.items()}  # the first warms the process
 
 
 class _Rollback(Exception):
@@ -225,14 +232,23 @@ def main() -> None:
     parser.add_argument("--landings", type=int, default=2000)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--watch-only", action="store_true", help="time the watch tick only, not the trigger")
     args = parser.parse_args()
     configure(args.db, args.pg_url)
     print(f"load average {os.getloadavg()[0]:.2f} ({args.db})")
-    ticks = bench_watch(args.repeat)
+    measured = bench_watch(args.repeat)
+    ticks, query, cpu = measured["tick"], measured["query"], measured["cpu"]
     print(
         f"watch tick: median {statistics.median(ticks):.1f} ms, slowest {max(ticks):.1f} ms, "
         f"fastest {min(ticks):.1f} ms over {len(ticks)}"
     )
+    print(
+        f"floors in the same run: a trivial query median {statistics.median(query):.2f} ms; "
+        f"the fixed Python (100,000 squares summed) median {statistics.median(cpu):.1f} ms, fastest {min(cpu):.1f} ms "
+        f"— the tick is {statistics.median(ticks) / statistics.median(cpu):.1f}× the Python floor"
+    )
+    if args.watch_only:
+        return
     rates = bench_trigger(args.entities, args.history, args.landings, args.batch, args.seed)
     for phase, rate in rates.items():
         print(f"trigger, evolve path, {phase}: {rate:.0f} landing grades/s in batches of {args.batch}")

@@ -34,12 +34,14 @@ graded whatever the sample (``exempt``) and under the pinned judge
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import Q, TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from evolution.loop.steps import Move, Settle
@@ -210,26 +212,52 @@ def _know(checkout: Any, sha: str) -> None:
 
 
 def observe(cycle: Cycle, now: datetime) -> Observed:
-    """Read the observed span's grades into the three baskets (see the module docstring)."""
+    """Read the observed span's grades into the three baskets (see the module docstring).
+
+    One read of the span in the window's order (graded, then the run's end, then its id), each grade's judge and
+    metrics as their stored text: a judge is decoded once per distinct snapshot, a vector only for the window's
+    runs. The window's grades themselves are read only when a comparator asks for them (``Observed.window``).
+    """
     need, failures = _need(cycle)
     grades = Grade.objects.filter(execution__in=span(cycle, now), status__in=[Grade.Status.GRADED, Grade.Status.FAILED])
     if cycle.watch_deadline is not None:
         grades = grades.filter(Q(graded_at__lt=cycle.watch_deadline) | Q(graded_at=None))
-    rows = grades.values_list("execution_id", "status", "judge", "graded_at", "execution__completed_at")
-    pinned, ungraded = [], 0
-    for execution_id, status, judge, graded_at, completed_at in rows:
-        if status == Grade.Status.GRADED and comparable(cycle.judge, judge):
-            pinned.append((graded_at, completed_at, str(execution_id), execution_id))
-        else:
+    rows = grades.order_by("graded_at", "execution__completed_at", "execution_id").values_list(
+        "execution_id", "status", Cast("judge", TextField()), Cast("metrics", TextField())
+    )
+    pinned: dict[str | None, bool] = {}
+    first: list[Any] = []
+    vectors: list[dict[str, Any]] = []
+    graded = ungraded = 0
+    for execution_id, status, judge, metrics in rows:
+        if judge not in pinned:
+            pinned[judge] = comparable(cycle.judge, json.loads(judge) if judge else None)
+        if status != Grade.Status.GRADED or not pinned[judge]:
             ungraded += 1
-    pinned.sort(key=lambda row: row[:3])
-    first = [row[3] for row in pinned[:need]]
-    # The window's runs without their inputs, outputs and traces (read only if asked), the entity the cycle's own.
-    by_id = Grade.objects.select_related("execution").defer(*HEAVY_RUN_FIELDS).in_bulk(first)
-    window = [by_id[pk] for pk in first]
+            continue
+        graded += 1
+        if len(first) < need:
+            first.append(execution_id)
+            vectors.append(json.loads(metrics) if metrics else {})
+    return Observed(
+        run_ids=first,
+        vectors=vectors,
+        graded=graded,
+        ungraded=ungraded,
+        need=need,
+        min_failures=failures,
+        load=lambda ids: window_grades(cycle, ids),
+    )
+
+
+def window_grades(cycle: Cycle, ids: list[Any]) -> list[Grade]:
+    """The window's runs as grades in ``ids``' order, without their inputs, outputs and traces (read only if asked),
+    each handed the cycle's own entity."""
+    by_id = Grade.objects.select_related("execution").defer(*HEAVY_RUN_FIELDS).in_bulk(ids)
+    window = [by_id[pk] for pk in ids]
     for grade in window:
         grade.entity = cycle.entity
-    return Observed(window=window, graded=len(pinned), ungraded=ungraded, need=need, min_failures=failures)
+    return window
 
 
 def judge_unhealthy(cycle: Cycle, seen: Observed, *, deciding: bool) -> str | None:
@@ -257,7 +285,7 @@ def judge_unhealthy(cycle: Cycle, seen: Observed, *, deciding: bool) -> str | No
 
 def window_record(cycle: Cycle, seen: Observed, answer: Answer | None, which: str) -> dict[str, Any]:
     """The watch_window to store: the runs the answer rests on, oldest first, and the progress in graded runs."""
-    runs = answer.run_ids if answer is not None else [str(g.execution_id) for g in seen.window]
+    runs = answer.run_ids if answer is not None else [str(run) for run in seen.run_ids]
     bad = answer.bad if answer is not None else None
     window = dict(cycle.watch_window or {})
     window.update(

@@ -7,7 +7,7 @@ these shapes; the loop's watch and verdict stages pass them between them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -55,21 +55,36 @@ def outcomes(grades: Iterable[Grade], terms: dict[str, Any]) -> list[dict[str, A
 
 @dataclass
 class Observed:
-    """The observed span of one watch, read once."""
+    """The observed span of one watch, read once.
 
-    #: The window: the first ``need`` runs graded under the pinned judge, in the order they were graded.
-    window: list[Grade]
+    The window's run ids and their metric vectors are read with the span (a comparison of windows needs no more);
+    ``window``, the runs as grades, is read on first use only (a count or a brain's function asks for it).
+    """
+
+    #: The window's runs (execution ids, as stored): the first ``need`` graded under the pinned judge, in that order.
+    run_ids: list[Any]
     #: Runs graded under the pinned judge in the span (the window and beyond).
     graded: int
     #: Failed gradings plus grades under another judge (or none) in the span.
     ungraded: int
     need: int
     min_failures: int
-    bad: list[bool] = field(default_factory=list)
+    #: Each window run's metric vector as graded (the judge's or the code's), in the window's order.
+    vectors: list[dict[str, Any]] = field(default_factory=list)
+    #: Reads the window's grades, in the window's order (called once, on first use of ``window``).
+    load: Callable[[list[Any]], list[Grade]] | None = field(default=None, repr=False)
+    _grades: list[Grade] | None = field(default=None, repr=False)
+
+    @property
+    def window(self) -> list[Grade]:
+        """The window's runs as grades, in the window's order (read on first use)."""
+        if self._grades is None:
+            self._grades = self.load(self.run_ids) if self.load is not None and self.run_ids else []
+        return self._grades
 
     @property
     def have(self) -> int:
-        return len(self.window)
+        return len(self.run_ids)
 
     @property
     def full(self) -> bool:

@@ -12,12 +12,15 @@
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Max
+from django.db.models import Max, TextField
+from django.db.models.functions import Cast
 
 from evolution.models import Cycle
 from evolution.presets import readings as R
@@ -152,15 +155,48 @@ def evolve_should_open(window: list[dict[str, Any]], trigger: Mapping[str, Any])
 # --- The watch ---------------------------------------------------------------------------------
 
 
-def before_grades(cycle: Cycle) -> list[Grade]:
-    """The graded runs of the window the cycle opened on, under the judge it pinned, oldest first."""
-    ids = [str(run) for run in (cycle.window or {}).get("runIds") or []]
+def before_runs(cycle: Cycle) -> list[R.Run]:
+    """The window the cycle opened on as (run id, metric vector) pairs, under the judge it pinned, oldest first.
+
+    One read of two columns and the judge's stored text: a judge is decoded once per distinct snapshot.
+    """
+    ids = run_uuids((cycle.window or {}).get("runIds") or [])
     rows = (
-        Grade.objects.filter(execution_id__in=ids, status=Grade.Status.GRADED)
-        .only("execution_id", "metrics", "judge", "graded_at", "entity_id", "status", "score", "passed")
+        Grade.objects.filter(execution__id__in=ids, status=Grade.Status.GRADED)
         .order_by("graded_at", "execution_id")
+        .values_list("execution_id", Cast("judge", TextField()), Cast("metrics", TextField()))
     )
-    return [grade for grade in rows if comparable(cycle.judge, grade.judge)]
+    pinned: dict[str | None, bool] = {}
+    runs: list[R.Run] = []
+    for execution_id, judge, metrics in rows:
+        if judge not in pinned:
+            pinned[judge] = comparable(cycle.judge, json.loads(judge) if judge else None)
+        if pinned[judge]:
+            runs.append((execution_id, json.loads(metrics) if metrics else {}))
+    return runs
+
+
+def run_uuids(ids: list[Any]) -> list[uuid.UUID]:
+    """A stored window's run ids as UUIDs (what the lookup binds without normalising each; a malformed id names no
+    run and is left out)."""
+    found = []
+    for run in ids:
+        try:
+            found.append(run if isinstance(run, uuid.UUID) else uuid.UUID(str(run)))
+        except ValueError:
+            continue
+    return found
+
+
+def after_runs(seen: Observed, after_window: Mapping[str, Any] | None) -> list[R.Run]:
+    """The watch's window as (run id, metric vector) pairs, oldest first — only the runs the after window names
+    when the entity's own window() narrowed it."""
+    runs = list(zip(seen.run_ids, seen.vectors, strict=True))
+    named = (after_window or {}).get("runIds")
+    if named is None:
+        return runs
+    kept = {str(run) for run in named}
+    return [run for run in runs if str(run[0]) in kept]
 
 
 def period_values(window: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -193,14 +229,14 @@ def _reading(
         source, spread = "window", None
     else:
         assert sides is not None
-        before, after = R.point(sides.before, spec), R.point(sides.after, spec)
-        n_before = sum(R.to_number(v) is not None for v in sides.before)
-        n_after = sum(R.to_number(v) is not None for v in sides.after)
+        measured_before, measured_after = R.measured(sides.before), R.measured(sides.after)
+        before, after = R.point_of(measured_before, spec), R.point_of(measured_after, spec)
+        n_before, n_after = len(measured_before), len(measured_after)
         source = sides.source
         spread = None
         if n_before >= R.MIN_RUNS and n_after >= R.MIN_RUNS:
             spread = R.interval(
-                sides.before, sides.after, spec=spec, confidence=confidence, seed=R.seed_for(cycle.pk, metric_id)
+                measured_before, measured_after, spec=spec, confidence=confidence, seed=R.seed_for(cycle.pk, metric_id)
             )
     band = R.allowed(spec, terms, before) if before is not None else None
     moved = R.gain(spec, before, after)
@@ -240,7 +276,7 @@ def readings_of(cycle: Cycle, seen: Observed, after_window: Mapping[str, Any] | 
     terms = cycle.entity.terms or {}
     metrics = R.voting(terms)
     run_ids = [mid for mid, spec in metrics if not R.is_period(spec)]
-    sides = R.values_by_source(terms, run_ids, before_grades(cycle), list(seen.window))
+    sides = R.values_by_source(terms, run_ids, before_runs(cycle), after_runs(seen, after_window))
     before_period, after_period = period_values(cycle.window), period_values(after_window)
     confidence = R.confidence_of(terms)
     return [
@@ -355,7 +391,7 @@ def _gain_words(r: dict[str, Any]) -> str:
 
 def compare(cycle: Cycle, seen: Observed, after_window: Mapping[str, Any] | None = None) -> Answer:
     """The evolve comparator: None until the watch's window is full, then the six rules' verdict and its record."""
-    runs = [str(g.execution_id) for g in seen.window]
+    runs = [str(run) for run in seen.run_ids]
     if not seen.full or (after_window is not None and after_window.get("ready") is False):
         return Answer(None, run_ids=runs)
     readings = readings_of(cycle, seen, after_window)

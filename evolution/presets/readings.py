@@ -8,6 +8,7 @@ Everything here is a plain function over values and specs: no rows are read exce
 
 from __future__ import annotations
 
+import statistics
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -58,6 +59,13 @@ def how(spec: Mapping[str, Any]) -> str:
 def point(values: Iterable[Any], spec: Mapping[str, Any]) -> Any:
     """The metric's one value over a window's runs (median, or mean), None when no run measured it."""
     return aggregate(values, how(spec))
+
+
+def point_of(numbers: list[Any], spec: Mapping[str, Any]) -> Any:
+    """``point`` over values already ``measured``: floats read as floats, any Decimal among them exactly."""
+    if not numbers or any(type(number) is not float for number in numbers):
+        return aggregate(numbers, how(spec))
+    return statistics.median(numbers) if how(spec) == "median" else statistics.fmean(numbers)
 
 
 def under_floor(spec: Mapping[str, Any], value: Any) -> bool:
@@ -115,34 +123,51 @@ class Sides:
     after: list[Any]
 
 
+#: One run of a window as the readings take it: its execution id and its metric vector as graded.
+Run = tuple[Any, Mapping[str, Any]]
+
+
+def measured(values: Iterable[Any]) -> list[Any]:
+    """The values a metric was measured at, as numbers (Decimal for money, float otherwise); absent ones dropped.
+
+    A float is taken as it is (most of a window's values are): ``to_number`` is asked only of the rest.
+    """
+    numbers: list[Any] = []
+    keep = numbers.append
+    for value in values:
+        if type(value) is float:
+            keep(value)
+        elif value is not None:
+            number = to_number(value)
+            if number is not None:
+                keep(number)
+    return numbers
+
+
 def values_by_source(
-    terms: Mapping[str, Any], metric_ids: Iterable[str], before: list[Grade], after: list[Grade]
+    terms: Mapping[str, Any], metric_ids: Iterable[str], before: list[Run], after: list[Run]
 ) -> dict[str, Sides]:
     """Each run metric's values on both windows, from one source per metric (people only when both windows hold
     at least minPairs rated runs); people's ratings are read in one query, only when a metric is human-rated."""
     metrics = specs(terms)
     ids = list(metric_ids)
     rated = [mid for mid in ids if human_rated(metrics.get(mid) or {})]
-    ratings = people_values([g.execution_id for g in before + after]) if rated else {}
+    ratings = people_values([run for run, _ in before + after]) if rated else {}
     need = min_pairs(terms)
     read: dict[str, Sides] = {}
     for mid in ids:
         spec = metrics.get(mid) or {}
+        judge = Sides(JUDGE, [vector.get(mid) for _, vector in before], [vector.get(mid) for _, vector in after])
         if mid not in rated:
-            read[mid] = Sides(
-                JUDGE, [(g.metrics or {}).get(mid) for g in before], [(g.metrics or {}).get(mid) for g in after]
-            )
+            read[mid] = judge
             continue
-        people_before = [ratings.get(str(g.execution_id), {}).get(mid) for g in before]
-        people_after = [ratings.get(str(g.execution_id), {}).get(mid) for g in after]
+        people_before = [ratings.get(str(run), {}).get(mid) for run, _ in before]
+        people_after = [ratings.get(str(run), {}).get(mid) for run, _ in after]
         counted = sum(v is not None for v in people_before), sum(v is not None for v in people_after)
-        source = source_of(spec, *counted, need)
-        if source == PEOPLE:
+        if source_of(spec, *counted, need) == PEOPLE:
             read[mid] = Sides(PEOPLE, people_before, people_after)
         else:
-            read[mid] = Sides(
-                JUDGE, [(g.metrics or {}).get(mid) for g in before], [(g.metrics or {}).get(mid) for g in after]
-            )
+            read[mid] = judge
     return read
 
 
@@ -222,8 +247,8 @@ def interval(
 
     None when either side holds fewer than three measured runs: there is no interval to read.
     """
-    a = np.array([float(v) for v in (to_number(x) for x in before) if v is not None], dtype=float)
-    b = np.array([float(v) for v in (to_number(x) for x in after) if v is not None], dtype=float)
+    a = np.array(measured(before), dtype=float)
+    b = np.array(measured(after), dtype=float)
     if len(a) < MIN_RUNS or len(b) < MIN_RUNS:
         return None
     rng = np.random.default_rng(seed)
