@@ -151,6 +151,11 @@ def month_words(spent: Decimal, ceiling: Decimal, now: datetime) -> str:
     )
 
 
+def ceiling_sentence(refusal: str) -> str:
+    """The refusal as the fleet and needs-you say it to a person: a sentence, not a row's reason."""
+    return "Monthly spend ceiling reached: " + refusal.removeprefix("maxUsdPerMonth: ") + "."
+
+
 def month_refusals(entities: Iterable[Entity], *, now: datetime) -> dict[int, str]:
     """{entity id: the refusal} for each of ``entities`` whose month's loop spend reached its ceiling.
 

@@ -18,7 +18,8 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Count, Prefetch, Q, QuerySet, Sum
+from django.db.models import Count, IntegerField, OuterRef, Prefetch, QuerySet, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from evolution.core import outcomes, spend
@@ -109,6 +110,11 @@ class Month:
         return f"{timezone.localtime(self.start):%B %Y}"
 
     @property
+    def judge_usd(self) -> Decimal:
+        """The judge's share: the check's replays graded and the watch's exempt gradings."""
+        return self.parts["check_judge_usd"] + self.parts["watch_judge_usd"]
+
+    @property
     def cycles(self) -> int:
         return len(self.validated) + len(self.regressed) + len(self.others)
 
@@ -168,31 +174,50 @@ def entity_months(entity: Entity, *, now: datetime | None = None, months: int = 
     }
 
 
-def fleet_months(entity_ids: list[int], *, now: datetime) -> dict[int, dict[str, Any]]:
-    """{entity id: {spent_usd, validated, regressed, cycles}} of this calendar month, one query for them all."""
-    if not entity_ids:
-        return {}
+#: What ``with_month`` annotates on an entity, and a fleet row's month reads back.
+MONTH_FIELDS = ("month_cycles", "month_validated", "month_regressed", *(f"month_{name}" for name in spend.PARTS))
+
+
+def with_month(entities: QuerySet[Entity], *, now: datetime) -> QuerySet[Entity]:
+    """``entities`` annotated with this calendar month's loop: cycles opened, validated, regressed, each cost part.
+
+    Correlated subqueries in the entities' own query (the fleet reads its page's rows in one query).
+    """
     start, end = spend.month_of(now)
-    rows = (
-        spend.with_cost(spend.opened_in(start, end).filter(entity_id__in=entity_ids))
-        .order_by()
-        .values("entity_id")
-        .annotate(
-            cycles=Count("id"),
-            validated=Count("id", filter=Q(status=Cycle.Status.VALIDATED)),
-            regressed=Count("id", filter=Q(status=Cycle.Status.REGRESSED)),
-            **{f"sum_{name}": Sum(name, output_field=MoneyField()) for name in spend.PARTS},
+
+    def mine() -> QuerySet[Cycle]:
+        return spend.opened_in(start, end).filter(entity=OuterRef("pk")).order_by()
+
+    def counted(**where: Any) -> Any:
+        rows = mine().filter(**where).values("entity").annotate(n=Count("id")).values("n")[:1]
+        return Coalesce(Subquery(rows, output_field=IntegerField()), 0)
+
+    def summed(name: str) -> Any:
+        rows = spend.with_cost(mine()).values("entity").annotate(total=Sum(name, output_field=MoneyField()))
+        return Coalesce(
+            Subquery(rows.values("total")[:1], output_field=MoneyField()),
+            Value(ZERO, output_field=MoneyField()),
+            output_field=MoneyField(),
         )
+
+    return entities.annotate(
+        month_cycles=counted(),
+        month_validated=counted(status=Cycle.Status.VALIDATED),
+        month_regressed=counted(status=Cycle.Status.REGRESSED),
+        **{f"month_{name}": summed(name) for name in spend.PARTS},
     )
-    answer = {}
-    for row in rows:
-        answer[row["entity_id"]] = {
-            "spent_usd": sum((row[f"sum_{name}"] or ZERO for name in spend.PARTS), ZERO),
-            "validated": row["validated"],
-            "regressed": row["regressed"],
-            "cycles": row["cycles"],
-        }
-    return answer
+
+
+def month_of_row(entity: Entity) -> dict[str, Any]:
+    """A fleet row's month from an entity ``with_month`` annotated: {spent_usd, validated, regressed, cycles,
+    ceiling_usd}."""
+    return {
+        "spent_usd": sum((getattr(entity, f"month_{name}", None) or ZERO for name in spend.PARTS), ZERO),
+        "validated": getattr(entity, "month_validated", 0) or 0,
+        "regressed": getattr(entity, "month_regressed", 0) or 0,
+        "cycles": getattr(entity, "month_cycles", 0) or 0,
+        "ceiling_usd": spend.month_ceiling(entity),
+    }
 
 
 # --- loop_summary -----------------------------------------------------------------------------

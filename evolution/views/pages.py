@@ -25,6 +25,7 @@ from evolution.reads import fleet as fleet_reads
 from evolution.reads import history, status, story
 from evolution.steering import groups
 from evolution.views.checkchart import movement_strip
+from evolution.views.spend import spend_context
 from grading.metrics import aggregate, specs
 from grading.models import Entity
 from singularity.plots import HLine, Series, line_chart
@@ -95,6 +96,7 @@ def entity_cycles_context(entity: Entity) -> dict[str, Any]:
         "ended": status.ENDED,
         "groups": groups.overview(entity),
         "cannot_analyze": cannot_analyze(entity),
+        "spend": spend_context(entity),
     }
 
 

@@ -315,3 +315,42 @@ def test_loop_summary_is_in_the_schema(person):
     operation = schema["paths"]["/api/loop/summary/"]["get"]
     assert operation["operationId"] == "loop_summary"
     assert {p["name"] for p in operation["parameters"]} >= {"since", "until", "target_kind", "target_id"}
+
+
+# --- The fleet: see below ---
+
+
+@pytest.fixture
+def web(client, alice):
+    client.force_login(alice)
+    return client
+
+
+# --- The entity page -------------------------------------------------------------------------
+
+
+def test_the_entity_page_shows_each_months_spend_against_what_it_moved(web, march):
+    entity, made = march
+    with time_machine.travel(datetime(2026, 3, 25, tzinfo=UTC), tick=False):
+        html = web.get(f"/evolution/entities/scenario/{entity.slug}/cycles/").content.decode()
+    section = html[html.index('id="entity-spend"') :]
+    section = section[: section.index("</section>")]
+    assert "This month the loop spent" in section and ">$1.78</span>" in section
+    assert "of the brain's monthly ceiling of" in section and ">$10.00</span>" in section
+    march_row = section[
+        section.index('id="spend-2026-03"') : section.index("</tr>", section.index('id="spend-2026-03"'))
+    ]
+    assert f"cycle {made['gain'].pk}</a> · accuracy 0.125 in [0.05, 0.2] at 90%" in march_row
+    assert f"cycle {made['count'].pk}</a> · 5 of 5 graded runs, 0 bad" in march_row
+    assert f"cycle {made['regressed'].pk}</a> · Reverted" in march_row
+    assert "on 1 cycle" in march_row  # the skip that measured nothing
+    assert "<svg" in section and "Monthly ceiling" in section
+    assert "maxUsdPerMonth:" not in section  # the refusal's row words are not shown; the page says it in words
+
+
+def test_the_entity_page_says_when_the_ceiling_refuses_and_when_it_opens_again(web):
+    entity = looped("triage", loop=FREE, manifest=CEILING)
+    spent_cycle(entity, at=datetime(2026, 3, 2, tzinfo=UTC), proposer="10")
+    with time_machine.travel(datetime(2026, 3, 20, tzinfo=UTC), tick=False):
+        html = web.get("/evolution/entities/scenario/triage/cycles/").content.decode()
+    assert 'id="spend-refused"' in html and "No new cycle opens until" in html
