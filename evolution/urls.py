@@ -72,6 +72,13 @@ urlpatterns += [
     path("entities/<str:target_kind>/<str:slug>/policy/", views_settings.entity_policy, name="entity-policy"),
 ]
 
+# --- The Policy view's Backtest panel (evolution.views.backtest) ---
+from evolution.views import backtest as views_backtest  # noqa: E402
+
+urlpatterns += [
+    path("entities/<str:target_kind>/<str:slug>/backtest/", views_backtest.entity_backtest, name="entity-backtest"),
+]
+
 # --- What needs a person: the page and the navigation's count (evolution.views_needs_you) ---
 from evolution.views import needs_you as views_needs_you  # noqa: E402
 

@@ -49,11 +49,11 @@ LISTED = 200
 #: The refusal kinds a report counts, in ``opening.refusal``'s order.
 KINDS = ("live_cycle", "hold", "lock_group", "cooldown", "daily_cap")
 KIND_WORDS = {
-    "live_cycle": "a cycle was live",
-    "hold": "a hold stood",
-    "lock_group": "a lock group was held",
-    "cooldown": "cooldown",
-    "daily_cap": "maxAnalysesPerDay",
+    "live_cycle": "a cycle already live",
+    "hold": "held",
+    "lock_group": "lock group busy",
+    "cooldown": "cooling down",
+    "daily_cap": "daily cap reached",
     "other": "other",
 }
 SINCE = re.compile(r"^(\d{1,4})([hdw])$")

@@ -24,6 +24,7 @@ from django.views.decorators.http import require_POST
 
 from evolution.steering import settings as sw
 from evolution.steering.settings.base import WHOLESALE
+from evolution.views import backtest as backtests
 from grading.models import Entity
 from singularity.brain import defaults as D
 from singularity.brain import terms as T
@@ -329,6 +330,8 @@ def policy_context(entity: Entity) -> dict[str, Any]:
         "actions": sw.actions(entity, limit=SHOWN_ACTIONS),
         "target_kind": entity.target_kind,
         "target_id": entity.slug,
+        "reports": backtests.recent(entity),
+        "periods": backtests.PERIODS,
     }
 
 
@@ -435,6 +438,7 @@ def preview(request: HttpRequest) -> HttpResponse:
         "expect": json.dumps(expect),
         "via_widen": sw.widens_family(write["key"]),
         "wholesale": wholesale_note(write["target"], write["key"]) if answer.changed else "",
+        "backtest": backtests.for_preview(write, answer, actor=request.user.get_username()),
         "said": "" if answer.changed else "Nothing to change: the file already says so.",
         "target_kind": request.POST.get("targetKind", ""),
         "target_id": request.POST.get("targetId", ""),

@@ -122,6 +122,8 @@ class Answer:
     dry_run: bool = False
     subject: str = ""
     summary: str = ""
+    #: On a dry run that changes an entity's file: its resolved terms with the write made (not in the API's answer).
+    terms_after: dict[str, Any] | None = None
 
     @property
     def changed(self) -> bool:

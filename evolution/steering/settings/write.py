@@ -193,6 +193,7 @@ def _run(
             staged = _stage(clone, branch, target, plan, expect, actor=actor, op=op)
             answer.files, answer.widened = staged.files(), staged.widened
             answer.summary = "; ".join(e.words() for e in staged.edits)
+            answer.terms_after = staged.terms_after
             if staged.widened and not allow_widen:
                 raise SettingsRefusal(REFUSED, _widen_refusal(staged.widened), widened=staged.widened)
             if dry_run or not answer.changed:
