@@ -55,22 +55,51 @@ def due_since(rnd: Round, cycle: Cycle | None = None) -> datetime:
 
 
 def stuck_since(cycle: Cycle, rnd: Round, now: datetime) -> datetime | None:
-    """Since when ``rnd``'s step has been due with no worker on it, when that is longer than STUCK_AFTER; else None.
+    """Since when ``rnd``'s step has been due with no worker on it, when that is longer than STUCK_AFTER; else None."""
+    found = stuck_step(cycle, rnd, now)
+    return found[1] if found is not None else None
 
-    Read from rows already loaded (no query): an apply nobody holds, or an
-    analysis no worker has claimed.
+
+def stuck_step(cycle: Cycle, rnd: Round, now: datetime) -> tuple[str, datetime] | None:
+    """(the step in words, since when it has been due) when ``rnd``'s step has waited longer than STUCK_AFTER.
+
+    Read from rows already loaded (no query), for every phase with a step a
+    sweep picks up (``evolution.loop.recovery.BY_PHASE``): an apply nobody
+    holds, an analysis no worker has claimed, a poll of the PR (checking,
+    merge wait, reverting: a taken poll pushes ``next_poll_at`` out by its
+    lease, so one left in the past is a poll nobody ran), a check or a watch
+    past its deadline and still open, a revert due and never opened.
     """
+    found = _due_step(cycle, rnd, now)
+    if found is None or found[1] >= now - STUCK_AFTER:
+        return None
+    return found
+
+
+def _due_step(cycle: Cycle, rnd: Round, now: datetime) -> tuple[str, datetime] | None:
+    phase = cycle.phase
+    if phase == Cycle.Phase.REVERTING:  # settled already; the revert is its step
+        if not rnd.merge_sha or rnd.revert_outcome:
+            return None
+        if rnd.revert_pr_number is None:  # due at the settle and never opened
+            return "the revert", cycle.next_poll_at or cycle.moved_at
+        return (f"the follow of revert PR #{rnd.revert_pr_number}", cycle.next_poll_at) if cycle.next_poll_at else None
     if cycle.status:
         return None
-    if cycle.phase == Cycle.Phase.APPLYING and rnd.status == Round.Status.ACCEPTED:
+    if phase == Cycle.Phase.APPLYING and rnd.status == Round.Status.ACCEPTED:
         if rnd.apply_claimed_at is not None and rnd.apply_claimed_at >= now - apply_lease():
             return None
-        since = due_since(rnd, cycle)
-    elif cycle.phase == Cycle.Phase.ANALYSING and rnd.status == Round.Status.ANALYSING and not rnd.brief:
-        since = cycle.moved_at
-    else:
-        return None
-    return since if since < now - STUCK_AFTER else None
+        return "the accepted change", due_since(rnd, cycle)
+    if phase == Cycle.Phase.ANALYSING and rnd.status == Round.Status.ANALYSING and not rnd.brief:
+        return "the analysis", cycle.moved_at
+    if phase in (Cycle.Phase.CHECKING, Cycle.Phase.MERGE_WAIT) and rnd.status == Round.Status.APPLIED and rnd.pr_number:
+        times = [cycle.next_poll_at, cycle.check_deadline if phase == Cycle.Phase.CHECKING else None]
+        due = [t for t in times if t is not None]
+        what = "the pre-merge check" if phase == Cycle.Phase.CHECKING else "the merge wait"
+        return (f"{what} of PR #{rnd.pr_number}", min(due)) if due else None
+    if phase == Cycle.Phase.WATCHING and rnd.merge_sha and cycle.watch_deadline is not None:
+        return "the watch's closing read", cycle.watch_deadline
+    return None
 
 
 def take_resend(round_id: int, now: datetime) -> bool:

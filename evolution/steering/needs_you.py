@@ -222,7 +222,8 @@ def _rearm_item(entity: Entity, reason: str) -> dict[str, Any]:
 def stuck_item(cycle: Cycle, rnd: Round, since: datetime, now: datetime) -> dict[str, Any]:
     """A step due with no worker on it: the loop hands it over on every tick, so the workers are what is wrong."""
     url = absolute(cycle_path(cycle.pk))
-    what = "the accepted change" if rnd.status == Round.Status.ACCEPTED else "the analysis"
+    found = due.stuck_step(cycle, rnd, now)
+    what = found[0] if found is not None else "its step"
     waited = max(int((now - since).total_seconds() // 60), 1)
     return _item(
         "stuck",

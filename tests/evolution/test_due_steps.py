@@ -130,3 +130,27 @@ def test_the_tick_runs_every_sweep_and_one_that_breaks_stops_none_of_the_others(
     done = recovery.tick()
     assert ran == [name for name in sweeps if name != "check"]
     assert done["check"] is None and "the check sweep failed" in caplog.text
+
+
+def test_a_poll_a_check_a_watch_or_a_revert_due_for_longer_than_a_few_ticks_is_listed_as_stuck(accepted):
+    from evolution.core.due import stuck_step
+
+    now = timezone.now()
+    cycle = accepted.cycle
+    accepted.status, accepted.pr_number = Round.Status.APPLIED, 7
+    cycle.phase, cycle.next_poll_at = Cycle.Phase.MERGE_WAIT, now - timedelta(minutes=6)
+    assert stuck_step(cycle, accepted, now) == ("the merge wait of PR #7", now - timedelta(minutes=6))
+    cycle.next_poll_at = now + timedelta(minutes=9)  # a worker holds the poll's lease
+    assert stuck_step(cycle, accepted, now) is None
+    cycle.phase, cycle.check_deadline = Cycle.Phase.CHECKING, now - timedelta(minutes=8)
+    assert stuck_step(cycle, accepted, now) == ("the pre-merge check of PR #7", now - timedelta(minutes=8))
+    accepted.merge_sha = "m" * 40
+    cycle.phase, cycle.watch_deadline = Cycle.Phase.WATCHING, now - timedelta(minutes=2)
+    assert stuck_step(cycle, accepted, now) is None  # only two minutes: a tick may yet come
+    cycle.watch_deadline = now - timedelta(hours=1)
+    assert stuck_step(cycle, accepted, now) == ("the watch's closing read", now - timedelta(hours=1))
+    cycle.status, cycle.phase, cycle.next_poll_at = Cycle.Status.REGRESSED, Cycle.Phase.REVERTING, None
+    cycle.moved_at = now - timedelta(minutes=20)
+    assert stuck_step(cycle, accepted, now) == ("the revert", now - timedelta(minutes=20))  # due, never opened
+    accepted.revert_outcome = "merged"
+    assert stuck_step(cycle, accepted, now) is None
