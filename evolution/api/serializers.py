@@ -321,6 +321,16 @@ class RecalledBySerializer(serializers.Serializer):
     label = serializers.CharField()
 
 
+class CycleCostSerializer(serializers.Serializer):
+    """A cycle's whole cost, exact (issue 16): snake_case, money as decimal strings."""
+
+    total_usd = MoneyString(help_text="The sum of the four parts.")
+    proposer_usd = MoneyString(help_text="Every proposer call of every round.")
+    replays_usd = MoneyString(help_text="The pre-merge check's replays' own model calls.")
+    check_judge_usd = MoneyString(help_text="The judge grading the check's replays.")
+    watch_judge_usd = MoneyString(help_text="The judge grading the runs the watch booked exempt.")
+
+
 class CycleDetailSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     targetKind = serializers.CharField()
@@ -335,6 +345,7 @@ class CycleDetailSerializer(serializers.Serializer):
     requestedBy = serializers.CharField()
     anchor = serializers.CharField(allow_null=True, help_text="The run whose grade opened it.")
     spentUsd = MoneyString()
+    cost = CycleCostSerializer(help_text="What the cycle cost, to the last decimal, by part.")
     startedAt = Instant()
     proposedAt = Instant()
     appliedAt = Instant()

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db.models import Prefetch, prefetch_related_objects
 
+from evolution.core import spend
 from evolution.core.links import file_change
 from evolution.models import Cycle, Lesson, Recall, Round
 from evolution.reads import checks
@@ -248,6 +249,8 @@ def cycle_detail(cycle: Cycle) -> dict[str, Any]:
         "requestedBy": cycle.requested_by.get_username() if cycle.requested_by else "",
         "anchor": str(cycle.anchor_id) if cycle.anchor_id else None,
         "spentUsd": cycle.spent_usd,
+        # Its whole cost to the last decimal, by part (issue 16): evolution.core.spend.
+        "cost": spend.cost_of(cycle),
         "startedAt": cycle.started_at,
         "proposedAt": cycle.proposed_at,
         "appliedAt": cycle.applied_at,

@@ -354,3 +354,22 @@ def test_the_entity_page_says_when_the_ceiling_refuses_and_when_it_opens_again(w
     with time_machine.travel(datetime(2026, 3, 20, tzinfo=UTC), tick=False):
         html = web.get("/evolution/entities/scenario/triage/cycles/").content.decode()
     assert 'id="spend-refused"' in html and "No new cycle opens until" in html
+
+
+# --- One cycle ---------------------------------------------------------------------------------
+
+
+def test_loop_get_cycle_and_the_cycle_page_carry_its_cost_by_part(person, web, march):
+    _, made = march
+    cycle = made["gain"]
+    body = person.get(f"/api/loop/cycles/{cycle.pk}/").json()
+    assert body["cost"] == {
+        "total_usd": "0.28",
+        "proposer_usd": "0.25",
+        "replays_usd": "0.00",
+        "check_judge_usd": "0.00",
+        "watch_judge_usd": "0.03",
+    }
+    html = web.get(f"/evolution/cycles/{cycle.pk}/").content.decode()
+    stat = html[html.index('id="cycle-cost"') :]
+    assert ">$0.28</span>" in stat[:400] and "judging the watch" in stat[:900]
