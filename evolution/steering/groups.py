@@ -99,9 +99,11 @@ class Holder:
         if self.cycle.phase == Cycle.Phase.REVERTING:
             revert = self.cycle.rounds.exclude(revert_pr_number=None).order_by("-number").first()
             if revert is not None:
-                where = f" ({revert.revert_pr_url or f'revert PR #{revert.revert_pr_number}'})"
+                where = f" (revert PR #{revert.revert_pr_number})"
         elif rnd is not None:
-            where = f" ({rnd.pr_url or f'PR #{rnd.pr_number}'})"
+            # The number, never the forge's address: this sentence is read on the dashboard's pages, where a
+            # local forge's PR URL is the public address (a different host than the one the person is on).
+            where = f" (PR #{rnd.pr_number})"
         doing = DOING.get(self.cycle.phase, phase_label(self.cycle.phase).lower())
         return (
             f"lock group {self.group} is held: a change to {entity.kind} {entity.slug} {doing}{where} "

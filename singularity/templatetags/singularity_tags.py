@@ -137,6 +137,25 @@ def local(url: Any) -> str:
     return text
 
 
+@register.filter(needs_autoescape=True)
+def local_links(text: Any, autoescape: bool = True) -> str:
+    """A card's or a notice's text for the page: escaped, line breaks kept, and each dashboard address in it
+    (on SINGULARITY_PUBLIC_URL, written for Telegram) a link by its path, so the click keeps the session.
+    """
+    import re
+
+    from django.conf import settings
+    from django.utils.html import escape
+    from django.utils.safestring import mark_safe
+
+    body = escape(str(text or "")) if autoescape else str(text or "")
+    base = (getattr(settings, "SINGULARITY_PUBLIC_URL", "") or "").rstrip("/")
+    if base:
+        pattern = re.compile(re.escape(escape(base)) + r"(/[^\s<>&\"']*)")
+        body = pattern.sub(lambda m: f'<a href="{m.group(1)}">{m.group(1)}</a>', body)
+    return mark_safe(body.replace("\n", "<br>"))
+
+
 @register.filter
 def sign_class(value: Any) -> str:
     """Return "pos", "neg" or "zero" for colouring an amount."""

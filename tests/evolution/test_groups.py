@@ -81,7 +81,7 @@ def test_a_sibling_watching_refuses_a_members_cycle_naming_the_group_the_holder_
     assert not result.opened
     assert result.reason == (
         "lock group audience is held: a change to workflow publish is still watching its merged change "
-        f"(http://forge.example/pulls/7/) (cycle {holder.pk})"
+        f"(PR #7) (cycle {holder.pk})"
     )
 
 
@@ -353,7 +353,7 @@ def test_a_sibling_in_its_pre_merge_check_holds_the_group_and_says_so():
     holder = holding(member("publish", group={"repair": "wait"}), Cycle.Phase.CHECKING)
     assert groups.refusal(layout) == (
         "lock group audience is held: a change to workflow publish is in its pre-merge check "
-        f"(http://forge.example/pulls/7/) (cycle {holder.pk})"
+        f"(PR #7) (cycle {holder.pk})"
     )
 
 

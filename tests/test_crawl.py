@@ -1,0 +1,79 @@
+"""Every page a person reaches from the navigation on a make-run-like demo opens and reads in people's words.
+
+The demo brain synced, its triage run until the loop asks, the proposal
+accepted (its PR open and checked on the local forge), a Pulse tick graded and
+waiting for a rating, the demo being created: then the crawl logs in and
+follows every link of the main navigation and one level of links from each of
+those pages (tests/crawl_helpers.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from evolution.models import PullRequest
+from grading.booking import on_terminal
+from grading.grade import grade_now
+from grading.models import Entity, Execution
+from hitl.models import Card
+from singularity.being.demo import ensure_demo_being
+from tests.crawl_helpers import crawl
+from tests.evolution.demo_helpers import drive_until_card, press, tickets
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def demo(embedded, alice):
+    """The first minutes of ``make run``: graded runs, an accepted proposal's PR, a rating card, the being."""
+    card, failed = drive_until_card(tickets())
+    assert card.kind == Card.Kind.DECIDE and failed
+    press(card, alice, "accept")
+    assert PullRequest.objects.exists()
+    pulse = Entity.objects.get(slug="pulse")
+    tick = Execution.objects.create(
+        entity=pulse,
+        run_kind=Execution.RunKind.HEARTBEAT,
+        status=Execution.Status.SUCCEEDED,
+        source=Execution.Source.SCHEDULE,
+        output={"result": "ok 3 checks"},
+        completed_at=timezone.now(),
+    )
+    grade_now(on_terminal(tick))
+    ensure_demo_being()
+    return embedded
+
+
+def test_every_page_reachable_from_the_navigation_opens_without_an_error_or_a_raw_word(demo, client: Client) -> None:
+    assert client.post("/accounts/login/", {"username": "alice", "password": "alice-password"}).status_code == 302
+
+    def get(path: str) -> tuple[int, str, str]:
+        response = client.get(path, follow=True)
+        body = response.content.decode(errors="replace") if response.get("Content-Type", "").startswith("text/") else ""
+        if "/accounts/login/" in (response.redirect_chain[-1][0] if response.redirect_chain else ""):
+            return 401, "text/plain", ""  # a link that lost the session
+        return response.status_code, response.get("Content-Type", ""), body
+
+    pages = crawl(get, "/evolution/")
+    wrong = [f"{page.url}: {', '.join(page.problems)}" for page in pages.values() if page.problems]
+    assert wrong == [], "\n".join(wrong)
+    reached = set(pages)
+    for expected in ("/evolution/pulls/", "/inbox/", "/evolution/rate/", "/evolution/needs-you/", "/admin/"):
+        assert expected in reached, f"{expected} not reached ({len(reached)} pages)"
+    assert any(re.fullmatch(r"/evolution/cycles/\d+/", url) for url in reached)
+    assert any(re.fullmatch(r"/evolution/pulls/\d+/", url) for url in reached)
+    assert len(reached) > 40
+
+
+def test_no_link_inside_the_dashboard_points_at_the_public_address(demo, alice, client: Client) -> None:
+    """Links inside the dashboard are relative: one at SINGULARITY_PUBLIC_URL would leave the session's host."""
+    client.force_login(alice)
+    for path in ("/evolution/", "/inbox/", "/evolution/needs-you/", "/evolution/pulls/"):
+        html = client.get(path).content.decode()
+        assert "http://dash.example" not in html, path
+    inbox = client.get("/inbox/").content.decode()
+    assert re.search(r'whole run: <a href="/evolution/runs/[0-9a-f-]+/">/evolution/runs/', inbox)  # the card's link
