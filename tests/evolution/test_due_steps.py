@@ -154,3 +154,46 @@ def test_a_poll_a_check_a_watch_or_a_revert_due_for_longer_than_a_few_ticks_is_l
     assert stuck_step(cycle, accepted, now) == ("the revert", now - timedelta(minutes=20))  # due, never opened
     accepted.revert_outcome = "merged"
     assert stuck_step(cycle, accepted, now) is None
+
+
+# --- The analysis: lost, or its worker dead ---------------------------------------------------------
+
+
+@pytest.fixture
+def analysing(tmp_path, settings):
+    fb = forge_brain(tmp_path, settings)
+    rnd = make_round(fb.digest, [])
+    Round.objects.filter(pk=rnd.pk).update(status=Round.Status.ANALYSING)
+    Cycle.objects.filter(pk=rnd.cycle_id).update(phase=Cycle.Phase.ANALYSING)
+    rnd.refresh_from_db()
+    return rnd
+
+
+def test_an_analysis_whose_message_was_lost_is_sent_again_after_half_an_hour(
+    analysing, django_capture_on_commit_callbacks
+):
+    from evolution.loop import machine
+
+    start = analysing.cycle.moved_at
+    for minutes, handed in ((29, 0), (31, 1)):
+        with time_machine.travel(start + timedelta(minutes=minutes), tick=False):
+            with django_capture_on_commit_callbacks() as callbacks:
+                assert machine.sweep_lost() == 0  # nothing failed: it was never started
+            assert len(callbacks) == handed
+    analysing.refresh_from_db()
+    assert analysing.status == Round.Status.ANALYSING
+
+
+def test_an_analysis_whose_worker_died_fails_onto_a_retry_card(analysing):
+    from evolution.loop import machine, proposer
+    from hitl.models import Card
+
+    start = analysing.cycle.moved_at
+    assert proposer.claim(analysing.pk, start) is not None  # a worker took it ... and died
+    with time_machine.travel(start + timedelta(minutes=31), tick=False):
+        assert machine.sweep_lost() == 1
+    analysing.refresh_from_db()
+    assert analysing.status == Round.Status.FAILED and "its worker stopped before answering" in analysing.error
+    cycle = Cycle.objects.get(pk=analysing.cycle_id)
+    assert cycle.phase == Cycle.Phase.DECIDING and not cycle.status
+    assert Card.objects.filter(kind=Card.Kind.RETRY, status=Card.Status.PENDING).count() == 1
