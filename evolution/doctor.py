@@ -74,6 +74,20 @@ def loop_ceilings_section(ctx: DoctorContext) -> Iterator[Check]:
                 f"{_label(entity)} runs unattended with loop.maxAnalysesPerDay: null: "
                 "nothing bounds how many analyses it pays for in a day",
             )
+    yield from _monthly_ceiling(_in_loop(ctx))
+
+
+def _monthly_ceiling(entities: list[Entity]) -> Iterator[Check]:
+    """The entities whose loop spend this month reached ``loop.budget.maxUsdPerMonth`` (issue 16), one query."""
+    from django.utils import timezone
+
+    from evolution.core import spend
+
+    now = timezone.now()
+    refused = spend.month_refusals(entities, now=now)
+    for entity in entities:
+        if entity.pk in refused:
+            yield Check(WARN, f"{_label(entity)}: {spend.ceiling_sentence(refused[entity.pk])}")
 
 
 @section("Loop proposers")

@@ -373,3 +373,14 @@ def test_loop_get_cycle_and_the_cycle_page_carry_its_cost_by_part(person, web, m
     html = web.get(f"/evolution/cycles/{cycle.pk}/").content.decode()
     stat = html[html.index('id="cycle-cost"') :]
     assert ">$0.28</span>" in stat[:400] and "judging the watch" in stat[:900]
+
+
+def test_the_doctor_names_an_entity_at_its_monthly_ceiling():
+    from grading.doctor import run_doctor
+
+    entity = looped("triage", loop=FREE, manifest=CEILING)
+    looped("digest", loop=FREE, manifest=CEILING)
+    spent_cycle(entity, at=datetime(2026, 3, 2, tzinfo=UTC), proposer="10")
+    with time_machine.travel(datetime(2026, 3, 20, tzinfo=UTC), tick=False):
+        found = [f.line() for f in run_doctor(only=["Loop ceilings"]) if f.level != "pass"]
+    assert len(found) == 1 and "scenario:triage: Monthly spend ceiling reached" in found[0]
