@@ -252,7 +252,7 @@ def apply(rnd: Round, *, now: datetime | None = None) -> Fail | None:
         paths = list(getattr(exc, "paths", []) or [])
         return Fail(f"the apply failed: {exc}", paths=paths, unattended=autonomy.unattended(rnd))
     except (ForgeError, SingularityError) as exc:
-        return Fail(f"the apply failed: {exc}", paths=[], unattended=autonomy.unattended(rnd))
+        return Fail(f"the apply failed: {exc}{withdraw(rnd)}", paths=[], unattended=autonomy.unattended(rnd))
     now = now or timezone.now()
     rnd.status = Round.Status.APPLIED
     rnd.base_sha = applied.base_sha
@@ -266,3 +266,30 @@ def apply(rnd: Round, *, now: datetime | None = None) -> Fail | None:
     Cycle.objects.filter(pk=rnd.cycle_id).update(applied_at=now)
     rnd.cycle.applied_at = now
     return None
+
+
+def withdraw(rnd: Round) -> str:
+    """Close the PR this round's broken apply opened, if it opened one; the words the failure adds ("" if none).
+
+    An apply that broke after the forge's open (its record refused, a lost
+    answer) fails onto a Retry card, and a retry is a new round on a new
+    branch: the PR left open would stand beside it for nobody. A forge that
+    cannot be asked is logged and named; the failure stands either way.
+    """
+    from evolution.forges import ForgeError
+
+    try:
+        forge = get_forge()
+        pull = forge.open_pull_of(round_branch(rnd), forge.default_branch())
+        if pull is None:
+            return ""
+        forge.close_pull(pull.number, by=rnd.cycle.actor)
+    except (ForgeError, SingularityError) as exc:
+        log.warning(
+            "apply: cycle %s round %s: its PR could not be looked up or closed: %s", rnd.cycle_id, rnd.number, exc
+        )
+        return f"; a PR it may have opened on {round_branch(rnd)} could not be closed ({exc})"
+    log.info(
+        "apply: cycle %s round %s: PR #%s, opened by the broken apply, closed", rnd.cycle_id, rnd.number, pull.number
+    )
+    return f"; PR #{pull.number}, which it had opened, was closed"

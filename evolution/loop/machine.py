@@ -226,7 +226,8 @@ def apply(round_id: int, *, now: datetime | None = None) -> Round | None:
         failed = applying.apply(rnd, now=now)
     except Exception as exc:  # noqa: BLE001 - any failure of the stage fails its round with the reason, never strands it
         log.exception("loop: cycle %s: the apply of round %s broke", rnd.cycle_id, rnd.number)
-        failed = Fail(f"the apply failed: {type(exc).__name__}: {exc}", paths=[], unattended=autonomy.unattended(rnd))
+        said = f"the apply failed: {type(exc).__name__}: {exc}{applying.withdraw(rnd)}"
+        failed = Fail(said, paths=[], unattended=autonomy.unattended(rnd))
     if failed is not None:
         return _failed(rnd, failed, now or timezone.now())
     now = now or timezone.now()

@@ -186,3 +186,26 @@ def test_on_github_a_revert_retried_after_its_pr_opened_adopts_it(tmp_path, sett
     rnd.refresh_from_db()
     assert rnd.revert_pr_number == first.number
     assert sorted(github_on._state.pulls) == [applied.pull.number, first.number]  # the change's and one revert
+
+
+def test_an_apply_that_breaks_after_the_forge_opened_its_pr_closes_it_and_fails_onto_a_retry_card(fb, monkeypatch):
+    from evolution.loop import apply as applying
+
+    real = applying.apply_round
+
+    def opened_then_broke(round):
+        real(round)
+        raise RuntimeError("the database refused the record")
+
+    monkeypatch.setattr(applying, "apply_round", opened_then_broke)
+    rnd = make_round(fb.digest, [{"path": DIGEST_PATH, "content": edited_digest()}])
+    machine.apply(rnd.pk)
+    [pull] = PullRequest.objects.all()
+    assert pull.state == PullRequest.State.CLOSED  # a Retry is a new round on a new branch: none stands for nobody
+    rnd.refresh_from_db()
+    assert rnd.status == Round.Status.FAILED
+    assert rnd.error == (
+        f"the apply failed: RuntimeError: the database refused the record; PR #{pull.number}, which it had opened, "
+        "was closed"
+    )
+    assert Cycle.objects.get(pk=rnd.cycle_id).phase == Cycle.Phase.DECIDING
