@@ -156,11 +156,17 @@ def evolve_should_open(window: list[dict[str, Any]], trigger: Mapping[str, Any])
 
 
 def before_runs(cycle: Cycle) -> list[R.Run]:
-    """The window the cycle opened on as (run id, metric vector) pairs, under the judge it pinned, oldest first.
+    """The window the cycle opened on as (run id, metric vector) pairs, under the judge it pinned, oldest first."""
+    return pinned_runs(cycle, (cycle.window or {}).get("runIds") or [])
+
+
+def pinned_runs(cycle: Cycle, run_ids: list[Any]) -> list[R.Run]:
+    """The graded runs ``run_ids`` name as (run id, metric vector) pairs, under the judge the cycle pinned, in the
+    order they were graded.
 
     One read of two columns and the judge's stored text: a judge is decoded once per distinct snapshot.
     """
-    ids = run_uuids((cycle.window or {}).get("runIds") or [])
+    ids = run_uuids(run_ids)
     rows = (
         Grade.objects.filter(execution__id__in=ids, status=Grade.Status.GRADED)
         .order_by("graded_at", "execution_id")
@@ -293,6 +299,34 @@ def readings_of(cycle: Cycle, seen: Observed, after_window: Mapping[str, Any] | 
     ]
 
 
+def window_values(cycle: Cycle) -> dict[str, tuple[list[float], list[float]]]:
+    """Each run metric the watch read, its per-run values on both windows from the source its reading names (the
+    people's ratings or the grades), as floats for drawing: {metric: (before, after)}. Empty when the watch has not
+    compared."""
+    record = cycle.watch_verdict or {}
+    if record.get("comparator") != EVOLVE:
+        return {}
+    read = {m["metric"]: m for m in record.get("perMetric") or [] if m.get("scope") == "run"}
+    if not read:
+        return {}
+    before = before_runs(cycle)
+    after = pinned_runs(cycle, (cycle.watch_window or {}).get("runIds") or [])
+    people = any(m.get("source") == R.PEOPLE for m in read.values())
+    ratings = R.people_values([run for run, _ in before + after]) if people else {}
+
+    def side(runs: list[R.Run], metric: str, source: str | None) -> list[float]:
+        if source == R.PEOPLE:
+            values = [ratings.get(str(run), {}).get(metric) for run, _ in runs]
+        else:
+            values = [vector.get(metric) for _, vector in runs]
+        return [float(v) for v in R.measured(values)]
+
+    return {
+        metric: (side(before, metric, m.get("source")), side(after, metric, m.get("source")))
+        for metric, m in read.items()
+    }
+
+
 def _side_missing(reading: dict[str, Any]) -> str | None:
     """Which side a metric went unmeasured on (or measured too thinly for an interval), in words; None if neither."""
     b, a = reading["before"]["n"], reading["after"]["n"]
@@ -396,6 +430,7 @@ def compare(cycle: Cycle, seen: Observed, after_window: Mapping[str, Any] | None
         return Answer(None, run_ids=runs)
     readings = readings_of(cycle, seen, after_window)
     verdict, rule, reason = decide(readings)
+    runs = [str(run) for run, _ in after_runs(seen, after_window)]  # the runs the after side read
     before_n = len((cycle.window or {}).get("runIds") or [])
     tally = f"{seen.have} of {seen.need} {UNIT} against the {before_n} the cycle opened on"
     per_metric = [{k: v for k, v in r.items() if not k.startswith("_")} for r in readings]

@@ -26,6 +26,7 @@ from evolution.reads import history, status, story
 from evolution.steering import groups
 from evolution.views.checkchart import movement_strip
 from evolution.views.spend import spend_context
+from evolution.views.watchchart import draw_windows
 from grading.metrics import aggregate, specs
 from grading.models import Entity
 from singularity.plots import HLine, Series, line_chart
@@ -224,6 +225,7 @@ def cycle_story(request: HttpRequest, pk: int) -> HttpResponse:
     for shown in checks:
         for reading in shown["perMetric"]:
             reading["chart"] = movement_strip(reading)
+    draw_windows(cycle, detail["watch"]["verdict"])  # an evolve watch: both windows per metric
     context = {
         "cycle": cycle,
         "entity": cycle.entity,

@@ -229,3 +229,27 @@ def test_the_cycle_story_draws_both_windows_and_the_interval_against_the_band(cl
     assert 'id="watch-evolve"' in page and 'id="watch-metric-revenue"' in page
     assert "against ±100.75" in page and '<svg class="interval"' in page
     assert "Answered by rule 6 of 6: the whole interval against the bar" in page
+
+
+def test_the_watch_chapter_draws_both_windows_distributions_side_by_side_per_metric(client, django_user_model):
+    import re
+
+    from django.urls import reverse
+
+    alice = django_user_model.objects.create_superuser("alice", "alice@example.org", "pw")
+    client.force_login(alice)
+    cycle = settle_with(watched(), runs([v + 300 for v in STEADY], 0.1), start=AFTER_START)  # conversion broke
+    assert cycle.status == Cycle.Status.REGRESSED
+    page = client.get(reverse("evolution:cycle", args=[cycle.pk])).content.decode()
+    for metric in ("revenue", "conversion"):
+        figure = re.search(rf'id="watch-windows-{metric}">(.*?)</figure>', page, re.S)
+        assert figure is not None, metric
+        drawn = figure.group(1)
+        assert f'aria-label="{metric}: 10 runs before the change, 10 after"' in drawn
+        assert drawn.count("<circle") == 20  # each run of both windows a dot
+        assert "before: median" in drawn and "after: median" in drawn
+    revenue = re.search(r'id="watch-windows-revenue">(.*?)</figure>', page, re.S).group(1)
+    assert "before: median 1007.5 of 10 runs" in revenue and "after: median 1307.5 of 10 runs" in revenue
+    assert "after: median 0.1 of 10 runs" in page
+    assert "Answered by rule 1 of 6: a floor" in page
+    assert '"perMetric"' not in page and "&#x27;perMetric&#x27;" not in page  # the record is shown, not dumped
