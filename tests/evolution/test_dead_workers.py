@@ -24,7 +24,7 @@ from django.utils import timezone
 from evolution.core import polling
 from evolution.loop import machine, recovery
 from evolution.loop.apply import apply_round, round_branch
-from evolution.models import Cycle, PullRequest, Round
+from evolution.models import Cycle, PullRequest, Replay, Round
 from tests.evolution.forge_helpers import DIGEST_PATH, ForgeBrain, edited_digest, forge_brain, make_round
 from tests.singularity.helpers import ROOT, manage_env
 
@@ -209,3 +209,41 @@ def test_an_apply_that_breaks_after_the_forge_opened_its_pr_closes_it_and_fails_
         "was closed"
     )
     assert Cycle.objects.get(pk=rnd.cycle_id).phase == Cycle.Phase.DECIDING
+
+
+# --- Mid-check: a replay's worker died holding it ------------------------------------------------------
+
+
+def test_a_replay_whose_worker_died_mid_run_is_run_again_after_its_lease_once_and_the_check_answers(
+    embedded, alice, monkeypatch
+):
+    from evolution.loop import check
+    from grading.models import Execution
+    from tests.evolution.demo_helpers import drive_until_card, press, tickets, triage
+    from tests.evolution.test_check_end_to_end import held_steps
+
+    started = held_steps(monkeypatch)
+    card, _ = drive_until_card(tickets())
+    press(card, alice, "accept")
+    cycle = Cycle.objects.get(entity=triage(), analysed=True)
+    rnd = cycle.rounds.get(number=1)
+    runs_before = Execution.objects.filter(loop_launched=True).count()
+    dead, *rest = started
+    now = timezone.now()
+    assert check.take(dead, now) is not None  # a worker took it ... and was killed before it finished
+    for replay_id in rest:
+        machine.replay(replay_id)
+    assert Cycle.objects.get(pk=cycle.pk).phase == Cycle.Phase.CHECKING  # one side never landed
+
+    swept: list[int] = []
+    monkeypatch.setitem(machine.STEPS, "replay", swept.append)
+    machine.check_tick(now + check.LEASE - timedelta(seconds=1))
+    assert swept == []  # its worker may still be at it
+    machine.check_tick(now + check.LEASE + timedelta(seconds=1))
+    assert swept == [dead]
+    with time_machine.travel(now + check.LEASE + timedelta(seconds=2), tick=False):
+        machine.replay(dead)
+        machine.replay(dead)  # the sweep's message and a late one: it runs once
+    assert Execution.objects.filter(loop_launched=True).count() == runs_before  # nothing doubled: its own row ran
+    assert Replay.objects.filter(round=rnd, finished_at=None).count() == 0
+    assert Cycle.objects.get(pk=cycle.pk).phase == Cycle.Phase.MERGE_WAIT
