@@ -24,6 +24,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db.models import CharField, F, OuterRef, QuerySet, Subquery, Sum, Value
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast, Coalesce, Concat
 from django.utils import timezone
 
@@ -170,6 +171,35 @@ def month_refusals(entities: Iterable[Entity], *, now: datetime) -> dict[int, st
         for pk, ceiling in ceilings.items()
         if spent.get(pk, ZERO) >= ceiling
     }
+
+
+def month_refusals_in(scope: QuerySet[Entity], *, now: datetime) -> dict[int, str]:
+    """``month_refusals`` of every entity of ``scope`` (a queryset) without reading the entities: one query.
+
+    The ceiling is read out of each entity's stored terms and the month's spend summed in correlated
+    subqueries, for the entities with a ceiling only (none when no tier writes one: nothing is summed).
+    """
+    start, end = month_of(now)
+    ceiling = KeyTextTransform("maxUsdPerMonth", KeyTransform("budget", KeyTransform("loop", "terms")))
+
+    def part(name: str) -> Any:
+        cycles = with_cost(opened_in(start, end).filter(entity=OuterRef("pk")).order_by())
+        total = cycles.values("entity").annotate(total=Sum(name, output_field=MoneyField())).values("total")[:1]
+        return _money(Subquery(total, output_field=MoneyField()))
+
+    rows = (
+        scope.annotate(month_ceiling=ceiling)
+        .filter(month_ceiling__isnull=False)
+        .exclude(month_ceiling="null")  # SQLite's ->> reads a JSON null as the text null
+        .annotate(**{f"month_{name}": part(name) for name in PARTS})
+        .values_list("pk", "month_ceiling", *(f"month_{name}" for name in PARTS))
+    )
+    answers = {}
+    for pk, text, *parts in rows:
+        limit, spent = Decimal(str(text)), sum(parts, ZERO)
+        if spent >= limit:
+            answers[pk] = month_words(spent, limit, now)
+    return answers
 
 
 def month_refusal(entity: Entity, *, now: datetime) -> str | None:
