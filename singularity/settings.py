@@ -99,6 +99,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # one per test run, so two runs side by side never share it.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-db-{os.getpid()}.sqlite3")}
 else:
+    # No JIT: Postgres compiles a statement whose estimated cost passes jit_above_cost, and the planner's
+    # estimate of a correlated subquery over a fleet (the breaker's settles, a window per entity) passes it
+    # while the statement runs in milliseconds — the compile alone took 270 ms of a 20 ms read (issue 18).
+    DATABASES["default"].setdefault("OPTIONS", {})["options"] = "-c jit=off"
     # One test database per test run, so two runs side by side never share it.
     _test_db = f"test_{DATABASES['default'].get('NAME') or 'singularity'}_{os.getpid()}"
     DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME", _test_db)}

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Exists, F, OuterRef, Prefetch, Q, Subquery, prefetch_related_objects
+from django.db.models import Exists, F, OuterRef, Prefetch, Q, QuerySet, Subquery, prefetch_related_objects
 from django.utils import timezone
 
 from evolution.models import AutoAcceptGrant, Cycle, Round, Supervision
@@ -72,15 +72,20 @@ BREAKER_CYCLE_FIELDS = (
 BREAKER_ROUND_FIELDS = ("id", "cycle_id", "number", "merge_sha", "merge_gate", "check_verdict")
 
 
-def _settles(entity_ids: list[int], *, bounded: bool = False) -> dict[int, list[Cycle]]:
+def _settles(entity_ids: list[int] | QuerySet[Entity], *, bounded: bool = False) -> dict[int, list[Cycle]]:
     """Each entity's shipped settles after its last re-arm, newest first, with their rounds prefetched.
 
     One statement whatever the number of entities (the re-arm is a correlated subquery, not a ``Q`` per
-    entity). ``bounded`` keeps only the settles the breaker can still read: the regressed ones after the
-    entity's newest validated one (the streak stops there; each row carries ``validated_at``, which ends the
-    streak as that settle would) and any shipped through an autonomous merge (the unmeasured rule reads every
-    one since the re-arm) — what ``_pause_of`` answers is the same.
+    entity; ``entity_ids`` may be a queryset of entities, read as a subquery). ``bounded`` keeps only the
+    settles the breaker can still read: the regressed ones after the entity's newest validated one (the streak
+    stops there; each row carries ``validated_at``, which ends the streak as that settle would) and any
+    shipped through an autonomous merge (the unmeasured rule reads every one since the re-arm) — what
+    ``_pause_of`` answers is the same. The bounded read tells those apart before the correlated subqueries
+    run (a regressed settle, or one among the autonomous merges' cycles read once), so they run for those
+    settles only, not for every shipped one.
     """
+    if isinstance(entity_ids, QuerySet):
+        entity_ids = entity_ids.values("pk")
     rearm = (
         Supervision.objects.filter(entity_id=OuterRef("entity_id"), kind=Supervision.Kind.REARM)
         .order_by("-created_at")
@@ -99,10 +104,14 @@ def _settles(entity_ids: list[int], *, bounded: bool = False) -> dict[int, list[
             .order_by("-completed_at", "-id")
             .values("completed_at")[:1]
         )
-        autonomous = Round.objects.filter(cycle=OuterRef("pk"), merge_gate=AUTO).exclude(merge_sha="")
+        merged_by_auto = Round.objects.filter(merge_gate=AUTO).exclude(merge_sha="")
+        autonomous = merged_by_auto.filter(cycle=OuterRef("pk"))
         after = Q(validated_at=None) | Q(completed_at__gt=F("validated_at"))
-        cycles = cycles.annotate(validated_at=Subquery(validated), autonomous=Exists(autonomous)).filter(
-            (after & Q(status=Cycle.Status.REGRESSED)) | Q(autonomous=True)
+        candidates = Q(status=Cycle.Status.REGRESSED) | Q(pk__in=merged_by_auto.values("cycle_id"))
+        cycles = (
+            cycles.filter(candidates)
+            .annotate(validated_at=Subquery(validated), autonomous=Exists(autonomous))
+            .filter((after & Q(status=Cycle.Status.REGRESSED)) | Q(autonomous=True))
         )
     # What the breaker and the verdict's strength read, no more: a cycle's brief, window and terms stay unread.
     rounds = Prefetch("rounds", queryset=Round.objects.only(*BREAKER_ROUND_FIELDS))
@@ -128,9 +137,13 @@ def _shipped_unattended(cycle: Cycle) -> bool:
 
 def _pause_of(entity: Entity, settles: list[Cycle]) -> str | None:
     """Why ``settles`` (newest first, after the last re-arm) pause the entity, or None."""
+    return _pause_under(policy(entity), settles)
+
+
+def _pause_under(terms: dict[str, Any], settles: list[Cycle]) -> str | None:
+    """Why ``settles`` pause an entity whose ``loop.autonomy`` block is ``terms``, or None."""
     from evolution.core.outcomes import strength
 
-    terms = policy(entity)
     ceiling = terms.get("maxConsecutiveRegressions", 2)
     if terms.get("onUnmeasured", "pause") != "continue":
         for cycle in settles:
@@ -156,7 +169,30 @@ def paused_many(entities: list[Entity]) -> dict[int, str]:
     ids = [e.pk for e in entities]
     if not ids:
         return {}
-    settles = _settles(ids, bounded=True)
+    return _answers(entities, _settles(ids, bounded=True))
+
+
+def settles_in(scope: QuerySet[Entity]) -> dict[int, list[Cycle]]:
+    """The settles the breaker reads of every entity of ``scope`` (a queryset, read as a subquery): one
+    statement; only the entities that are keys can be paused (``pauses_of`` answers for them)."""
+    return _settles(scope, bounded=True)
+
+
+def pauses_of(settles: dict[int, list[Cycle]]) -> dict[int, str]:
+    """``paused_many`` over settles already read (``settles_in``), keyed by entity id: of the entities with a
+    settle, only their ``loop.autonomy`` blocks are read (one statement), never their whole rows."""
+    if not settles:
+        return {}
+    blocks = Entity.objects.filter(pk__in=sorted(settles)).values_list("pk", "terms__loop__autonomy")
+    answers: dict[int, str] = {}
+    for pk, block in blocks:
+        why = _pause_under(dict(block) if isinstance(block, dict) else {}, settles[pk])
+        if why:
+            answers[pk] = f"paused by the breaker: {why}; a re-arm hands the gates back"
+    return answers
+
+
+def _answers(entities: list[Entity], settles: dict[int, list[Cycle]]) -> dict[int, str]:
     answers: dict[int, str] = {}
     for entity in entities:
         why = _pause_of(entity, settles.get(entity.pk, []))

@@ -28,7 +28,7 @@ from django.utils.dateparse import parse_datetime
 
 from evolution.core.outcomes import phase_label
 from evolution.models import Cycle, GroupLock, Round
-from evolution.steering.supervision import groups_of
+from evolution.steering.supervision import groups_of, may_join_groups
 from grading.models import Entity
 
 #: A change is past its Accept and not settled in these phases (reverting: a regressed change whose revert is awaited).
@@ -60,7 +60,7 @@ def members_of(groups: list[str], *, besides: Entity | None = None) -> dict[str,
     found: dict[str, list[Entity]] = {group: [] for group in groups}
     if not groups:
         return found
-    for entity in Entity.objects.filter(present=True):
+    for entity in Entity.objects.filter(may_join_groups(), present=True):
         if besides is not None and entity.pk == besides.pk:
             continue
         for group in groups_of(entity):

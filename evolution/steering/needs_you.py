@@ -36,10 +36,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import OuterRef, Prefetch, Q, Subquery
+from django.db.models import OuterRef, Prefetch, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from evolution.core import due
@@ -308,8 +309,11 @@ def _config_item(entity: Entity) -> dict[str, Any]:
 # --- The sources --------------------------------------------------------------------
 
 
-def _live_cycles(entity_ids: list[int] | None) -> list[Cycle]:
-    """Every live cycle (the gates and the claims), rounds and cards prefetched (two queries)."""
+def _live_cycles(entity_ids: list[int] | QuerySet[Any] | None) -> list[Cycle]:
+    """Every live cycle (the gates and the claims), rounds and cards prefetched (two queries).
+
+    ``entity_ids`` (ids, or a ``values("pk")`` subquery) keeps those of some entities; None keeps all.
+    """
     cycles = Cycle.objects.exclude(phase=Cycle.Phase.SETTLED)
     if entity_ids is not None:
         cycles = cycles.filter(entity_id__in=entity_ids)
@@ -345,7 +349,7 @@ def _card_entity_id(card: Card) -> int | None:
     return getattr(card, "idea_entity", None)
 
 
-def _failures(entity_ids: list[int] | None) -> list[Cycle]:
+def _failures(entity_ids: list[int] | QuerySet[Any] | None) -> list[Cycle]:
     """Failed cycles nobody dismissed (``supervision.failures_unread``), with their entities."""
     from evolution.steering import supervision
 
@@ -364,6 +368,7 @@ def collect(
     breaker: dict[int, str] | None = None,
     held: dict[int, str] | None = None,
     whole: bool = True,
+    scope: QuerySet[Entity] | None = None,
 ) -> list[dict[str, Any]]:
     """The items for ``entities`` (read with ``select_related("waiting_window")``), oldest wait first.
 
@@ -371,10 +376,15 @@ def collect(
     here when None); ``breaker`` and ``held`` the pauses (read here when
     None). ``whole`` keeps the items of no entity among ``entities`` too (a
     grant card naming none, a failure of an entity out of the loop): the
-    fleet's answer; False keeps only theirs.
+    fleet's answer; False keeps only theirs. With ``scope`` (the entities
+    the answer is about, a queryset) ``entities`` need only be those of it
+    that can raise a wait of their own (``candidates``): a card, a cycle or
+    a failure of any entity of ``scope`` is kept.
     """
     by_id = {e.pk: e for e in entities}
-    ids = None if whole else sorted(by_id)
+    ids: list[int] | QuerySet[Any] | None = None
+    if not whole:
+        ids = scope.values("pk") if scope is not None else sorted(by_id)
     if live is None:
         live = _live_cycles(ids)
     if breaker is None or held is None:
@@ -387,13 +397,15 @@ def collect(
         found.extend(cycle_items(cycle, list(cycle.rounds.all()), now))
     cards = [c for c in _grant_cards() if _open(c.expires_at, now)]
     named = {_card_entity_id(c) for c in cards} - {None} - set(by_id)
-    others = Entity.objects.in_bulk(sorted(named)) if named and whole else {}  # type: ignore[arg-type]
+    others: dict[Any, Entity] = {}
+    if named and (whole or scope is not None):
+        others = (Entity.objects if whole or scope is None else scope).in_bulk(sorted(named))  # type: ignore[arg-type]
     for card in cards:
         pk = _card_entity_id(card)
-        entity = by_id.get(pk) if pk is not None else None
+        entity = (by_id.get(pk) or others.get(pk)) if pk is not None else None
         if entity is None and not whole:
             continue
-        found.append(_grant_item(card, entity or others.get(pk)))
+        found.append(_grant_item(card, entity))
     for entity in entities:
         if not entity.loop_enabled or not entity.present:
             continue
@@ -412,16 +424,66 @@ def collect(
     return found
 
 
+def candidates(scope: QuerySet[Entity], also: Iterable[int] = ()) -> list[Entity]:
+    """The entities of ``scope`` in the loop that can raise a wait of their own, in one indexed read.
+
+    A load error (config), a standing waiting window (window, stall), a lock group named in its terms (a
+    sibling's change may hold it), or an id of ``also`` (those the breaker pauses: rearm).
+    Every other wait is a card's, a live cycle's or a failed cycle's, read from those rows: the fleet's waits
+    cost what waits, not the fleet.
+    """
+    from evolution.steering.supervision import may_join_groups
+
+    stands = Q(waiting_window__isnull=False, waiting_window__ended_at__isnull=True)
+    grouped = may_join_groups()
+    return list(
+        scope.filter(loop_enabled=True, present=True)
+        .filter(~Q(load_error="") | stands | grouped | Q(pk__in=sorted(also)))
+        .select_related("waiting_window")
+        .defer(*UNREAD)
+    )
+
+
+@dataclass
+class Fleet:
+    """What ``fleet_collect`` read: the waits, the breaker's pauses, the holds, and the entities it read whole."""
+
+    found: list[dict[str, Any]]
+    breaker: dict[int, str]
+    held: dict[int, str]
+    read: list[Entity]
+
+
+def fleet_collect(
+    now: datetime, scope: QuerySet[Entity], *, live: list[Cycle] | None = None, whole: bool = True
+) -> Fleet:
+    """The waits of ``scope``'s entities (a queryset) without reading every entity, in a fixed number of reads.
+
+    The breaker's settles of the whole scope and the policy of the entities with one (two statements), then
+    only the entities ``candidates`` names (one), the holds (one), the live cycles (``live``, read here when None), the pending cards and the
+    failures. ``whole`` keeps the waits of no entity of ``scope`` too, as ``collect`` does.
+    """
+    from evolution.steering import autonomy, supervision
+
+    breaker = autonomy.pauses_of(autonomy.settles_in(scope))
+    read = candidates(scope, breaker)
+    held = supervision.holds_in(scope)
+    found = collect(now, entities=read, live=live, breaker=breaker, held=held, whole=whole, scope=scope)
+    return Fleet(found, breaker, held, read)
+
+
 def items(now: datetime | None = None, *, entity: Entity | None = None) -> list[dict[str, Any]]:
-    """Every wait on a person in the fleet (or of ``entity``), oldest first; see the module's docstring."""
+    """Every wait on a person in the fleet (or of ``entity``), oldest first; see the module's docstring.
+
+    The fleet's list reads the rows that wait (live cycles, pending cards, standing windows, load errors, the
+    breaker's settles, holds, failures) in a fixed number of statements, never every entity in the loop.
+    """
     now = now or timezone.now()
     if entity is not None:
         entities = list(Entity.objects.filter(pk=entity.pk).select_related("waiting_window"))
         return public(collect(now, entities=entities, whole=False))
-    entities = list(
-        Entity.objects.filter(loop_enabled=True, present=True).select_related("waiting_window").defer(*UNREAD)
-    )
-    return public(collect(now, entities=entities, live=_live_cycles(None), whole=True))
+    scope = Entity.objects.filter(loop_enabled=True, present=True)
+    return public(fleet_collect(now, scope, live=_live_cycles(None), whole=True).found)
 
 
 def public(found: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -118,6 +118,12 @@ def groups_of(entity: Entity) -> list[str]:
     return sorted({str(name) for name in joined if name in declared})
 
 
+def may_join_groups() -> Q:
+    """The entities whose terms can put them in a lock group (``groups_of``): a non-empty ``loop.group`` and
+    ``loop.groups`` — for reading only those of a fleet (a filter in SQL, on both databases)."""
+    return Q(terms__loop__has_key="group") & ~Q(terms__loop__group=[]) & ~Q(terms__loop__groups={})
+
+
 def members(group: str) -> list[Entity]:
     """The present entities in ``group`` now, by target kind and slug."""
     return [entity for entity in Entity.objects.filter(present=True) if group in groups_of(entity)]
@@ -204,6 +210,43 @@ def holds_many(entities: Iterable[Entity]) -> dict[int, str]:
         group = next((g for g in groups if g in held_groups), None)
         if group is not None:
             answer[pk] = _sentence(held_groups[group], group)
+    return answer
+
+
+def holds_in(scope: QuerySet[Entity]) -> dict[int, str]:
+    """``holds_many`` for every entity of ``scope`` (a queryset, read as a subquery), never reading them all.
+
+    The entities' own holds and the groups' in one statement; only when a group's hold stands are the
+    entities whose terms name a group (``loop.group``) read, for their membership.
+    """
+    newest_of_entity = (
+        Supervision.objects.filter(entity_id=OuterRef("entity_id"), kind__in=_STANDING)
+        .order_by("-created_at", "-id")
+        .values("pk")[:1]
+    )
+    newest_of_group = (
+        Supervision.objects.filter(entity__isnull=True, group=OuterRef("group"), kind__in=_STANDING)
+        .order_by("-created_at", "-id")
+        .values("pk")[:1]
+    )
+    standing = Supervision.objects.filter(kind=Supervision.Kind.HOLD).filter(
+        Q(entity__in=scope.values("pk"), pk=Subquery(newest_of_entity))
+        | Q(entity__isnull=True, pk=Subquery(newest_of_group))
+    )
+    own: dict[int, Supervision] = {}
+    held_groups: dict[str, Supervision] = {}
+    for row in standing:
+        if row.entity_id is not None:
+            own[row.entity_id] = row
+        else:
+            held_groups[row.group] = row
+    answer = {pk: _sentence(row) for pk, row in own.items()}
+    if held_groups:
+        members = scope.filter(may_join_groups()).exclude(pk__in=list(own)).only("pk", "terms")
+        for entity in members:
+            group = next((g for g in groups_of(entity) if g in held_groups), None)
+            if group is not None:
+                answer[entity.pk] = _sentence(held_groups[group], group)
     return answer
 
 
