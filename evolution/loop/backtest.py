@@ -239,6 +239,9 @@ class Replay:
     opened: list[Held] = field(default_factory=list)
     refused: Counter[str] = field(default_factory=Counter)
     samples: list[dict[str, str]] = field(default_factory=list)
+    #: Runs the brain's window() or should_open() failed on (withheld, as the live trigger withholds them).
+    failed: int = 0
+    failure: str = ""
 
     def live_at(self, at: datetime) -> Held | None:
         for cycle in reversed(self.held[-50:]):
@@ -343,7 +346,8 @@ def backtest(
                     policy, grade, now=at, runs=recent, changed=base, ready=ready, past=past
                 )
             except Exception as exc:  # noqa: BLE001 - the brain's rule failed: the live trigger withholds the run too
-                replay.refuse(f"the trigger rule failed: {exc}", at, str(grade.execution_id))
+                replay.failed += 1
+                replay.failure = replay.failure or f"{type(exc).__name__}: {exc}"
                 continue
             if opens is None:
                 continue
@@ -394,6 +398,8 @@ def _report(
         "refusals": {kind: replay.refused.get(kind, 0) for kind in (*KINDS, "other")},
         "refused": sum(replay.refused.values()),
         "refusal_samples": replay.samples,
+        "rule_failures": replay.failed,
+        "rule_failure": replay.failure,
         "held_for_seconds": int(hold.total_seconds()),
         "held_for": hold_source,
         "spend": {

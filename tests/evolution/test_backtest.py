@@ -105,7 +105,9 @@ def test_cycles_opened_by_a_person_are_kept_as_they_happened_and_said_so():
 
 
 def test_with_no_settled_cycle_anywhere_a_cycle_settles_as_it_opens():
-    entity = looped(loop={"cooldownHours": 1, "maxAnalysesPerDay": None, "trigger": {"windowRuns": 1, "minFailures": 1}})
+    entity = looped(
+        loop={"cooldownHours": 1, "maxAnalysesPerDay": None, "trigger": {"windowRuns": 1, "minFailures": 1}}
+    )
     start = timezone.now() - timedelta(hours=10)
     for hour in range(6):
         graded(entity, bad=True, at=start + timedelta(hours=hour, minutes=30))
@@ -167,3 +169,110 @@ def test_run_keeps_the_report_and_writes_nothing_else(recorded):
     current, proposed = bt.run(entity, since=start, actor="alice", now=end)
     assert proposed is None and current.label == Backtest.Label.CURRENT and current.result["opened"] > 0
     assert Cycle.objects.count() == before and Backtest.objects.count() == 1
+
+
+def record_evolve(entity, *, steps: int, start, every=timedelta(minutes=20)):
+    """Land an evolve entity's graded runs one by one through the live trigger, each cycle settled HOLD later."""
+    from tests.evolution.evolve_helpers import graded_at
+
+    for step in range(steps):
+        at = start + every * step
+        with time_machine.travel(at, tick=False):
+            for cycle in Cycle.objects.filter(entity=entity, analysed=True, completed_at=None):
+                if cycle.started_at + HOLD <= at:
+                    Cycle.objects.filter(pk=cycle.pk).update(
+                        phase=Cycle.Phase.SETTLED,
+                        status=Cycle.Status.UNVALIDATED,
+                        completed_at=cycle.started_at + HOLD,
+                        claim=None,
+                    )
+            trigger.on_landed([graded_at(entity, at, {"revenue": step % 7, "conversion": 0.5}).pk])
+    for cycle in Cycle.objects.filter(entity=entity, analysed=True, completed_at=None):
+        Cycle.objects.filter(pk=cycle.pk).update(
+            phase=Cycle.Phase.SETTLED, status=Cycle.Status.UNVALIDATED, completed_at=cycle.started_at + HOLD, claim=None
+        )
+    return start + every * steps + HOLD
+
+
+def test_an_evolve_entitys_cadence_is_reproduced_mark_by_mark():
+    from tests.evolution.evolve_helpers import shop
+
+    entity = shop(trigger={"windowRuns": 4}, loop={"cooldownHours": 1, "maxAnalysesPerDay": 4})
+    start = timezone.now() - timedelta(days=3)
+    end = record_evolve(entity, steps=120, start=start)
+    real = [c for c in cycles_of(entity) if c.analysed]
+    assert len(real) >= 4
+    report = bt.backtest(entity, since=start - timedelta(minutes=1), now=end)
+    assert report["preset"] == "evolve"
+    assert [c["anchor"] for c in report["cycles"]] == [str(c.anchor_id) for c in real]
+    assert report["reproduction"]["reproduced"] is True, report["reproduction"]
+    slower = {**entity.terms, "loop": {**entity.terms["loop"], "trigger": {"windowRuns": 30}}}
+    assert bt.backtest(entity, since=start - timedelta(minutes=1), now=end, terms=slower)["opened"] < len(real)
+
+
+RULE = (
+    "def should_open(window, trigger):\n"
+    "    ok = len(window) == 3 and all(run['bad'] for run in window)\n"
+    "    return {'open': ok, 'reason': 'three bad in a row'}\n"
+)
+#: window() narrows the preset's to its newest three runs.
+MODULE = (
+    "def window(ctx):\n"
+    "    w = ctx.preset.window(ctx)\n"
+    "    return {**w, 'runIds': w['runIds'][-3:], 'reason': 'the last three'}\n\n\n" + RULE
+)
+#: window() reads the entity's graded runs itself (in a backtest: the replayed history, newest first).
+READING = (
+    "def window(ctx):\n"
+    "    runs = ctx.gradedRuns(limit=3)['comparable']\n"
+    "    return {'from': None, 'to': ctx.now.isoformat(), 'runIds': [r['runId'] for r in runs], 'metrics': [],\n"
+    "            'ready': True, 'reason': 'the last three'}\n\n\n" + RULE
+)
+
+
+def _module_entity(tmp_path, settings, source: str, **loop):
+    from tests.grading.grading_helpers import brain_repo
+
+    checkout, commit = brain_repo(tmp_path / "brain", {"features/triage/triage.loop.py": source})
+    settings.BRAIN_CHECKOUT = str(checkout.path)
+    return looped(loop_module_path="features/triage/triage.loop.py", commit=commit, loop=loop)
+
+
+def test_the_entitys_own_window_and_should_open_are_asked_over_the_replayed_history(tmp_path, settings):
+    from evolution.models import WaitingWindow
+
+    entity = _module_entity(tmp_path, settings, MODULE, cooldownHours=1, maxAnalysesPerDay=3)
+    start = timezone.now() - timedelta(days=4)
+    end = record_history(entity, steps=120, start=start, seed=11)
+    real = [c for c in cycles_of(entity) if c.analysed]
+    assert len(real) >= 3
+    recorded = WaitingWindow.objects.count()
+    report = bt.backtest(entity, since=start - timedelta(minutes=1), now=end)
+    assert [c["anchor"] for c in report["cycles"]] == [str(c.anchor_id) for c in real]
+    assert report["reproduction"]["reproduced"] is True, report["reproduction"]
+    assert WaitingWindow.objects.count() == recorded  # the replay records no window
+
+
+def test_ctx_graded_runs_reads_the_replayed_history_through_each_landing(tmp_path, settings):
+    entity = _module_entity(tmp_path, settings, READING, cooldownHours=1, maxAnalysesPerDay=None)
+    start = timezone.now() - timedelta(hours=12)
+    runs = [graded(entity, bad=c == "b", at=start + timedelta(hours=i)) for i, c in enumerate("bbgbbbgbbb")]
+    report = bt.backtest(entity, since=start - timedelta(minutes=1), now=start + timedelta(hours=11))
+    assert [c["anchor"] for c in report["cycles"]] == [str(runs[5].execution_id), str(runs[9].execution_id)]
+
+
+def test_a_rule_that_hangs_is_cut_at_its_deadline_and_the_run_withheld(tmp_path, settings):
+    import time
+
+    settings.BRAIN_CODE_DEADLINE_SECS = 0.3
+    entity = _module_entity(
+        tmp_path, settings, "import time\n\n\ndef should_open(window, trigger):\n    time.sleep(3)\n"
+    )
+    start = timezone.now() - timedelta(hours=3)
+    graded(entity, bad=True, at=start + timedelta(minutes=5))
+    graded(entity, bad=False, at=start + timedelta(minutes=10))
+    began = time.monotonic()
+    report = bt.backtest(entity, since=start, now=start + timedelta(hours=1))
+    assert time.monotonic() - began < 2.5  # two deadlines, never a 3 s sleep
+    assert report["opened"] == 0 and report["rule_failures"] == 2 and report["refused"] == 0
+    assert "should_open() did not answer within 0.3 s" in report["rule_failure"]
