@@ -203,27 +203,49 @@ def state_of(
     ``live`` are its live cycles, ``needs`` its needs-you items, ``outcomes`` its window's (None: not counted
     here), ``paused`` why it is paused or held, ``grouped`` the lock group's refusal.
     """
-    holder = next((c for c in live if c.claim == entity.pk), None)
-    primary = holder or (live[-1] if live else None)
-    if not entity.loop_enabled:
+    state, primary, card = standing(entity.pk, entity.loop_enabled, live, needs, paused, grouped)
+    if state == "off":
         return "off", "The loop is off for this entity.", primary
-    if paused:
+    if state == "paused":
         return "paused", paused, primary
-    card = next((item for item in needs if item["gate"] in CARD_GATES), None)
     if card is not None:
         return "waiting_on_you", card["next"][0].upper() + card["next"][1:] + ".", primary
     if primary is not None:
-        state = PHASE_STATE.get(primary.phase, "analysing")
-        if primary.phase == Cycle.Phase.ANALYSING and primary.window.get("ready") is False:
-            state = "window"
         return state, _live_next(primary), primary
-    if grouped:
+    if state == "held":
         return "held", f"{grouped[0].upper()}{grouped[1:]}; its next cycle opens once the group is free.", None
     state, following = _idle(entity, outcomes, now)
     window = next((item for item in needs if item["gate"] in WINDOW_GATES), None)
     if window is not None:
         state, following = "window", _window_next(entity, window)
     return state, following, None
+
+
+def standing(
+    pk: int, enabled: bool, live: list[Cycle], needs: list[dict[str, Any]], paused: str = "", grouped: str = ""
+) -> tuple[str, Cycle | None, dict[str, Any] | None]:
+    """(the state, the cycle speaking for the entity, its pending card's wait) from the facts read for the fleet.
+
+    The state is "" where only the entity's own rows can tell idle from a waiting window (``_idle``): what
+    ``state_of`` says, and what the fleet ranks every entity by without reading it.
+    """
+    holder = next((c for c in live if c.claim == pk), None)
+    primary = holder or (live[-1] if live else None)
+    if not enabled:
+        return "off", primary, None
+    if paused:
+        return "paused", primary, None
+    card = next((item for item in needs if item["gate"] in CARD_GATES), None)
+    if card is not None:
+        return "waiting_on_you", primary, card
+    if primary is not None:
+        state = PHASE_STATE.get(primary.phase, "analysing")
+        if primary.phase == Cycle.Phase.ANALYSING and primary.window.get("ready") is False:
+            state = "window"
+        return state, primary, None
+    if grouped:
+        return "held", None, None
+    return "", None, None
 
 
 #: The fleet's order, what needs a person first: a state's place here (then the name; states not named last).
@@ -308,16 +330,11 @@ def _waits(entity: Entity) -> dict[str, Any] | None:
     }
 
 
-def _rows(entities: QuerySet[Entity], *, now: datetime) -> list[dict[str, Any]]:
-    """loop_status rows for ``entities`` in a fixed number of queries."""
-    return _gather(entities, now=now, whole=False)[0]
-
-
 @dataclass
 class Facts:
-    """What the fleet reads once for every listed entity; a row is built from these for the entities shown."""
+    """What the fleet reads once for the entities it is about, none of them read whole: a row is built from
+    these for the entities shown."""
 
-    listed: list[Entity]
     live: dict[int, list[Cycle]]
     paused: dict[int, str]
     found: list[dict[str, Any]]
@@ -325,11 +342,15 @@ class Facts:
     grouped: dict[int, str]
 
 
-def _facts(entities: QuerySet[Entity], *, now: datetime, whole: bool) -> Facts:
-    """The fleet-wide facts of ``entities`` in a fixed number of queries (none reads a grade)."""
+def _facts(scope: QuerySet[Entity], *, now: datetime, whole: bool) -> Facts:
+    """The facts of ``scope``'s entities in a fixed number of queries, none reading a grade or every entity.
+
+    The live cycles (rounds and cards), the pauses and holds, the waits on a person (``needs_you.fleet_collect``:
+    only the entities that can raise one are read) and the lock groups a sibling's change holds (only
+    entities that name a group are read).
+    """
     from evolution.steering import needs_you as waits_on
 
-    listed = list(entities.select_related("waiting_window").defer(*waits_on.UNREAD).order_by("target_kind", "slug"))
     live_cycles = (
         Cycle.objects.exclude(phase=Cycle.Phase.SETTLED)
         .select_related("entity")
@@ -338,31 +359,38 @@ def _facts(entities: QuerySet[Entity], *, now: datetime, whole: bool) -> Facts:
         .prefetch_related(waits_on.live_rounds())
     )
     if not whole:
-        live_cycles = live_cycles.filter(entity__in=[e.pk for e in listed])
+        live_cycles = live_cycles.filter(entity__in=scope.values("pk"))
     live: dict[int, list[Cycle]] = {}
-    for cycle in live_cycles if (listed or whole) else []:
+    for cycle in live_cycles:
         live.setdefault(cycle.entity_id, []).append(cycle)
-    breaker, held = waits_on.pauses(listed)
     every = [c for cycles in live.values() for c in cycles]
     checks.progress_many(every)  # "checking (3 of 5 pairs graded)": one query for every check in flight
-    found = waits_on.collect(now, entities=listed, live=every, breaker=breaker, held=held, whole=whole)
+    read = waits_on.fleet_collect(now, scope, live=every, whole=whole)
     mine: dict[int, list[dict[str, Any]]] = {}
-    for item in found:
+    for item in read.found:
         if item["_entity"] is not None:
             mine.setdefault(item["_entity"], []).append(item)
-    idle = [e for e in listed if e.loop_enabled and e.pk not in live]
-    return Facts(listed, live, {**held, **breaker}, found, mine, groups.holders_many(idle))
+    idle = [e for e in read.read if e.pk not in live and groups.locking(e)]  # only these can a sibling hold
+    grouped = groups.holders_many(idle) if idle else {}
+    return Facts(live, {**read.held, **read.breaker}, read.found, mine, grouped)
+
+
+def _shown(scope: QuerySet[Entity], ids: list[int]) -> list[Entity]:
+    """The entities ``ids`` names (of ``scope``), in that order, with their last settles (``_idle``), read in
+    one statement, whole but for what no row shows."""
+    from evolution.steering import needs_you as waits_on
+
+    if not ids:
+        return []
+    rows = scope.filter(pk__in=ids).select_related("waiting_window").defer(*waits_on.UNREAD)
+    read = _with_last_settle(rows).in_bulk()
+    return [read[pk] for pk in ids if pk in read]
 
 
 def _build(shown: list[Entity], facts: Facts, *, now: datetime) -> list[dict[str, Any]]:
-    """The rows of ``shown`` (among ``facts.listed``): their recent outcomes and last settles read for them only."""
+    """The rows of ``shown`` (read by ``_shown``): their recent outcomes read for them only."""
     from evolution.steering import needs_you as waits_on
 
-    if shown:
-        settles = {e.pk: e for e in _with_last_settle(Entity.objects.filter(pk__in=[e.pk for e in shown])).only("pk")}
-        for entity in shown:
-            for name in ("last_settle_id", "last_settle_at", "last_settle_status"):
-                setattr(entity, name, getattr(settles[entity.pk], name))
     idle = [e for e in shown if e.loop_enabled and e.pk not in facts.live]
     outcomes = recent_outcomes(idle, now=now)
     looks = next_looks(idle, now=now)
@@ -385,16 +413,18 @@ def _build(shown: list[Entity], facts: Facts, *, now: datetime) -> list[dict[str
 def _gather(
     entities: QuerySet[Entity], *, now: datetime, whole: bool
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(loop_status rows for ``entities``, the needs-you items) in a fixed number of queries.
+    """(loop_status rows for every entity of ``entities``, by kind and id; the needs-you items).
 
     ``whole`` also keeps the items of no listed entity (the fleet's answer).
     """
     from evolution.steering import needs_you as waits_on
 
     facts = _facts(entities, now=now, whole=whole)
-    if not facts.listed and not whole:
+    rows = entities.select_related("waiting_window").defer(*waits_on.UNREAD).order_by("target_kind", "slug")
+    shown = list(_with_last_settle(rows))
+    if not shown and not whole:
         return [], []
-    return _build(facts.listed, facts, now=now), waits_on.public(facts.found)
+    return _build(shown, facts, now=now), waits_on.public(facts.found)
 
 
 @dataclass
@@ -414,11 +444,31 @@ class FleetPage:
 PER_PAGE = 50
 
 
+def ranked(scope: QuerySet[Entity], facts: Facts) -> list[int]:
+    """The ids of ``scope``'s entities, what needs a person first (``attention``), then by name and id.
+
+    Ranked from the facts and one read of every entity's id, name and slug (three short columns): an entity
+    nothing stands on ranks with the idle and the waiting windows, which only its own rows tell apart.
+    """
+
+    def key(row: tuple[int, str, str, bool]) -> tuple[int, int, str, str]:
+        pk, name, slug, enabled = row
+        needs = facts.mine.get(pk, [])
+        state, _, _ = standing(
+            pk, enabled, facts.live.get(pk, []), needs, facts.paused.get(pk, ""), facts.grouped.get(pk, "")
+        )
+        return (*attention(state or "window", needs), (name or slug).lower(), slug)
+
+    rows = list(scope.values_list("pk", "name", "slug", "loop_enabled"))
+    return [row[0] for row in sorted(rows, key=key)]
+
+
 def fleet_page(*, query: str = "", page: int = 1, per_page: int = PER_PAGE, now: datetime | None = None) -> FleetPage:
     """One page of the fleet: the entities in the loop matching ``query`` (name or id), attention first.
 
-    Every matched entity's state is ranked (``attention``) from the fleet-wide facts; the rows are built for
-    the page only, so the cost of a page follows the fleet's size, never its history.
+    Every matched entity is ranked (``ranked``) from facts that read only what stands on some entity (live
+    cycles, waits, pauses, holds, lock groups); the rows are built for the page only, so the cost of a page
+    follows what waits and the page's size, never the fleet's history nor every entity's terms.
     """
     from evolution.steering import needs_you as waits_on
 
@@ -427,26 +477,12 @@ def fleet_page(*, query: str = "", page: int = 1, per_page: int = PER_PAGE, now:
     if query:
         entities = entities.filter(Q(name__icontains=query) | Q(slug__icontains=query))
     facts = _facts(entities, now=now, whole=False)
-
-    def key(entity: Entity) -> tuple[int, int, str, str]:
-        needs = facts.mine.get(entity.pk, [])
-        state, _, _ = state_of(
-            entity,
-            facts.live.get(entity.pk, []),
-            needs,
-            None,
-            now,
-            facts.paused.get(entity.pk, ""),
-            facts.grouped.get(entity.pk, ""),
-        )
-        return (*attention(state, needs), (entity.name or entity.slug).lower(), entity.slug)
-
-    ranked = sorted(facts.listed, key=key)
-    pages = max(1, -(-len(ranked) // per_page))
+    order = ranked(entities, facts)
+    pages = max(1, -(-len(order) // per_page))
     page = min(max(1, page), pages)
-    shown = ranked[(page - 1) * per_page : page * per_page]
+    shown = _shown(entities, order[(page - 1) * per_page : page * per_page])
     waiting = {item["cycleId"] for items in facts.mine.values() for item in waits_on.public(items)}
-    return FleetPage(_build(shown, facts, now=now), len(ranked), page, pages, per_page, len(waiting))
+    return FleetPage(_build(shown, facts, now=now), len(order), page, pages, per_page, len(waiting))
 
 
 def fleet(*, now: datetime | None = None) -> list[dict[str, Any]]:
@@ -481,7 +517,8 @@ def loop_status(
     entity in it, e.g. a grant card naming none) and ``needsYou`` counts them:
     the dashboard's "N need you". The fleet's entities come ``limit`` at a
     time by kind and id: ``nextCursor`` (``<kind>:<id>`` of the last one
-    answered) asks for the next page, None on the last.
+    answered) asks for the next page, None on the last. Only the page's
+    entities are read whole.
     """
     now = now or timezone.now()
     if entity is not None:
@@ -489,12 +526,16 @@ def loop_status(
         return {"entities": rows, "needsYou": len(found), "needsYouItems": found, "nextCursor": None}
     from evolution.steering import needs_you as waits_on
 
-    after = tuple(cursor.split(":", 1)) if cursor else None
-    facts = _facts(Entity.objects.filter(loop_enabled=True, present=True), now=now, whole=True)
-    rest = [e for e in facts.listed if after is None or (e.target_kind, e.slug) > after]
-    shown = rest[:limit]
+    scope = Entity.objects.filter(loop_enabled=True, present=True)
+    facts = _facts(scope, now=now, whole=True)
+    rest = scope
+    if cursor:
+        kind, slug = cursor.split(":", 1)
+        rest = rest.filter(Q(target_kind__gt=kind) | Q(target_kind=kind, slug__gt=slug))
+    ids = list(rest.order_by("target_kind", "slug").values_list("pk", flat=True)[: limit + 1])
+    shown = _shown(scope, ids[:limit])
     found = waits_on.public(facts.found)
-    more = len(rest) > limit
+    more = len(ids) > limit
     return {
         "entities": _build(shown, facts, now=now),
         "needsYou": len(found),
