@@ -124,3 +124,59 @@ def test_the_entity_and_run_pages_show_plots_calibration_and_the_grade(page, liv
     assert vector.locator("tr[data-metric=duration_ms] td.judge").inner_text() == "3.004 s"
     assert vector.locator("tr[data-metric=layout_fit] td.people").inner_text() == "2 · Poor"
     page.screenshot(path="/tmp/run_detail.png", full_page=True)
+
+
+def current_is(page, run_id, metric: str) -> None:
+    """Wait until the outlined metric (the one a number key answers) is ``metric`` of run ``run_id``."""
+    page.wait_for_function(
+        "([id, metric]) => document.querySelector(`#run-${id} tr[data-metric=${metric}]`)"
+        "?.classList.contains('kbd-current')",
+        arg=[str(run_id), metric],
+        timeout=8000,
+    )
+
+
+def test_a_person_rates_runs_by_keyboard_and_moves_to_the_next_run(page, live_server, alice) -> None:
+    entity = make_entity("storyboard", name="Storyboard")  # layout_fit on a 1–5 rubric, helpful 👎/👍
+    now = timezone.now()
+    newer, older = (make_run(entity, completed_at=now - timedelta(minutes=m)) for m in (5, 10))
+    for run in (newer, older):
+        make_grade(run, metrics={"layout_fit": 0.75, "quality": 0.8})
+
+    log_in(page, live_server, "/evolution/rate/")
+    assert page.locator("#rate-keys").is_visible()  # the script says which keys work
+    current_is(page, newer.id, "layout_fit")
+
+    page.keyboard.press("4")  # 4 · Good on the rubric; then the run's next metric
+    page.locator(f"#run-{newer.id} .answer.ok").wait_for(timeout=8000)
+    current_is(page, newer.id, "helpful")
+    page.keyboard.press("1")  # 👍; then the next run
+    current_is(page, older.id, "layout_fit")
+    mine = {r.metric_id: r.value for r in Rating.objects.filter(execution=newer, user=alice)}
+    assert mine == {"layout_fit": 4, "helpful": 1}
+
+    # A note first (n): typed keys stay in it, Escape leaves it; then the number answers with the note.
+    page.keyboard.press("n")
+    page.keyboard.type("2 scenes overlap")
+    page.keyboard.press("Escape")
+    page.keyboard.press("2")
+    current_is(page, older.id, "helpful")
+    rating = Rating.objects.get(execution=older, user=alice, metric_id="layout_fit")
+    assert (rating.value, rating.note) == (2, "2 scenes overlap")
+    assert page.url == f"{live_server.url}/evolution/rate/"
+
+    # k goes back a metric at a time, j forward; 5 changes the first run's rating.
+    for key, run, metric in [
+        ("k", older, "layout_fit"),
+        ("k", newer, "helpful"),
+        ("j", older, "layout_fit"),
+        ("k", newer, "helpful"),
+        ("k", newer, "layout_fit"),
+    ]:
+        page.keyboard.press(key)
+        current_is(page, run.id, metric)
+    page.keyboard.press("5")
+    page.locator(f"#run-{newer.id} tr[data-metric=layout_fit] button[aria-pressed=true]").filter(has_text="5").wait_for(
+        timeout=8000
+    )
+    assert Rating.objects.get(execution=newer, user=alice, metric_id="layout_fit").value == 5
