@@ -8,6 +8,8 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from django.utils import timezone
+
 from evolution.reads import economics
 from grading.models import Entity
 from singularity.display import usd_text
@@ -18,7 +20,7 @@ def spend_context(entity: Entity) -> dict[str, Any]:
     """{months, ceiling, refused, this_month, plot}: the section's facts and its plot of the months' spend."""
     facts = economics.entity_months(entity)
     months = list(reversed(facts["months"]))  # oldest first, as the plot reads
-    labels = {Decimal(n): m.label for n, m in enumerate(months, start=1)}
+    labels = {Decimal(n): f"{timezone.localtime(m.start):%b %Y}" for n, m in enumerate(months, start=1)}
     points = [(n, m.spent_usd) for n, m in enumerate(months, start=1)]
     hlines = [HLine(facts["ceiling"], "Monthly ceiling", fit=True)] if facts["ceiling"] is not None else []
     plot = ""
