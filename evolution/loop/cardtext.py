@@ -27,6 +27,7 @@ from django.utils import timezone
 from evolution.core.diffs import excerpt, file_diffs
 from evolution.core.links import cycle_path, file_change
 from evolution.models import Cycle, Round
+from evolution.presets import evolve
 from grading.metrics import aggregate, run_value, specs, to_number
 from grading.models import Entity, Grade
 from grading.ratings import on_scale, people_values
@@ -168,12 +169,12 @@ def watched_by(cycle: Cycle) -> str:
     loop = (cycle.terms or cycle.entity.terms or {}).get("loop") or {}
     watch, trigger = loop.get("watch") or {}, loop.get("trigger") or {}
     runs = watch.get("windowRuns") or trigger.get("windowRuns") or 5
+    if watch.get("mode") == "none":
+        return "nothing after the merge (watch.mode: none): it ships unvalidated, by design"
     if (loop.get("preset") or "repair") == "repair":
         bad = watch.get("minFailures") or trigger.get("minFailures") or 2
         return f"the entity's next {runs} graded runs after the merge ({bad} bad reverts it)"
-    confidence = watch.get("confidence")
-    at = f" at {confidence} confidence" if confidence is not None else ""
-    return f"its objectives over the next {runs} graded runs after the merge, against this window{at}"
+    return evolve.promise(cycle.terms or cycle.entity.terms or {})
 
 
 # --- The entity's recent record ---------------------------------------------------

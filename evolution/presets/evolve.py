@@ -449,3 +449,42 @@ def compare(cycle: Cycle, seen: Observed, after_window: Mapping[str, Any] | None
         "seed": cycle.pk,
     }
     return Answer(verdict, record, reason, runs)
+
+
+# --- What the decide card promises ---------------------------------------------------------------
+
+
+def promise(terms: Mapping[str, Any]) -> str:
+    """What the evolve watch will compare after the merge, in words the decide card reads after "Judged by ...":
+    the window's size, each objective's reading (a run objective through the interval at the entity's confidence,
+    a period one by its value per window), the guards held to their floors and tolerances, what a regression and
+    an unproven change do."""
+    loop = terms.get("loop") or {}
+    watch, trigger = loop.get("watch") or {}, loop.get("trigger") or {}
+    runs = int(watch.get("windowRuns") or trigger.get("windowRuns") or 5)
+    confidence = R.confidence_of(terms)
+    objectives, guards = [], []
+    for metric_id, spec in R.voting(terms):
+        if spec["role"] == "guard":
+            guards.append(metric_id)
+        elif R.is_period(spec):
+            objectives.append(f"{metric_id} by its one value per window against its tolerance")
+        else:
+            bar = "+its tolerance (it must improve)" if R.must_improve(spec) else "−its tolerance"
+            objectives.append(
+                f"{metric_id} through a {confidence:.0%} interval of its median gain"
+                f"{' (its mean: aggregate mean)' if R.how(spec) == 'mean' else ''}, validated only when the whole "
+                f"interval clears {bar}"
+            )
+    parts = [f"the next {runs} graded runs after the merge compared with this window"]
+    if objectives:
+        parts.append("; ".join(objectives))
+    if guards:
+        named = " and ".join([", ".join(guards[:-1]), guards[-1]] if len(guards) > 1 else guards)
+        parts.append(
+            f"{named} held to {'its floor and tolerance' if len(guards) == 1 else 'their floors and tolerances'}"
+        )
+    after = "a regression opens its revert"
+    if watch.get("onInconclusive") == "revert":
+        after += ", and so does a change the watch cannot show worked (watch.onInconclusive: revert)"
+    return ": ".join(parts[:2]) + ("; " + "; ".join(parts[2:]) if parts[2:] else "") + f" — {after}"

@@ -253,3 +253,30 @@ def test_the_watch_chapter_draws_both_windows_distributions_side_by_side_per_met
     assert "after: median 0.1 of 10 runs" in page
     assert "Answered by rule 1 of 6: a floor" in page
     assert '"perMetric"' not in page and "&#x27;perMetric&#x27;" not in page  # the record is shown, not dumped
+
+
+def test_the_decide_card_promises_the_comparison_the_watch_will_make():
+    from evolution.loop.cardtext import watched_by
+
+    cycle = watched()
+    assert watched_by(cycle) == (
+        "the next 10 graded runs after the merge compared with this window: revenue through a 90% interval of its "
+        "median gain, validated only when the whole interval clears −its tolerance; conversion held to its floor "
+        "and tolerance — a regression opens its revert"
+    )
+    strict = watched(
+        slug="strict",
+        metrics={
+            "revenue": {**METRICS["revenue"], "mustImprove": True, "aggregate": "mean"},
+            "conversion": METRICS["conversion"],
+            "margin": {"kind": "computed", "direction": "max", "role": "guard"},
+        },
+        watch={"confidence": 0.99, "windowRuns": 20, "onInconclusive": "revert"},
+    )
+    said = watched_by(strict)
+    assert said.startswith("the next 20 graded runs after the merge compared with this window: revenue through a 99%")
+    assert "(its mean: aggregate mean)" in said and "clears +its tolerance (it must improve)" in said
+    assert "conversion and margin held to their floors and tolerances" in said
+    assert said.endswith("and so does a change the watch cannot show worked (watch.onInconclusive: revert)")
+    quiet = watched(slug="quiet", watch={"mode": "none"})
+    assert watched_by(quiet) == "nothing after the merge (watch.mode: none): it ships unvalidated, by design"
