@@ -24,7 +24,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from evolution.core import cycles
+from evolution.core import cycles, periods
 from evolution.core.cycles import UNREAD
 from evolution.loop import intake, machine, opening
 from evolution.models import Cycle
@@ -128,6 +128,9 @@ def decide_evolve(
         window, grades = ask_window(entity, terms, window, grades, anchor=grade, now=now, since=since, past=past)
     if not window.get("ready", True):
         return None, window.get("reason") or "the window is not ready"
+    owed = periods.problem(terms, window)  # a declared period metric nobody measured: a load error (R14.15)
+    if owed:
+        return None, owed
     if not grades:
         return None, "the window names no graded run"
     every = ((terms.get("loop") or {}).get("trigger") or {}).get("every")

@@ -22,9 +22,10 @@ from typing import Any
 from django.db.models import Max, TextField
 from django.db.models.functions import Cast
 
+from evolution.core import periods
 from evolution.models import Cycle
 from evolution.presets import readings as R
-from evolution.presets.base import EVOLVE, UNIT, Answer, Observed, trigger_terms
+from evolution.presets.base import EVOLVE, UNIT, Answer, ComparatorFault, Observed, trigger_terms
 from evolution.steering import groups
 from grading.cards import observed
 from grading.models import Entity, Grade
@@ -428,6 +429,9 @@ def compare(cycle: Cycle, seen: Observed, after_window: Mapping[str, Any] | None
     runs = [str(run) for run in seen.run_ids]
     if not seen.full or (after_window is not None and after_window.get("ready") is False):
         return Answer(None, run_ids=runs)
+    owed = periods.problem(cycle.entity.terms or {}, after_window)
+    if owed:
+        raise ComparatorFault(f"{owed} (at the watch)")
     readings = readings_of(cycle, seen, after_window)
     verdict, rule, reason = decide(readings)
     runs = [str(run) for run, _ in after_runs(seen, after_window)]  # the runs the after side read

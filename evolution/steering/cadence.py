@@ -31,7 +31,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from evolution.core import cycles
+from evolution.core import cycles, periods
 from evolution.core.errors import RuleError
 from evolution.models import Cycle, WaitingWindow
 from grading.models import Entity
@@ -93,6 +93,9 @@ def check_window(entity: Entity, window: Any) -> None:
     """
     if not isinstance(window, dict):
         raise RuleError(f"{entity}: window() must answer an object, not {window!r}")
+    owed = periods.problem(entity.terms or {}, window)
+    if owed:
+        raise RuleError(f"{entity}: {owed}")
     awaiting = window.get("awaitingPerson")
     if awaiting is not None:
         if window.get("ready") is not False:

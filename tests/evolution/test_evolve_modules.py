@@ -195,3 +195,54 @@ def test_a_window_that_throws_at_the_watch_settles_unvalidated_naming_it(tmp_pat
     cycle = settle_with(cycle, runs([1400] * 10), start=T0 + MINUTE)
     assert cycle.status == Cycle.Status.UNVALIDATED
     assert "window raised ValueError at the watch: the followers API is down" in cycle.reason
+
+
+# --- A period metric is window()'s to measure (R5.15, R14.15) ------------------------------------
+
+
+def test_a_period_metric_without_a_window_of_its_own_withholds_the_ready_window_naming_it():
+    entity = shop(metrics=PERIOD, trigger={"windowRuns": 5, "every": 24})
+    grades = window_of(entity, runs([1000.0] * 5), start=timezone.now() - timedelta(hours=1))
+    assert land(grades[-1]) == 0  # ready, and nobody measured followers: no cycle
+    assert trigger.look(entity) is False
+    from evolution.core import periods
+
+    ready = resolve_window(entity)
+    assert periods.problem(entity.terms, ready) == (
+        "a ready window left out period metric followers (declared scope: period): window() measures it once per "
+        "window, and the preset's own sampler measures none"
+    )
+    assert periods.problem(entity.terms, {**ready, "ready": False}) is None  # only a ready window owes it
+
+
+def resolve_window(entity):
+    from evolution.presets import resolve
+
+    return resolve.request_window(entity, now=timezone.now())
+
+
+LAYS_A_RUN_METRIC = """
+def window(ctx):
+    w = ctx.preset.window(ctx)
+    return {**w, "metrics": [{"id": "followers", "value": 100}, {"id": "revenue", "value": 5000}]}
+"""
+
+
+def test_a_window_laying_a_run_scoped_metric_over_the_vector_is_refused(tmp_path, settings):
+    entity, _module = with_module(tmp_path, settings, LAYS_A_RUN_METRIC, metrics=PERIOD)
+    grades = window_of(entity, runs([1000.0] * 10), start=timezone.now() - timedelta(hours=1))
+    assert land(grades[-1]) == 0
+    assert cycles_of(entity) == []
+    from evolution.core import periods
+
+    assert periods.problem(entity.terms, {"ready": True, "metrics": {"revenue": 1}}).startswith(
+        "window() laid run-scoped metric revenue over the window's vector"
+    )
+
+
+def test_a_ready_watch_window_without_its_period_metric_settles_unvalidated_naming_it(tmp_path, settings):
+    source = WATCH.replace('"metrics": [{"id": "followers", "value": 130}]', '"metrics": []')
+    cycle, _module = watched(tmp_path, settings, source)
+    cycle = settle_with(cycle, runs([1400] * 10), start=T0 + MINUTE)
+    assert cycle.status == Cycle.Status.UNVALIDATED
+    assert "a ready window left out period metric followers" in cycle.reason and "(at the watch)" in cycle.reason

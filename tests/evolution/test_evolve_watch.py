@@ -148,8 +148,12 @@ def test_a_period_objective_keeps_the_point_rule_over_the_windows_own_values():
     assert held.verdict == "validated"
     followers = next(m for m in held.record["perMetric"] if m["metric"] == "followers")
     assert followers["scope"] == "period" and followers["spread"] is None and followers["gain"] == "-20"
-    missing = evolve.compare(cycle, seen, {"ready": True, "metrics": []})
-    assert missing.verdict == "unvalidated" and "followers was not measured after the change" in missing.reason
+    unmeasured = evolve.compare(cycle, seen, {"ready": True, "metrics": [{"id": "followers", "value": None}]})
+    assert unmeasured.verdict == "unvalidated" and "followers was not measured after the change" in unmeasured.reason
+    from evolution.presets.base import ComparatorFault
+
+    with pytest.raises(ComparatorFault, match="a ready window left out period metric followers"):
+        evolve.compare(cycle, seen, {"ready": True, "metrics": []})  # a load error (R5.15), settled unvalidated
 
 
 def test_aggregate_mean_is_read_as_a_mean_on_both_sides():
