@@ -29,6 +29,7 @@ from grading.calibration import calibration, calibration_many
 from grading.cards import card_key, waiting_until
 from grading.models import Entity, Execution, Grade, Rating
 from grading.ratings import human_metrics, on_scale, people_values, rate, scale_of
+from grading.run_search import GRADES, SearchError, page_of, parse_filter
 from hitl.models import Card
 from singularity.errors import ConfigError, StateError
 from singularity.plots import HLine, Series, line_chart
@@ -579,6 +580,29 @@ def parse_rate_cursor(text: str) -> tuple[datetime, uuid.UUID]:
     if at.tzinfo is None:
         raise ValueError(f"before: {text!r} has no time zone")
     return at, run_id
+
+
+@login_required
+def run_list(request: HttpRequest) -> HttpResponse:
+    """Finding runs: the runs the URL's filter selects, a page at a time; a bad filter is a 400 saying which."""
+    try:
+        wanted = parse_filter(request.GET)
+    except SearchError as exc:
+        context = {"problem": str(exc), "runs": [], "entities": Entity.objects.order_by("kind", "slug")}
+        return render(request, "grading/runs.html", {**context, "grades": GRADES, "params": request.GET}, status=400)
+    runs, older = page_of(wanted)
+    keep = request.GET.copy()
+    keep.pop("before", None)
+    context = {
+        "runs": runs,
+        "older": older,
+        "wanted": wanted,
+        "params": request.GET,
+        "kept": keep.urlencode(),
+        "grades": GRADES,
+        "entities": Entity.objects.order_by("kind", "slug"),
+    }
+    return render(request, "grading/runs.html", context)
 
 
 @login_required
