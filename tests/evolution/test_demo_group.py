@@ -72,9 +72,9 @@ def test_the_demo_support_group_takes_turns_and_the_fleet_says_who_holds_it(embe
     fail_urgency(4)
     assert not Cycle.objects.filter(entity=urgency(), analysed=True).exists()
     refused = Cycle.objects.filter(entity=urgency(), status=Cycle.Status.SKIPPED).latest("pk")
-    assert "lock group support" in refused.reason and f"/pulls/{pull.number}/" in refused.reason, refused.reason
+    assert "lock group support" in refused.reason and f"PR #{pull.number}" in refused.reason, refused.reason
     text = fleet_text(alice)
-    assert "Support urgency" in text and "support" in text and f"/pulls/{pull.number}/" in text
+    assert "Support urgency" in text and "support" in text and f"PR #{pull.number}" in text
 
     # Triage's change lands and its watch settles; then urgency's turn comes.
     first.refresh_from_db()
