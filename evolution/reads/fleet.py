@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from evolution.core.cycles import cooldown, when
 from evolution.models import Cycle
-from evolution.reads import checks, recent
+from evolution.reads import checks, economics, recent
 from evolution.reads.next_look import next_looks
 from evolution.reads.status import (
     CARD_GATES,
@@ -372,10 +372,12 @@ def _facts(scope: QuerySet[Entity], *, now: datetime, whole: bool) -> Facts:
             mine.setdefault(item["_entity"], []).append(item)
     idle = [e for e in read.read if e.pk not in live and groups.locking(e)]  # only these can a sibling hold
     grouped = groups.holders_many(idle) if idle else {}
-    return Facts(live, {**read.held, **read.breaker}, read.found, mine, grouped)
+    # The monthly spend ceiling pauses an idle entity until the month turns (its needs-you item says so).
+    spent = {i["_entity"]: i["clause"] for i in read.found if i["gate"] == "budget" and i["_entity"] is not None}
+    return Facts(live, {**spent, **read.held, **read.breaker}, read.found, mine, grouped)
 
 
-def _shown(scope: QuerySet[Entity], ids: list[int]) -> list[Entity]:
+def _shown(scope: QuerySet[Entity], ids: list[int], *, now: datetime) -> list[Entity]:
     """The entities ``ids`` names (of ``scope``), in that order, with their last settles (``_idle``), read in
     one statement, whole but for what no row shows."""
     from evolution.steering import needs_you as waits_on
@@ -383,7 +385,8 @@ def _shown(scope: QuerySet[Entity], ids: list[int]) -> list[Entity]:
     if not ids:
         return []
     rows = scope.filter(pk__in=ids).select_related("waiting_window").defer(*waits_on.UNREAD)
-    read = _with_last_settle(rows).in_bulk()
+    # This month's loop spend and what it moved ride the same statement (issue 16).
+    read = economics.with_month(_with_last_settle(rows), now=now).in_bulk()
     return [read[pk] for pk in ids if pk in read]
 
 
@@ -396,7 +399,7 @@ def _build(shown: list[Entity], facts: Facts, *, now: datetime) -> list[dict[str
     looks = next_looks(idle, now=now)
     for e in idle:
         e.next_look = looks.get(e.pk)  # type: ignore[attr-defined]
-    return [
+    rows = [
         _row(
             e,
             facts.live.get(e.pk, []),
@@ -408,6 +411,9 @@ def _build(shown: list[Entity], facts: Facts, *, now: datetime) -> list[dict[str
         )
         for e in shown
     ]
+    for row in rows:
+        row["month"] = economics.month_of_row(row["entity"])  # read with the row (``_shown``), no query
+    return rows
 
 
 def _gather(
@@ -421,7 +427,7 @@ def _gather(
 
     facts = _facts(entities, now=now, whole=whole)
     rows = entities.select_related("waiting_window").defer(*waits_on.UNREAD).order_by("target_kind", "slug")
-    shown = list(_with_last_settle(rows))
+    shown = list(economics.with_month(_with_last_settle(rows), now=now))
     if not shown and not whole:
         return [], []
     return _build(shown, facts, now=now), waits_on.public(facts.found)
@@ -480,7 +486,7 @@ def fleet_page(*, query: str = "", page: int = 1, per_page: int = PER_PAGE, now:
     order = ranked(entities, facts)
     pages = max(1, -(-len(order) // per_page))
     page = min(max(1, page), pages)
-    shown = _shown(entities, order[(page - 1) * per_page : page * per_page])
+    shown = _shown(entities, order[(page - 1) * per_page : page * per_page], now=now)
     waiting = {item["cycleId"] for items in facts.mine.values() for item in waits_on.public(items)}
     return FleetPage(_build(shown, facts, now=now), len(order), page, pages, per_page, len(waiting))
 
@@ -533,7 +539,7 @@ def loop_status(
         kind, slug = cursor.split(":", 1)
         rest = rest.filter(Q(target_kind__gt=kind) | Q(target_kind=kind, slug__gt=slug))
     ids = list(rest.order_by("target_kind", "slug").values_list("pk", flat=True)[: limit + 1])
-    shown = _shown(scope, ids[:limit])
+    shown = _shown(scope, ids[:limit], now=now)
     found = waits_on.public(facts.found)
     more = len(ids) > limit
     return {

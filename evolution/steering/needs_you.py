@@ -16,6 +16,8 @@ daily digest are built on. One query per source, whatever the fleet holds:
 - revert: a revert PR being followed under a person's merge, until its
   deadline;
 - rearm: an entity the breaker paused (``autonomy.paused_many``);
+- budget: an entity with no live cycle whose loop spend this calendar month reached the brain's
+  ``loop.budget.maxUsdPerMonth`` (issue 16), until the month turns;
 - window / stall: the recorded waiting window (``evolution.cadence``) of an
   entity in the loop that is not paused, held or owned by a cycle — a
   person's move the window named (``awaitingPerson``), else a window whose
@@ -43,7 +45,7 @@ from typing import Any
 from django.db.models import OuterRef, Prefetch, Q, QuerySet, Subquery
 from django.utils import timezone
 
-from evolution.core import due
+from evolution.core import due, spend
 from evolution.core.cycles import when
 from evolution.core.links import absolute, cycle_path
 from evolution.models import Cycle, Idea, Round
@@ -59,7 +61,20 @@ GRANT_PRODUCERS = ("loop-idea", "loop-supervise", "loop-settings")
 LOOP = "loop"
 CARD_GATES = (Card.Kind.DECIDE, Card.Kind.RETRY)
 #: The order a page lists gates in when two waits started at the same instant.
-GATES = ("decide", "retry", "grant", "merge", "revert", "rearm", "window", "stall", "failure", "config", "stuck")
+GATES = (
+    "decide",
+    "retry",
+    "grant",
+    "merge",
+    "revert",
+    "rearm",
+    "budget",
+    "window",
+    "stall",
+    "failure",
+    "config",
+    "stuck",
+)
 PAGE_PATH = "/evolution/needs-you/"
 #: What no wait reads of an entity (the definition's text and frontmatter): left unread for a whole fleet.
 UNREAD = ("body", "description", "frontmatter", "provenance")
@@ -295,6 +310,22 @@ def _failure_item(cycle: Cycle) -> dict[str, Any]:
     )
 
 
+def _budget_item(entity: Entity, refusal: str, now: datetime) -> dict[str, Any]:
+    """The entity's month reached ``loop.budget.maxUsdPerMonth`` (issue 16): no new cycle until the month turns."""
+    url = absolute(entity.get_absolute_url())
+    turns = spend.turns_at(now)
+    return _item(
+        "budget",
+        entity,
+        since=spend.month_of(now)[0],
+        until=turns,
+        url=url,
+        clause=spend.ceiling_sentence(refusal),
+        next=f"a person raises loop.budget.maxUsdPerMonth in constitution/MANIFEST.yaml for new cycles of {entity} "
+        f"to open before {when(turns)}, or lets the month turn (its spend, month by month, on its page: {url})",
+    )
+
+
 def _config_item(entity: Entity) -> dict[str, Any]:
     url = absolute(entity.get_absolute_url())
     return _item(
@@ -369,6 +400,7 @@ def collect(
     held: dict[int, str] | None = None,
     whole: bool = True,
     scope: QuerySet[Entity] | None = None,
+    budget: dict[int, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The items for ``entities`` (read with ``select_related("waiting_window")``), oldest wait first.
 
@@ -379,7 +411,8 @@ def collect(
     fleet's answer; False keeps only theirs. With ``scope`` (the entities
     the answer is about, a queryset) ``entities`` need only be those of it
     that can raise a wait of their own (``candidates``): a card, a cycle or
-    a failure of any entity of ``scope`` is kept.
+    a failure of any entity of ``scope`` is kept. ``budget`` are the monthly ceiling's refusals
+    (``spend.month_refusals``, read here for ``entities`` when None).
     """
     by_id = {e.pk: e for e in entities}
     ids: list[int] | QuerySet[Any] | None = None
@@ -389,8 +422,11 @@ def collect(
         live = _live_cycles(ids)
     if breaker is None or held is None:
         breaker, held = pauses([e for e in entities if e.loop_enabled])
+    if budget is None:
+        budget = spend.month_refusals([e for e in entities if e.loop_enabled], now=now)
     found: list[dict[str, Any]] = []
     claimed = {c.claim for c in live if c.claim}
+    running = {c.entity_id for c in live}
     for cycle in live:
         if cycle.entity_id in by_id:
             cycle.entity = by_id[cycle.entity_id]
@@ -413,6 +449,8 @@ def collect(
             found.append(_config_item(entity))
         if entity.pk in breaker:
             found.append(_rearm_item(entity, breaker[entity.pk]))
+        if entity.pk in budget and entity.pk not in running:  # a live cycle carries on: it asks nobody
+            found.append(_budget_item(entity, budget[entity.pk], now))
         if entity.pk in breaker or entity.pk in held or entity.pk in claimed:
             continue  # paused, held or owned by a cycle: no window item (seed "A window that waits")
         item = window_item(entity, cadence.window_of(entity), now)
@@ -466,9 +504,10 @@ def fleet_collect(
     from evolution.steering import autonomy, supervision
 
     breaker = autonomy.pauses_of(autonomy.settles_in(scope))
-    read = candidates(scope, breaker)
+    budget = spend.month_refusals_in(scope, now=now)  # one statement: the monthly ceiling (issue 16)
+    read = candidates(scope, [*breaker, *budget])
     held = supervision.holds_in(scope)
-    found = collect(now, entities=read, live=live, breaker=breaker, held=held, whole=whole, scope=scope)
+    found = collect(now, entities=read, live=live, breaker=breaker, held=held, whole=whole, scope=scope, budget=budget)
     return Fleet(found, breaker, held, read)
 
 

@@ -317,7 +317,66 @@ def test_loop_summary_is_in_the_schema(person):
     assert {p["name"] for p in operation["parameters"]} >= {"since", "until", "target_kind", "target_id"}
 
 
-# --- The fleet: see below ---
+# --- The fleet ---------------------------------------------------------------------------------
+
+
+def spending_fleet(n: int, *, start: int = 0, at: datetime) -> None:
+    for i in range(start, start + n):
+        entity = looped(f"spender-{i:03d}", manifest={"loop": {"budget": {"maxUsdPerMonth": "5"}}})
+        for day in range(3):
+            cycle = shipped(entity, at=at + timedelta(days=day), status="validated", record=COUNTED, proposer="0.1")
+            replayed(cycle.rounds.get(), slot=0, side="candidate", run_cost="0.01", judge_cost="0.001", at=at)
+
+
+def test_the_fleet_shows_each_entitys_spend_this_month_beside_what_it_moved(web):
+    now = datetime(2026, 3, 20, 12, tzinfo=UTC)
+    entity = looped("triage", loop=FREE, manifest=CEILING)
+    shipped(entity, at=now - timedelta(days=3), status="validated", record=EVOLVED, proposer="1.5")
+    shipped(entity, at=now - timedelta(days=2), status="regressed", record=REGRESSED, proposer="0.25", revert="merged")
+    shipped(entity, at=now - timedelta(days=40), status="validated", record=EVOLVED, proposer="100")  # February
+    with time_machine.travel(now, tick=False):
+        page = web.get("/evolution/").content.decode()
+    row = page[page.index('id="entity-scenario-triage"') :]
+    row = row[: row.index("</tr>")]
+    assert ">$1.75</span>" in row and "of <span" in row and ">$10.00</span>" in row
+    assert "1 kept · 1 regressed · 2 cycles" in row
+
+
+def test_an_entity_at_its_monthly_ceiling_is_paused_on_the_fleet_until_the_month_turns(web):
+    entity = looped("triage", loop=FREE, manifest=CEILING)
+    spent_cycle(entity, at=datetime(2026, 3, 2, tzinfo=UTC), proposer="10")
+    with time_machine.travel(datetime(2026, 3, 20, tzinfo=UTC), tick=False):
+        (row,) = [r for r in fleet_rows() if r["entity"].pk == entity.pk]
+    assert row["state"] == "paused"
+    assert row["next"] == (
+        "Monthly spend ceiling reached: the loop spent $10.00 on this entity this month, the brain's ceiling is "
+        "$10.00 (loop.budget.maxUsdPerMonth); new cycles open again on Apr 1."
+    )
+    with time_machine.travel(datetime(2026, 4, 1, tzinfo=UTC), tick=False):
+        (row,) = [r for r in fleet_rows() if r["entity"].pk == entity.pk]
+    assert row["state"] != "paused" and row["month"]["spent_usd"] == 0
+
+
+def fleet_rows():
+    from evolution.reads import fleet
+
+    return fleet.fleet_page().rows
+
+
+def test_the_fleets_month_costs_the_same_queries_with_ten_times_the_spending_entities(web):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    at = datetime(2026, 3, 2, tzinfo=UTC)
+    spending_fleet(3, at=at)
+    with time_machine.travel(at + timedelta(days=10), tick=False):
+        with CaptureQueriesContext(connection) as few:
+            web.get("/evolution/", HTTP_HX_REQUEST="true")
+        spending_fleet(30, start=3, at=at)
+        with CaptureQueriesContext(connection) as many:
+            response = web.get("/evolution/", HTTP_HX_REQUEST="true")
+    assert len(many.captured_queries) == len(few.captured_queries)
+    assert all(row["month"]["spent_usd"] == Decimal("0.333") for row in response.context["rows"])
 
 
 @pytest.fixture
@@ -396,3 +455,37 @@ def test_the_ceiling_is_read_for_a_whole_scope_in_one_query(django_assert_num_qu
     with time_machine.travel(datetime(2026, 3, 20, tzinfo=UTC), tick=False), django_assert_num_queries(1):
         refused = spend.month_refusals_in(Entity.objects.all(), now=timezone.now())
     assert list(refused) == [at_it.pk] and refused[at_it.pk].startswith("maxUsdPerMonth: the loop spent $2.50")
+
+
+# --- Needs you ---------------------------------------------------------------------------------
+
+
+def test_needs_you_lists_an_entity_at_its_monthly_ceiling_until_the_month_turns(web):
+    from evolution.steering import needs_you
+
+    entity = looped("triage", loop=FREE, manifest=CEILING)
+    looped("digest", loop=FREE, manifest=CEILING)  # below its ceiling: nothing waits
+    spent_cycle(entity, at=datetime(2026, 3, 2, tzinfo=UTC), proposer="10")
+    with time_machine.travel(datetime(2026, 3, 20, tzinfo=UTC), tick=False):
+        fleet_items = needs_you.items()
+        own = needs_you.items(entity=entity)
+        page = web.get("/evolution/needs-you/").content.decode()
+    (item,) = fleet_items
+    assert own == fleet_items
+    assert item["gate"] == "budget" and item["targetId"] == "triage"
+    assert item["until"] == datetime(2026, 4, 1, tzinfo=UTC)
+    assert item["clause"].startswith("Monthly spend ceiling reached: the loop spent $10.00")
+    assert item["next"].startswith("a person raises loop.budget.maxUsdPerMonth in constitution/MANIFEST.yaml")
+    assert "Monthly spend ceiling reached" in page
+    with time_machine.travel(datetime(2026, 4, 1, tzinfo=UTC), tick=False):
+        assert needs_you.items() == []
+
+
+def test_a_live_cycle_at_the_ceiling_asks_nobody_it_carries_on():
+    from evolution.steering import needs_you
+
+    entity = looped("triage", loop=FREE, manifest=CEILING)
+    live = spent_cycle(entity, at=datetime(2026, 3, 2, tzinfo=UTC), proposer="10")
+    Cycle.objects.filter(pk=live.pk).update(phase=Cycle.Phase.WATCHING, status="", claim=entity.pk)
+    with time_machine.travel(datetime(2026, 3, 20, tzinfo=UTC), tick=False):
+        assert [i["gate"] for i in needs_you.items()] == []
