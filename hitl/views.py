@@ -10,6 +10,7 @@ from __future__ import annotations
 import hmac
 import logging
 from typing import Any
+from urllib.parse import urlsplit
 from uuid import UUID
 
 from django.conf import settings
@@ -19,6 +20,7 @@ from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
@@ -55,12 +57,20 @@ def _back(request: HttpRequest) -> HttpResponse:
     return redirect(target or "hitl-inbox")
 
 
+def _history_page(number: Any) -> Any:
+    """One page of answered, expired and cancelled cards, the newest answer first."""
+    history = _cards().exclude(status=Card.Status.PENDING).order_by("-responded_at", "-created_at")
+    return Paginator(history, HISTORY_PER_PAGE).get_page(number)
+
+
+def _path(url: str) -> str:
+    return urlsplit(url).path
+
+
 @login_required
 def inbox(request: HttpRequest) -> HttpResponse:
     pending = _cards().filter(status=Card.Status.PENDING).order_by("-created_at")
-    history = _cards().exclude(status=Card.Status.PENDING).order_by("-responded_at", "-created_at")
-    page = Paginator(history, HISTORY_PER_PAGE).get_page(request.GET.get("page"))
-    context = {"pending": pending, "history": page, "notices": _notices()}
+    context = {"pending": pending, "history": _history_page(request.GET.get("page")), "notices": _notices()}
     return render(request, "hitl/inbox.html", context)
 
 
@@ -95,6 +105,14 @@ def card_answer(request: HttpRequest, card_id: UUID) -> HttpResponse:
             "inbox_pending": Card.objects.filter(status=Card.Status.PENDING).count(),
             "oob": True,
         }
+        if (
+            result.ok
+            and request.htmx.current_url_abs_path
+            and _path(request.htmx.current_url_abs_path) == reverse("hitl-inbox")
+        ):
+            # In the inbox the answered card moves from "Waiting for you" to the top of History.
+            context["history"] = _history_page(None)
+            return render(request, "hitl/partials/answered_in_inbox.html", context)
         return render(request, "hitl/partials/card.html", context)
     if result.ok:
         messages.success(request, f"{card.title}: {result.detail}.")

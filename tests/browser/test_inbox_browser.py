@@ -61,6 +61,10 @@ def test_a_person_answers_a_card_in_the_inbox(page, live_server, alice, handler)
     assert "Answered by alice: Skip" in page.locator(f"#card-{card.pk} .answer-line").inner_text()
     page.locator("#notices").get_by_text("Heard: Shorter triage rules — Skip").wait_for(timeout=8000)
     assert page.locator("#inbox-count").inner_text() == " (1)"
+    # Without a reload the answered card has moved to History and the count follows (issue 15).
+    assert page.locator("#pending-count").inner_text() == "1"
+    assert "Shorter triage rules" in page.locator("#history").inner_text()
+    assert "Shorter triage rules" not in page.locator("#pending").inner_text()
 
     card.refresh_from_db()
     assert (card.status, card.answer["note"], card.responded_by) == ("answered", "off-brand", alice)

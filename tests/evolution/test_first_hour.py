@@ -161,3 +161,38 @@ def test_an_answer_in_the_inbox_updates_the_waiting_count_on_the_page(web, alice
         assert 'Waiting for you (<span id="pending-count">2</span>)' in page
         answer = web.post(f"/inbox/cards/{first.pk}/answer/", {"choice": "accept"}, HTTP_HX_REQUEST="true")
     assert '<span id="pending-count" hx-swap-oob="true">1</span>' in answer.content.decode()
+
+
+def test_an_answer_in_the_inbox_moves_the_card_to_history_at_once(web, alice) -> None:
+    from tests.hitl.helpers import make_card, recording_handler
+
+    with recording_handler():
+        first = make_card(key="decide:1", title="Shorter triage rules")
+        make_card(key="decide:2", title="Longer triage rules")
+        assert "No answered or expired cards yet." in web.get("/inbox/").content.decode()
+        answer = web.post(
+            f"/inbox/cards/{first.pk}/answer/",
+            {"choice": "accept"},
+            HTTP_HX_REQUEST="true",
+            HTTP_HX_CURRENT_URL="http://testserver/inbox/",
+        ).content.decode()
+    history = answer.split('<section id="history" hx-swap-oob="true">')[1].split("</section>\n")[0]
+    assert f'id="card-{first.pk}"' in history and "Answered by" in history
+    assert "No answered or expired cards yet." not in history and "Longer triage rules" not in history
+    assert '<span id="pending-count" hx-swap-oob="true">1</span>' in answer
+    assert answer.count(f'id="card-{first.pk}"') == 1  # gone from "Waiting for you", not shown twice
+
+
+def test_an_answer_on_the_card_page_stays_in_place(web, alice) -> None:
+    from tests.hitl.helpers import make_card, recording_handler
+
+    with recording_handler():
+        card = make_card(key="decide:1", title="Shorter triage rules")
+        answer = web.post(
+            f"/inbox/cards/{card.pk}/answer/",
+            {"choice": "accept"},
+            HTTP_HX_REQUEST="true",
+            HTTP_HX_CURRENT_URL=f"http://testserver/inbox/cards/{card.pk}/",
+        ).content.decode()
+    assert f'id="card-{card.pk}"' in answer
+    assert 'id="history"' not in answer and "Answered by" in answer
