@@ -53,3 +53,6 @@ def test_a_person_reads_what_the_loop_spent_on_an_entity_and_what_it_moved(page,
     assert "accuracy 0.125 in [0.05, 0.2] at 90%" in text and "Reverted" in text
     assert section.locator("svg").count() == 1
     section.screenshot(path=str(SCREENSHOT))
+    page.goto(f"{live_server.url}/evolution/")
+    cell = page.locator("#entity-scenario-triage .month-spend").inner_text()
+    assert "$1.78 of $10.00" in cell and "2 kept · 1 regressed · 4 cycles" in cell
