@@ -69,3 +69,17 @@ def test_the_decide_card_shows_the_diff_and_its_links_keep_the_session(page, liv
     page.wait_for_load_state()
     still_in(page, live_server)
     assert "Support triage" in page.inner_text("main")
+
+
+def test_a_browser_walks_every_navigation_link_logged_in(page, live_server, alice, embedded) -> None:
+    drive_until_card(tickets())
+    log_in(page, live_server, "/evolution/")
+    hrefs = page.locator("nav[aria-label=main] a").evaluate_all("links => links.map(a => a.getAttribute('href'))")
+    assert "/evolution/runs/" in hrefs and "/evolution/pulls/" in hrefs
+    for href in hrefs:
+        response = page.goto(f"{live_server.url}{href}")
+        assert response is not None and response.status < 400, (href, response and response.status)
+        if href.startswith(("/admin/", "/api/")):  # the admin and the API docs have navigations of their own
+            assert "/accounts/login/" not in page.url and "/admin/login/" not in page.url, href
+        else:
+            still_in(page, live_server)
