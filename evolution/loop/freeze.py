@@ -36,6 +36,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.db.models import TextField
+from django.db.models.functions import Cast
+
 from evolution.models import Cycle
 from grading.models import Entity, Execution, Grade
 from grading.pin import comparable
@@ -106,27 +109,39 @@ def _anchor(cycle: Cycle) -> Execution | None:
 
 @dataclass(frozen=True)
 class _Seen:
-    """One graded run of the scan: its id, input and grade, read as plain values."""
+    """One graded run of the scan: its id and input, read as plain values."""
 
     run_id: str
     input: Any
-    passed: bool | None
-    metrics: dict[str, Any]
-    judge: dict[str, Any]
 
 
 def _scan(entity: Entity, anchor: Execution) -> Any:
-    """The entity's own graded runs through the anchor, newest first: the (entity, started) index walked backwards."""
+    """The entity's own graded runs through the anchor, newest first: the (entity, started) index walked backwards.
+
+    Each row is (id, the input's JSON text): a run whose input text was seen before is told apart by that
+    text alone, so an entity whose inputs repeat costs one decode an input, not one a run.
+    """
     query = Execution.objects.filter(
         entity=entity, loop_launched=False, grade__status=Grade.Status.GRADED, started_at__lte=anchor.started_at
     )
-    return query.order_by("-started_at").values_list("id", "input", "grade__passed", "grade__metrics", "grade__judge")
+    return query.order_by("-started_at").values_list("id", Cast("input", TextField()))
+
+
+def _graded(run_ids: list[str]) -> dict[str, tuple[bool | None, dict[str, Any], dict[str, Any]]]:
+    """The grades of the runs a frozen set keeps: {run id: (passed, metrics, judge)}, one statement."""
+    if not run_ids:
+        return {}
+    rows = Grade.objects.filter(execution_id__in=run_ids).values_list("execution_id", "passed", "metrics", "judge")
+    return {str(pk): (passed, metrics or {}, judge or {}) for pk, passed, metrics, judge in rows}
 
 
 def _history(
     cycle: Cycle, entity: Entity, terms: dict[str, Any], *, evidence_runs: int
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """The history slots and the evidence run ids, from one bounded scan newest first."""
+    """The history slots and the evidence run ids, from one bounded scan newest first.
+
+    The scan reads each run's id and input only; the grades of the runs kept as slots are read after it.
+    """
     anchor = _anchor(cycle)
     if anchor is None:
         return [], []
@@ -137,20 +152,22 @@ def _history(
     distinct: dict[str, _Seen] = {}
     evidence: list[str] = []
     seen_inputs: set[str] = set()
+    keys: dict[str, str] = {}  # an input's JSON text → its key (a repeated input is decoded once)
     # Read newest first a chunk at a time, until the scan holds enough inputs the proposer never saw (or its end).
     for start in range(0, SCAN_LIMIT, SCAN_CHUNK):
-        chunk = [
-            _Seen(str(pk), value, passed, metrics or {}, judge or {})
-            for pk, value, passed, metrics, judge in query[start : start + SCAN_CHUNK]
-        ]
+        chunk = list(query[start : start + SCAN_CHUNK])
         if start == 0:
-            evidence = [seen.run_id for seen in chunk[: max(0, evidence_runs)]]
+            evidence = [str(pk) for pk, _text in chunk[: max(0, evidence_runs)]]
         scanned += len(chunk)
         shown = set(evidence)
-        for seen in chunk:
-            key = input_key(seen.input)
-            distinct.setdefault(key, seen)
-            if seen.run_id in shown:
+        for pk, text in chunk:
+            key = keys.get(text)
+            if key is None:
+                value = json.loads(text) if isinstance(text, str) else text
+                key = keys[text] = input_key(value)
+                if key not in distinct:
+                    distinct[key] = _Seen(str(pk), value)
+            if str(pk) in shown:
                 seen_inputs.add(key)
         held_out = sum(1 for key in distinct if key not in seen_inputs and key != anchor_key)
         if len(chunk) < SCAN_CHUNK or (len(evidence) < scanned and held_out >= wanted):
@@ -162,13 +179,17 @@ def _history(
     others = list(distinct.items())
     ordered += [(key, seen, True) for key, seen in others if key not in seen_inputs]
     ordered += [(key, seen, False) for key, seen in others if key in seen_inputs]
+    chosen = ordered[:wanted]
+    grades = _graded([seen.run_id for _key, seen, _held in chosen if seen is not None]) if keep_scores else {}
     slots = []
-    for _key, seen, held_out in ordered[:wanted]:
+    for _key, seen, held_out in chosen:
         is_anchor = seen is None
         value = anchor.input if is_anchor else seen.input
         score = None
-        if keep_scores and seen is not None and comparable(seen.judge, judge) and seen.metrics:
-            score = {"passed": seen.passed, "vector": dict(seen.metrics), "judge": dict(seen.judge)}
+        if seen is not None and seen.run_id in grades:
+            passed, metrics, graded_by = grades[seen.run_id]
+            if comparable(graded_by, judge) and metrics:
+                score = {"passed": passed, "vector": dict(metrics), "judge": dict(graded_by)}
         slots.append(
             {
                 "kind": "history",

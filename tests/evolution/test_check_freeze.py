@@ -167,3 +167,21 @@ def test_the_freeze_reads_the_same_number_of_queries_whatever_the_history_holds(
     with CaptureQueriesContext(connection) as large:
         frozen_for(other, many[-1].execution)
     assert len(large.captured_queries) == len(small.captured_queries)
+
+
+def test_a_history_of_repeated_inputs_is_scanned_by_input_text_and_keeps_each_inputs_newest_grade():
+    # Issue 18: an entity whose inputs repeat is scanned to its bound (few distinct inputs); the scan reads ids
+    # and inputs only, each repeated input decoded once, and the slots' scores are read after it in one query.
+    entity = looped(loop={"evidence": {"runs": 0}, "check": {"inputs": 3}})
+    start = timezone.now() - timedelta(hours=10)
+    for i in range(450):
+        graded_input(entity, f"ticket {'abc'[i % 3]}", bad=False, at=start + timedelta(minutes=i),
+                     metrics={"accuracy": i / 1000})  # fmt: skip
+    anchor = graded_input(entity, "ticket a", bad=True, at=start + timedelta(minutes=450)).execution
+    with CaptureQueriesContext(connection) as read:
+        slots = frozen_for(entity, anchor)["slots"]
+    scans = [q["sql"] for q in read.captured_queries if "grading_execution" in q["sql"] and "LIMIT" in q["sql"]]
+    assert len(scans) == 3  # 451 runs in chunks of 200, to the end: no held-out input is ever enough
+    assert not any('"metrics"' in sql for sql in scans)
+    assert [s["input"]["text"] for s in slots] == ["ticket a", "ticket c", "ticket b"]
+    assert [s["score"]["vector"]["accuracy"] if s["score"] else None for s in slots] == [None, 0.449, 0.448]
