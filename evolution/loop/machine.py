@@ -386,7 +386,9 @@ def poll(cycle: Cycle, now: datetime | None = None) -> str:
 def _open_due_revert(cycle: Cycle, now: datetime) -> bool:
     """Open a due revert on a cycle this worker has taken; False when it cannot be opened (the hold ends)."""
     if revert.open_for(cycle, now):
-        cycles.advance(cycle, Cycle.Phase.REVERTING, now=now, **revert.first_poll(now))
+        # Its first poll, unless the revert already ended meanwhile (an armed auto-merge lands it at once).
+        Cycle.objects.filter(pk=cycle.pk, phase=Cycle.Phase.REVERTING).update(moved_at=now, **revert.first_poll(now))
+        cycle.refresh_from_db()
         return True
     # It cannot be opened (the reason is on the round and the cycle): the settle goes on without it.
     cycle.refresh_from_db(fields=["reason"])
@@ -514,7 +516,7 @@ def _settle_watch(cycle: Cycle, status: str, reason: str, record: dict[str, Any]
 
 def _settle(cycle: Cycle, status: str, *, reason: str, now: datetime, record: dict[str, Any] | None = None) -> str:
     log.info("loop: cycle %s: the watch settles %s: %s", cycle.pk, status, reason)
-    settle(cycle, status, reason=reason, watch_verdict=record, now=now)
+    settle(cycle, status, reason=reason, watch_verdict=record, now=now, revert_now=False)
     return status
 
 
@@ -532,6 +534,9 @@ def evaluate(cycle: Cycle, now: datetime | None = None) -> str | None:
             return None
         closing = fresh.watch_deadline is not None and now >= fresh.watch_deadline
         settled = _evaluate_locked(fresh, now, closing)
+    if fresh.phase == Cycle.Phase.REVERTING:
+        # The settle committed with its revert due (the row lock released); only now is the forge asked.
+        start_revert(fresh, now)
     cycle.refresh_from_db()
     return settled
 
@@ -586,13 +591,17 @@ def settle(
     watch_verdict: dict[str, Any] | None = None,
     now: datetime | None = None,
     lesson: bool = True,
+    revert_now: bool = True,
 ) -> Cycle:
     """End ``cycle`` at ``status`` (validated, regressed, unvalidated, skipped, failed) and return it.
 
     In order: the terminal; the revert when one is due (a regressed change,
     or an unproven one under ``watch.onInconclusive: revert``) — the cycle
     then keeps the entity's claim while the revert is followed (phase
-    "reverting"), every other settle releases it; the applied rounds closed;
+    "reverting", due in the database before the forge is asked: the PR is
+    opened after the settle's transaction, or by the caller after its own
+    when ``revert_now`` is False, as the watch's read does), every other
+    settle releases it; the applied rounds closed;
     the lesson (``lesson=False`` for the kill switch and a broken unattended
     round); then ``AFTER_SETTLE``. A second settle of a settled cycle does nothing.
     """
@@ -611,7 +620,7 @@ def settle(
         settling.close(fresh, reverting=why is not None, now=now)
         if lesson:
             settling.write_lesson(fresh)
-    if why is not None:
+    if why is not None and revert_now:
         start_revert(fresh, now)
     for effect in AFTER_SETTLE:
         effect(fresh)
@@ -629,8 +638,7 @@ def start_revert(cycle: Cycle, now: datetime) -> bool:
     """
     if not take_poll(cycle, now):
         return False
-    with transaction.atomic():
-        return _open_due_revert(cycle, now)
+    return _open_due_revert(cycle, now)  # no transaction held across the forge's calls
 
 
 # --- The clock ------------------------------------------------------------------------------

@@ -247,3 +247,25 @@ def test_a_replay_whose_worker_died_mid_run_is_run_again_after_its_lease_once_an
     assert Execution.objects.filter(loop_launched=True).count() == runs_before  # nothing doubled: its own row ran
     assert Replay.objects.filter(round=rnd, finished_at=None).count() == 0
     assert Cycle.objects.get(pk=cycle.pk).phase == Cycle.Phase.MERGE_WAIT
+
+
+def test_the_watchs_settle_commits_the_revert_due_before_the_forge_is_asked(fb, monkeypatch):
+    from django.db import connection
+
+    from evolution.loop import revert
+    from tests.evolution.test_merge_wait import regressed
+    from tests.evolution.watch_helpers import pulse
+
+    seen: list[tuple[bool, str, str]] = []
+    real = revert.open_revert
+
+    def asked(round):
+        row = Cycle.objects.get(pk=round.cycle_id)
+        seen.append((connection.in_atomic_block, row.phase, row.status))
+        return real(round)
+
+    monkeypatch.setattr(revert, "open_revert", asked)
+    cycle, shipped = regressed(fb, pulse())
+    # No transaction (and no row lock) is held across the forge's open; what a dead worker leaves is due.
+    assert seen == [(False, Cycle.Phase.REVERTING, Cycle.Status.REGRESSED)]
+    assert shipped.revert_pr_number is not None
