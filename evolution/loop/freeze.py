@@ -118,13 +118,13 @@ class _Seen:
 def _scan(entity: Entity, anchor: Execution) -> Any:
     """The entity's own graded runs through the anchor, newest first: the (entity, started) index walked backwards.
 
-    Each row is (id, the input's JSON text): a run whose input text was seen before is told apart by that
+    Each row is (id, the input's JSON text, started_at): a run whose input text was seen before is told apart by that
     text alone, so an entity whose inputs repeat costs one decode an input, not one a run.
     """
     query = Execution.objects.filter(
         entity=entity, loop_launched=False, grade__status=Grade.Status.GRADED, started_at__lte=anchor.started_at
     )
-    return query.order_by("-started_at").values_list("id", Cast("input", TextField()))
+    return query.order_by("-started_at").values_list("id", Cast("input", TextField()), "started_at")
 
 
 def _graded(run_ids: list[str]) -> dict[str, tuple[bool | None, dict[str, Any], dict[str, Any]]]:
@@ -154,13 +154,23 @@ def _history(
     seen_inputs: set[str] = set()
     keys: dict[str, str] = {}  # an input's JSON text → its key (a repeated input is decoded once)
     # Read newest first a chunk at a time, until the scan holds enough inputs the proposer never saw (or its end).
-    for start in range(0, SCAN_LIMIT, SCAN_CHUNK):
-        chunk = list(query[start : start + SCAN_CHUNK])
-        if start == 0:
-            evidence = [str(pk) for pk, _text in chunk[: max(0, evidence_runs)]]
-        scanned += len(chunk)
+    # Each chunk starts where the last one stopped (started_at at most the last one's, those already read
+    # skipped) rather than at an offset: every chunk is a short walk of the index, never a re-read of the
+    # chunks before it (an offset made Postgres read and sort the entity's whole history for each chunk).
+    last: Any = None
+    done: set[Any] = set()  # the runs read that started at ``last``: the next chunk reads them again, skipped
+    while scanned < SCAN_LIMIT:
+        limit = SCAN_CHUNK + len(done)
+        fetched = list((query if last is None else query.filter(started_at__lte=last))[:limit])
+        chunk = [row for row in fetched if row[0] not in done]
+        if chunk:
+            if last is None:
+                evidence = [str(pk) for pk, _text, _started in chunk[: max(0, evidence_runs)]]
+            scanned += len(chunk)
+            last = chunk[-1][2]
+            done = {pk for pk, _text, started in fetched if started == last}
         shown = set(evidence)
-        for pk, text in chunk:
+        for pk, text, _started in chunk:
             key = keys.get(text)
             if key is None:
                 value = json.loads(text) if isinstance(text, str) else text
@@ -170,7 +180,7 @@ def _history(
             if str(pk) in shown:
                 seen_inputs.add(key)
         held_out = sum(1 for key in distinct if key not in seen_inputs and key != anchor_key)
-        if len(chunk) < SCAN_CHUNK or (len(evidence) < scanned and held_out >= wanted):
+        if len(fetched) < limit or not chunk or (len(evidence) < scanned and held_out >= wanted):
             break
     keep_scores = terms.get("incumbent", "frozen") == "frozen"
     judge = dict(cycle.judge or {})

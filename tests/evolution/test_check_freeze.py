@@ -185,3 +185,17 @@ def test_a_history_of_repeated_inputs_is_scanned_by_input_text_and_keeps_each_in
     assert not any('"metrics"' in sql for sql in scans)
     assert [s["input"]["text"] for s in slots] == ["ticket a", "ticket c", "ticket b"]
     assert [s["score"]["vector"]["accuracy"] if s["score"] else None for s in slots] == [None, 0.449, 0.448]
+
+
+def test_runs_that_started_at_the_same_instant_across_a_chunks_edge_are_all_scanned():
+    # The scan's chunks follow one another by started_at (no offset): runs sharing the instant where a chunk
+    # ends are read again by the next chunk and skipped, none lost and none twice.
+    entity = looped(loop={"evidence": {"runs": 0}, "check": {"inputs": 400}})
+    start = timezone.now() - timedelta(hours=10)
+    for i in range(260):
+        at = start + timedelta(minutes=min(i, 65) if 55 <= i <= 65 else i)  # runs 55-65 (199-205 newest first) tie
+        graded_input(entity, f"ticket {i}", bad=False, at=at)
+    anchor = graded_input(entity, "ticket anchor", bad=True, at=start + timedelta(minutes=300)).execution
+    slots = frozen_for(entity, anchor)["slots"]
+    texts = [s["input"]["text"] for s in slots]
+    assert len(texts) == len(set(texts)) == 261 and texts[0] == "ticket anchor"
