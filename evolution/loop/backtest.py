@@ -19,15 +19,20 @@ Not a stage: no stage imports it; the command, the API and the Policy view do.
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections import Counter, deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from statistics import median
 from typing import Any
 
-from django.db.models import Q
+from django.db import connection, transaction
+from django.db.models import Q, TextField
+from django.db.models.base import ModelState
+from django.db.models.functions import Cast
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
@@ -37,8 +42,9 @@ from evolution.models import Backtest, Cycle, Round
 from evolution.presets.base import outcomes, trigger_terms
 from evolution.presets.evolve import WINDOW_BOUND, cadence
 from evolution.presets.repair import WINDOW_FIELDS
-from evolution.presets.resolve import module_function, pinned_modules, preset_of, project_rule
+from evolution.presets.resolve import module_function, pinned_modules, preset_counts, preset_of, project_rule
 from evolution.steering.past import GroupHistory, HoldHistory
+from grading.metrics import is_bad
 from grading.models import Entity, Grade
 from singularity.money import money_str
 
@@ -57,6 +63,8 @@ KIND_WORDS = {
     "other": "other",
 }
 SINCE = re.compile(r"^(\d{1,4})([hdw])$")
+#: ``Past.move`` not told to move that one.
+UNSET: Any = object()
 
 
 def parse_since(raw: Any, *, now: datetime) -> datetime:
@@ -114,11 +122,37 @@ class Past:
     seen: deque[Grade] = field(default_factory=lambda: deque(maxlen=WINDOW_BOUND))
     mark: datetime | None = None
     changed_at: datetime | None = None
+    #: The runs since the mark (never before the clean base), oldest first: kept as runs land, not re-read.
+    fresh: deque[Grade] = field(default_factory=lambda: deque(maxlen=WINDOW_BOUND))
+
+    #: Whether anything reads the runs since the mark (evolve's cadence, the entity's own window()).
+    tracking: bool = True
+
+    def land(self, grade: Grade) -> None:
+        if self.tracking:  # the repair preset's count reads only the trigger's window (the caller's)
+            self.seen.append(grade)
+            self.fresh.append(grade)
+
+    def move(self, *, mark: Any = UNSET, changed_at: Any = UNSET) -> None:
+        """Move the mark (a cycle opened) or the clean base (a group's change): the runs since are read again."""
+        if mark is not UNSET:
+            self.mark = mark
+        if changed_at is not UNSET:
+            if changed_at == self.changed_at and mark is UNSET:
+                return
+            self.changed_at = changed_at
+        if not self.tracking:
+            return
+        start = max((at for at in (self.mark, self.changed_at) if at is not None), default=None)
+        self.fresh = deque((g for g in self.seen if start is None or g.graded_at > start), maxlen=WINDOW_BOUND)
 
     def since_mark(self) -> list[Grade]:
         """The graded runs since the mark (the previous cycle's start, never before the clean base), newest first."""
-        start = max((at for at in (self.mark, self.changed_at) if at is not None), default=None)
-        return [g for g in reversed(self.seen) if start is None or g.graded_at > start]
+        return list(reversed(self.fresh))
+
+    def ready_at(self, size: int) -> datetime | None:
+        """When the window since the mark became ready: its ``size``-th run's grade, or None while it has fewer."""
+        return self.fresh[size - 1].graded_at if len(self.fresh) >= size else None
 
     def graded_runs(self, since: Any, through: Any, limit: Any) -> dict[str, Any]:
         """``ctx.gradedRuns`` over the replayed runs (ungraded runs are not replayed: 0)."""
@@ -189,16 +223,79 @@ def _median(values: list[Decimal]) -> Decimal:
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
-def _stream(entity: Entity, since: datetime, until: datetime) -> Any:
-    """The entity's own graded runs after ``since`` through ``until``, oldest first, streamed in chunks."""
-    rows = Grade.objects.filter(
-        entity=entity,
-        status=Grade.Status.GRADED,
-        execution__loop_launched=False,
-        graded_at__gt=since,
-        graded_at__lte=until,
+#: What the replay reads of each graded run as it comes (the trigger's rule reads no more).
+STREAM = ("entity_id", "status", "score", "passed", "failure_category")
+
+
+def _stream(entity: Entity, policy: Entity, since: datetime, until: datetime) -> Iterator[Grade]:
+    """The entity's own graded runs after ``since`` through ``until``, oldest first: one query, read in chunks.
+
+    Each row becomes a Grade holding only what the trigger reads (``_replayed``). The run id, the instant, the
+    metrics and the judge come as text — the driver's own parsing of 100,000 timestamps and UUIDs costs more
+    than the replay — and each distinct metrics or judge text is decoded once (most runs of an entity share
+    them).
+    """
+    rows = (
+        Grade.objects.filter(
+            entity=entity,
+            status=Grade.Status.GRADED,
+            execution__loop_launched=False,
+            graded_at__gt=since,
+            graded_at__lte=until,
+        )
+        .order_by("graded_at", "execution_id")
+        .values_list(
+            *STREAM,
+            Cast("execution_id", TextField()),
+            Cast("graded_at", TextField()),
+            Cast("metrics", TextField()),
+            Cast("judge", TextField()),
+        )
     )
-    return rows.select_related("execution").only(*WINDOW_FIELDS).order_by("graded_at", "execution_id").iterator(CHUNK)
+    decoded: dict[str | None, Any] = {None: {}}
+    for row in rows.iterator(CHUNK):
+        metrics, judge = row[-2], row[-1]
+        if metrics not in decoded:
+            decoded[metrics] = json.loads(metrics)
+        if judge not in decoded:
+            decoded[judge] = json.loads(judge)
+        yield _replayed(row, decoded[metrics], decoded[judge], policy)
+
+
+def _run_id(text: str) -> str:
+    """A run id as ``str(uuid)`` writes it (SQLite stores the 32 hex digits bare)."""
+    if len(text) == 32:
+        return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+    return text
+
+
+def _instant(text: str) -> datetime:
+    """A stored instant's text as an aware datetime (Postgres writes its UTC offset; SQLite stores UTC bare)."""
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _replayed(row: tuple[Any, ...], metrics: Any, judge: Any, policy: Entity) -> Grade:
+    """A Grade of the stream without the model's per-field construction (100,000 of them per backtest): the
+    fields the trigger reads set (the run id as text), the entity the policy, the rest never read."""
+    grade = Grade.__new__(Grade)
+    state = ModelState()
+    state.adding, state.db = False, "default"
+    state.fields_cache["entity"] = policy
+    entity_id, status, score, passed, category, run, instant = row[:7]
+    grade.__dict__.update(
+        _state=state,
+        entity_id=entity_id,
+        status=status,
+        score=score,
+        passed=passed,
+        failure_category=category,
+        execution_id=_run_id(run),
+        graded_at=_instant(instant),
+        metrics=metrics,
+        judge=judge,
+    )
+    return grade
 
 
 def _before(entity: Entity, since: datetime, size: int) -> list[Grade]:
@@ -237,6 +334,7 @@ class Replay:
     groups: GroupHistory
     held: list[Held] = field(default_factory=list)
     opened: list[Held] = field(default_factory=list)
+    day: deque[datetime] = field(default_factory=deque)
     refused: Counter[str] = field(default_factory=Counter)
     samples: list[dict[str, str]] = field(default_factory=list)
     #: Runs the brain's window() or should_open() failed on (withheld, as the live trigger withholds them).
@@ -249,10 +347,15 @@ class Replay:
                 return cycle
         return None
 
-    def refusal_at(self, at: datetime) -> str | None:
-        """``opening.refusal`` over the replay at ``at``: the live cycle, a hold, a lock group, the ceilings."""
+    def refusal_at(self, at: datetime, *, words: bool = True) -> str | None:
+        """``opening.refusal`` over the replay at ``at``: the live cycle, a hold, a lock group, the ceilings.
+
+        ``words`` False spares the live cycle's sentence its instants (the kind is all a count needs).
+        """
         live = self.live_at(at)
         if live is not None:
+            if not words:
+                return "cycle is live"
             ends = f"until {when(live.until)}" if live.until else "still live"
             return f"cycle opened {when(live.at)} is live ({ends})"
         why = self.holds.refusal_at(at) or self.groups.refusal_at(at)
@@ -260,7 +363,10 @@ class Replay:
             return why
         settled = [c for c in self.held[-50:] if c.until is not None and c.until <= at]
         last = max(settled, key=lambda c: c.until, default=None)  # type: ignore[arg-type, return-value]
-        ran = sum(1 for c in self.held[-200:] if at - timedelta(hours=24) < c.at <= at)
+        day = self.day  # the starts of the last 24 hours (cycles are held in the order they start)
+        while day and day[0] <= at - timedelta(hours=24):
+            day.popleft()
+        ran = len(day)
         loop = (self.policy.terms or {}).get("loop") or {}
         words = ceiling_words(loop, last.until if last else None, last.status if last else "", ran, at)
         return words or None
@@ -271,9 +377,14 @@ class Replay:
         if len(self.samples) < LISTED:
             self.samples.append({"at": at.isoformat(), "kind": kind, "anchor": anchor, "reason": why})
 
+    def keep(self, cycle: Held) -> None:
+        """Hold a cycle: the claim until it settles, a start in the day's count."""
+        self.held.append(cycle)
+        self.day.append(cycle.at)
+
     def open(self, at: datetime, anchor: str) -> Held:
         cycle = Held(at=at, until=at + self.hold, anchor=anchor)
-        self.held.append(cycle)
+        self.keep(cycle)
         self.opened.append(cycle)
         return cycle
 
@@ -309,37 +420,39 @@ def backtest(
         and (module_function(policy, "window") is not None or module_function(policy, "should_open") is not None)
     )
     size = int(trigger_terms(loop)["windowRuns"])
-    past = Past(entity=policy)
+    past = Past(entity=policy, tracking=evolving or own)
     window: deque[Grade] = deque(maxlen=size)
     runs = 0
     for grade in _before(entity, since, WINDOW_BOUND if (evolving or own) else size):
         grade.entity = policy
-        past.seen.append(grade)
+        past.land(grade)
         window.append(grade)
-    past.mark = max((c.started_at for c in kept if c.started_at <= since), default=None)
+    past.move(mark=max((c.started_at for c in kept if c.started_at <= since), default=None))
     pending = deque(c for c in kept if c.started_at > since)
     for c in kept:
         if c.started_at <= since:
-            replay.held.append(Held(c.started_at, c.completed_at, c.status, real=c.pk))
-    with pinned_modules():
-        for grade in _stream(entity, since, now):
+            replay.keep(Held(c.started_at, c.completed_at, c.status, real=c.pk))
+    with pinned_modules(), transaction.atomic():
+        if connection.vendor == "postgresql":
+            # The stream is one cursor read to its end: plan for the whole result, not for its first rows.
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL cursor_tuple_fraction = 1.0")
+        counts = preset_counts(policy)
+        size_evolve = cadence(policy.terms)
+        for grade in _stream(entity, policy, since, now):
             at = grade.graded_at
             while pending and pending[0].started_at <= at:
                 c = pending.popleft()
-                replay.held.append(Held(c.started_at, c.completed_at, c.status, real=c.pk))
-                past.mark = c.started_at
-            grade.entity = policy
+                replay.keep(Held(c.started_at, c.completed_at, c.status, real=c.pk))
+                past.move(mark=c.started_at)
             runs += 1
-            base = replay.groups.changed_at(at)
-            past.changed_at = base
-            past.seen.append(grade)
+            past.land(grade)
             window.append(grade)
-            ready: Any = trigger.UNREAD
-            if evolving and not own:
-                since_mark = past.since_mark()
-                ready = (
-                    since_mark[-cadence(policy.terms)].graded_at if len(since_mark) >= cadence(policy.terms) else None
-                )
+            if counts and not is_bad(grade, policy.terms):
+                continue  # what on_landed leaves out before deciding: the repair count never opens on a good run
+            base = replay.groups.changed_at(at)
+            past.move(changed_at=base)
+            ready = past.ready_at(size_evolve) if evolving and not own else trigger.UNREAD
             recent = [g for g in reversed(window) if base is None or g.graded_at > base]
             try:
                 opens, _reason = trigger.decide(
@@ -351,12 +464,12 @@ def backtest(
                 continue
             if opens is None:
                 continue
-            why = replay.refusal_at(at)
+            why = replay.refusal_at(at, words=len(replay.samples) < LISTED)
             if why:
                 replay.refuse(why, at, str(grade.execution_id))
                 continue
             replay.open(at, str(grade.execution_id))
-            past.mark = at
+            past.move(mark=at)
     report = _report(entity, replay, since=since, until=now, runs=runs, hold=hold, hold_source=hold_source)
     report["policy"] = label
     report["preset"] = preset_of(policy)
