@@ -61,6 +61,8 @@ def pages(alice) -> list[str]:
         "/evolution/entities/scenario/rated/",
         "/evolution/entities/",
         "/api/runs/",
+        "/evolution/runs/",
+        f"/evolution/runs/?entity=scenario:{entity.slug}&grade=bad",
         "/api/grades/",
         "/api/entities/",
     ]
