@@ -47,6 +47,7 @@ from django.utils import timezone
 from evolution.loop.steps import Move, Settle
 from evolution.models import Cycle
 from evolution.presets.base import UNIT, Answer, Observed
+from evolution.presets.readings import vectors_of
 from grading.cards import observed
 from grading.models import Entity, Execution, Grade
 from grading.pin import comparable
@@ -175,6 +176,19 @@ def _contains(checkout_path: str, merge_sha: str, commit: str) -> bool | None:
     return _CONTAINS[key]
 
 
+#: What the watch reads of the merged round: its commits and the files it landed (never its brief or diff text).
+SHIPPED_FIELDS = ("id", "cycle_id", "number", "merge_sha", "base_sha", "head_sha", "files")
+
+
+def shipped_round(cycle: Cycle) -> Any:
+    """The cycle's merged round (its commits and files), read once per watch read of ``cycle``."""
+    if "_shipped_round" not in cycle.__dict__:
+        cycle.__dict__["_shipped_round"] = (
+            cycle.rounds.exclude(merge_sha="").only(*SHIPPED_FIELDS).order_by("-number").first()
+        )
+    return cycle.__dict__["_shipped_round"]
+
+
 def _before_the_change(cycle: Cycle, runs: Any) -> list[str]:
     """The commits among ``runs`` that do not contain the shipped change: runs on the old definition.
 
@@ -183,10 +197,9 @@ def _before_the_change(cycle: Cycle, runs: Any) -> list[str]:
     run is nobody's evidence about the change. A commit git cannot place is kept (the watch is never starved
     on a doubt); a run with no commit recorded (reported through the API) is kept.
     """
-    from evolution.core.cycles import merged_round
     from grading.sync import current_checkout
 
-    shipped = merged_round(cycle)
+    shipped = shipped_round(cycle)
     if shipped is None or not shipped.merge_sha:
         return []
     commits = {c for c in runs.values_list("commit", flat=True).distinct() if c and c != shipped.merge_sha}
@@ -223,11 +236,11 @@ def observe(cycle: Cycle, now: datetime) -> Observed:
     if cycle.watch_deadline is not None:
         grades = grades.filter(Q(graded_at__lt=cycle.watch_deadline) | Q(graded_at=None))
     rows = grades.order_by("graded_at", "execution__completed_at", "execution_id").values_list(
-        "execution_id", "status", Cast("judge", TextField()), Cast("metrics", TextField())
+        Cast("execution_id", TextField()), "status", Cast("judge", TextField()), Cast("metrics", TextField())
     )
     pinned: dict[str | None, bool] = {}
-    first: list[Any] = []
-    vectors: list[dict[str, Any]] = []
+    first: list[str] = []
+    texts: list[str] = []
     graded = ungraded = 0
     for execution_id, status, judge, metrics in rows:
         if judge not in pinned:
@@ -237,11 +250,11 @@ def observe(cycle: Cycle, now: datetime) -> Observed:
             continue
         graded += 1
         if len(first) < need:
-            first.append(execution_id)
-            vectors.append(json.loads(metrics) if metrics else {})
+            first.append(run_key(execution_id))
+            texts.append(metrics or "{}")
     return Observed(
         run_ids=first,
-        vectors=vectors,
+        vectors=vectors_of(texts),
         graded=graded,
         ungraded=ungraded,
         need=need,
@@ -250,11 +263,19 @@ def observe(cycle: Cycle, now: datetime) -> Observed:
     )
 
 
+def run_key(text: str) -> str:
+    """A run id read as text, as the engine stores one (``str(uuid)``): SQLite keeps a UUID as its 32 hex digits."""
+    if len(text) == 32:
+        return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+    return text
+
+
 def window_grades(cycle: Cycle, ids: list[Any]) -> list[Grade]:
     """The window's runs as grades in ``ids``' order, without their inputs, outputs and traces (read only if asked),
     each handed the cycle's own entity."""
-    by_id = Grade.objects.select_related("execution").defer(*HEAVY_RUN_FIELDS).in_bulk(ids)
-    window = [by_id[pk] for pk in ids]
+    read = Grade.objects.select_related("execution").defer(*HEAVY_RUN_FIELDS).in_bulk(ids)
+    by_id = {str(pk): grade for pk, grade in read.items()}
+    window = [by_id[str(pk)] for pk in ids]
     for grade in window:
         grade.entity = cycle.entity
     return window
@@ -404,12 +425,11 @@ def edit_confound(cycle: Cycle, *, checkout: Any | None = None) -> dict[str, Any
     landed, other than this cycle's own merge. A commit that changed only the entity's ``loop:`` block does not
     confound (the loop's settings steer the loop); ``evaluation:`` and ``enabled:`` do.
     """
-    from evolution.core.cycles import merged_round
     from evolution.forges.git import is_ancestor
     from grading.methods import brain_checkout
     from singularity.brain.git import GitError, git
 
-    rnd = merged_round(cycle)
+    rnd = shipped_round(cycle)
     if rnd is None or not rnd.merge_sha or not rnd.base_sha:
         return None
     repo = brain_checkout(checkout)

@@ -13,13 +13,16 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from django.db import connection
 from django.db.models import Max, TextField
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 
 from evolution.core import periods
@@ -165,27 +168,49 @@ def pinned_runs(cycle: Cycle, run_ids: list[Any]) -> list[R.Run]:
     """The graded runs ``run_ids`` name as (run id, metric vector) pairs, under the judge the cycle pinned, in the
     order they were graded.
 
-    One read of two columns and the judge's stored text: a judge is decoded once per distinct snapshot.
+    One read of the judge's and the vector's stored text, the ids bound as one parameter (``named``): a judge is
+    decoded once per distinct snapshot. A run's id is read only where people's ratings may be read for it (a
+    human-rated metric votes); otherwise it is None.
     """
-    ids = run_uuids(run_ids)
+    terms = cycle.entity.terms or {}
+    with_ids = any(R.human_rated(spec) for _, spec in R.voting(terms))
+    columns = ["execution_id"] if with_ids else []
     rows = (
-        Grade.objects.filter(execution__id__in=ids, status=Grade.Status.GRADED)
+        Grade.objects.filter(execution__id__in=named(run_ids), status=Grade.Status.GRADED)
         .order_by("graded_at", "execution_id")
-        .values_list("execution_id", Cast("judge", TextField()), Cast("metrics", TextField()))
+        .values_list(*columns, Cast("judge", TextField()), Cast("metrics", TextField()))
     )
     pinned: dict[str | None, bool] = {}
-    runs: list[R.Run] = []
-    for execution_id, judge, metrics in rows:
+    ids: list[Any] = []
+    texts: list[str] = []
+    for row in rows:
+        execution_id, judge, metrics = row if with_ids else (None, *row)
         if judge not in pinned:
             pinned[judge] = comparable(cycle.judge, json.loads(judge) if judge else None)
         if pinned[judge]:
-            runs.append((execution_id, json.loads(metrics) if metrics else {}))
-    return runs
+            ids.append(execution_id)
+            texts.append(metrics or "{}")
+    return list(zip(ids, R.vectors_of(texts), strict=True))
+
+
+#: A run id as the engine stores one (``str(uuid)``).
+UUID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def named(run_ids: list[Any]) -> Any:
+    """The run ids a stored window names, as what ``execution__id__in`` binds: one parameter on SQLite (a JSON
+    array read by ``json_each``) and Postgres (a ``uuid[]``), where a thousand ids bound one by one cost more to
+    prepare than to read; a list of UUIDs elsewhere. A malformed id names no run."""
+    vendor = connection.vendor
+    if vendor == "sqlite":  # Django keeps a UUID there as its 32 hex digits
+        return RawSQL("SELECT value FROM json_each(%s)", (json.dumps([str(r).replace("-", "") for r in run_ids]),))
+    if vendor == "postgresql":
+        return RawSQL("SELECT unnest(%s::uuid[])", ([r for r in map(str, run_ids) if UUID_TEXT.fullmatch(r)],))
+    return run_uuids(run_ids)
 
 
 def run_uuids(ids: list[Any]) -> list[uuid.UUID]:
-    """A stored window's run ids as UUIDs (what the lookup binds without normalising each; a malformed id names no
-    run and is left out)."""
+    """A stored window's run ids as UUIDs (a malformed id names no run and is left out)."""
     found = []
     for run in ids:
         try:

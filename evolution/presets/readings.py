@@ -8,6 +8,7 @@ Everything here is a plain function over values and specs: no rows are read exce
 
 from __future__ import annotations
 
+import json
 import statistics
 import zlib
 from collections.abc import Iterable, Mapping
@@ -44,11 +45,12 @@ PEOPLE, JUDGE = "people", "judge"
 
 
 def voting(terms: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """The objectives then the guards of the resolved spec, each (id, spec); observe metrics never vote."""
+    """The objectives then the guards of the resolved spec, each (id, spec), each role by id (the same order on
+    every database: Postgres keeps a JSON object's keys in its own order); observe metrics never vote."""
     metrics = specs(terms)
     order = {"objective": 0, "guard": 1}
     chosen = [(mid, dict(spec)) for mid, spec in metrics.items() if spec.get("role") in VERDICT_ROLES]
-    return sorted(chosen, key=lambda pair: order[pair[1]["role"]])
+    return sorted(chosen, key=lambda pair: (order[pair[1]["role"]], pair[0]))
 
 
 def how(spec: Mapping[str, Any]) -> str:
@@ -125,6 +127,11 @@ class Sides:
 
 #: One run of a window as the readings take it: its execution id and its metric vector as graded.
 Run = tuple[Any, Mapping[str, Any]]
+
+
+def vectors_of(texts: list[str]) -> list[dict[str, Any]]:
+    """Metric vectors from their stored JSON texts, decoded in one parse (a thousand small parses cost more)."""
+    return json.loads(f"[{','.join(texts)}]") if texts else []
 
 
 def measured(values: Iterable[Any]) -> list[Any]:
