@@ -72,6 +72,10 @@
     var all = rows();
     var row = article ? article.querySelector('tr[data-metric="' + pending.metric + '"]') : null;
     pending = null;
+    if (article.querySelector(".answer.error")) {
+      choose(row); // not saved: the same metric stays current, its refusal on the page
+      return;
+    }
     var at = all.indexOf(row);
     choose(at >= 0 && at + 1 < all.length ? all[at + 1] : row || firstUnanswered());
   });
