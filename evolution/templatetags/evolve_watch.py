@@ -64,3 +64,12 @@ def interval_bar(metric: dict[str, Any]) -> SafeString | str:
         colour=colour,
         tick=tick,
     )
+
+
+@register.filter
+def measure(value: Any) -> str:
+    """A reading's number as people read it (two places from 1 up, three significant digits below; "—" for none):
+    the record keeps an interval's endpoints to twelve places."""
+    from evolution.presets.readings import shown
+
+    return shown(value)

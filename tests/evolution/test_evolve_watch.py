@@ -257,6 +257,8 @@ def test_the_watch_chapter_draws_both_windows_distributions_side_by_side_per_met
     assert "after: median 0.1 of 10 runs" in page
     assert "Answered by rule 1 of 6: a floor" in page
     assert '"perMetric"' not in page and "&#x27;perMetric&#x27;" not in page  # the record is shown, not dumped
+    chapter = page[page.index('id="watch-evolve"') : page.index('id="watch-evolve-rule"')]
+    assert "00000000" not in chapter  # an interval's endpoints as people read them, not the record's twelve places
 
 
 def test_the_decide_card_promises_the_comparison_the_watch_will_make():
