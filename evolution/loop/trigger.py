@@ -30,6 +30,7 @@ from evolution.loop import intake, machine, opening
 from evolution.models import Cycle
 from evolution.presets import evolve
 from evolution.presets.base import RuleError, outcomes, trigger_terms
+from evolution.presets.ready import ready_at as ready_many
 from evolution.presets.repair import UNREAD_CHANGE, repair_window, windows_for
 from evolution.presets.resolve import (
     ask_should_open,
@@ -194,13 +195,13 @@ def on_landed(grade_ids: list[Any], *, now: datetime | None = None) -> int:
     bases = {pk: groups.changed_at(entities[pk]) for pk in sorted({g.entity_id for g in counted})}
     landed = Counter(g.entity_id for g in considered)
     runs = windows_for(counted, entities, now=now, after=bases, landed=landed)
-    # Evolve entities the preset's cadence decides: when each window became ready, one short read each.
+    # Evolve entities the preset's cadence decides: when each window became ready (one read for the batch).
     cadenced = {
         g.entity_id: g.entity
         for g in considered
         if g.entity_id not in queued and preset_of(g.entity) == "evolve" and not _own_functions(g.entity)
     }
-    ready = evolve.ready_at(cadenced, now=now) if cadenced else {}
+    ready = ready_many(cadenced, now=now) if cadenced else {}
     counted += [g for g in considered if g.entity_id in ready and _is_ready(g, ready[g.entity_id])]
     holders: dict[int, Cycle | None] = (
         {c.claim: c for c in Cycle.objects.filter(claim__in=sorted({g.entity_id for g in counted}))} if counted else {}
