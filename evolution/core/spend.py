@@ -108,24 +108,49 @@ def opened_in(start: datetime, end: datetime) -> QuerySet[Cycle]:
 def spent_many(entity_ids: Iterable[int], *, now: datetime) -> dict[int, Decimal]:
     """Each entity's loop spend in the calendar month holding ``now``: {entity id: Decimal} for those that spent.
 
-    One query for them all: the month's cycles of those entities, their costs summed per entity.
+    Three grouped statements for them all, each one pass over the month's rows (no per-cycle subquery): the
+    proposer's spend of the month's cycles, their replays' runs and gradings, and the watch's exempt gradings
+    whose reason names one of those cycles.
     """
     ids = sorted(set(entity_ids))
     if not ids:
         return {}
     start, end = month_of(now)
-    rows = (
-        with_cost(opened_in(start, end).filter(entity_id__in=ids))
+    cycles = opened_in(start, end).filter(entity_id__in=ids)
+    money = MoneyField()
+    totals: dict[int, Decimal] = {}
+
+    def add(rows: Any) -> None:
+        for pk, *amounts in rows:
+            totals[pk] = totals.get(pk, ZERO) + sum((a or ZERO for a in amounts), ZERO)
+
+    add(
+        cycles.order_by()
+        .values("entity_id")
+        .annotate(t=Sum("spent_usd", output_field=money))
+        .values_list("entity_id", "t")
+    )
+    add(
+        Replay.objects.filter(round__cycle__in=cycles.values("pk"))
+        .order_by()
+        .values("round__cycle__entity_id")
+        .annotate(
+            run=Sum("execution__cost_usd", output_field=money),
+            judge=Sum("execution__grade__cost_usd", output_field=money),
+        )
+        .values_list("round__cycle__entity_id", "run", "judge")
+    )
+    reasons = cycles.annotate(
+        watch_reason=Concat(Value(WATCH_REASON), Cast("pk", output_field=CharField()), output_field=CharField())
+    ).values("watch_reason")
+    add(
+        Grade.objects.filter(entity_id__in=ids, booked_at__gte=start, reason__in=reasons)
         .order_by()
         .values("entity_id")
-        .annotate(**{f"sum_{name}": Sum(name, output_field=MoneyField()) for name in PARTS})
+        .annotate(t=Sum("cost_usd", output_field=money))
+        .values_list("entity_id", "t")
     )
-    answer = {}
-    for row in rows:
-        spent = sum((row[f"sum_{name}"] or ZERO for name in PARTS), ZERO)
-        if spent:
-            answer[row["entity_id"]] = spent
-    return answer
+    return {pk: total for pk, total in totals.items() if total}
 
 
 # --- The monthly ceiling ------------------------------------------------------------------
@@ -174,32 +199,27 @@ def month_refusals(entities: Iterable[Entity], *, now: datetime) -> dict[int, st
 
 
 def month_refusals_in(scope: QuerySet[Entity], *, now: datetime) -> dict[int, str]:
-    """``month_refusals`` of every entity of ``scope`` (a queryset) without reading the entities: one query.
+    """``month_refusals`` of every entity of ``scope`` (a queryset) without reading the entities whole.
 
-    The ceiling is read out of each entity's stored terms and the month's spend summed in correlated
-    subqueries, for the entities with a ceiling only (none when no tier writes one: nothing is summed).
+    One statement reads each entity's ceiling out of its stored terms (nothing more when no tier writes one);
+    when some are set, one more sums the month's cycles of those entities (``spent_many``).
     """
-    start, end = month_of(now)
     ceiling = KeyTextTransform("maxUsdPerMonth", KeyTransform("budget", KeyTransform("loop", "terms")))
-
-    def part(name: str) -> Any:
-        cycles = with_cost(opened_in(start, end).filter(entity=OuterRef("pk")).order_by())
-        total = cycles.values("entity").annotate(total=Sum(name, output_field=MoneyField())).values("total")[:1]
-        return _money(Subquery(total, output_field=MoneyField()))
-
     rows = (
         scope.annotate(month_ceiling=ceiling)
         .filter(month_ceiling__isnull=False)
         .exclude(month_ceiling="null")  # SQLite's ->> reads a JSON null as the text null
-        .annotate(**{f"month_{name}": part(name) for name in PARTS})
-        .values_list("pk", "month_ceiling", *(f"month_{name}" for name in PARTS))
+        .values_list("pk", "month_ceiling")
     )
-    answers = {}
-    for pk, text, *parts in rows:
-        limit, spent = Decimal(str(text)), sum(parts, ZERO)
-        if spent >= limit:
-            answers[pk] = month_words(spent, limit, now)
-    return answers
+    ceilings = {pk: Decimal(str(text)) for pk, text in rows}
+    if not ceilings:
+        return {}
+    spent = spent_many(ceilings, now=now)
+    return {
+        pk: month_words(spent.get(pk, ZERO), limit, now)
+        for pk, limit in ceilings.items()
+        if spent.get(pk, ZERO) >= limit
+    }
 
 
 def month_refusal(entity: Entity, *, now: datetime) -> str | None:

@@ -445,16 +445,18 @@ def test_the_doctor_names_an_entity_at_its_monthly_ceiling():
     assert len(found) == 1 and "scenario:triage: Monthly spend ceiling reached" in found[0]
 
 
-def test_the_ceiling_is_read_for_a_whole_scope_in_one_query(django_assert_num_queries):
+def test_the_ceiling_is_read_for_a_whole_scope_in_four_queries_and_one_when_none_is_set(django_assert_num_queries):
     from grading.models import Entity
 
     at_it, below = capped("triage", ceiling="2.5"), capped("digest", ceiling="2.5")
     looped("free", loop=FREE)  # no ceiling: nothing summed for it
     spent_cycle(at_it, at=datetime(2026, 3, 2, tzinfo=UTC), proposer="2.5")
     spent_cycle(below, at=datetime(2026, 3, 2, tzinfo=UTC), proposer="2.499999999999")
-    with time_machine.travel(datetime(2026, 3, 20, tzinfo=UTC), tick=False), django_assert_num_queries(1):
+    with time_machine.travel(datetime(2026, 3, 20, tzinfo=UTC), tick=False), django_assert_num_queries(4):
         refused = spend.month_refusals_in(Entity.objects.all(), now=timezone.now())
     assert list(refused) == [at_it.pk] and refused[at_it.pk].startswith("maxUsdPerMonth: the loop spent $2.50")
+    with django_assert_num_queries(1):
+        assert spend.month_refusals_in(Entity.objects.filter(slug="free"), now=timezone.now()) == {}
 
 
 # --- Needs you ---------------------------------------------------------------------------------
