@@ -18,13 +18,22 @@ from evolution.steering import needs_you
 GATE_BADGE = {"failure": "failed", "config": "failed", "rearm": "stopped", "stall": "stopped"}
 
 
+#: Waits one page lists (the list grows with the fleet; the count heads every page).
+PER_PAGE = 50
+
+
 @login_required
 def needs_you_page(request: HttpRequest) -> HttpResponse:
-    """Every place the loop waits for a person, oldest first, each saying who acts and where."""
+    """Every place the loop waits for a person, oldest first, each saying who acts and where: 50 a page."""
     found = needs_you.items()
-    for item in found:
+    text = request.GET.get("page", "")
+    pages = max(1, -(-len(found) // PER_PAGE))
+    page = min(int(text), pages) if text.isdigit() and int(text) > 0 else 1
+    shown = found[(page - 1) * PER_PAGE : page * PER_PAGE]
+    for item in shown:
         item["badge"] = GATE_BADGE.get(item["gate"], "warning")
-    return render(request, "evolution/needs_you.html", {"items": found, "count": len(found)})
+    context = {"items": shown, "count": len(found), "page": page, "pages": pages}
+    return render(request, "evolution/needs_you.html", context)
 
 
 @login_required

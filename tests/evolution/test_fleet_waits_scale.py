@@ -174,3 +174,13 @@ def test_the_fleet_wide_pages_cost_the_same_queries_with_ten_times_the_idle_enti
     with CaptureQueriesContext(connection) as many:
         assert web.get(path, **headers).status_code == 200
     assert len(many.captured_queries) == len(few.captured_queries) <= 20
+
+
+def test_the_needs_you_page_lists_fifty_waits_a_page_oldest_first(web):
+    for i in range(55):
+        in_loop(f"faulty-{i:02d}", load_error=f"x{i}.scenario.md: bad")
+    first = web.get("/evolution/needs-you/").content.decode()
+    assert first.count('class="needs-you-item"') == 50 and "Page 1 of 2" in first and "55 need you" in first
+    second = web.get("/evolution/needs-you/?page=2").content.decode()
+    assert second.count('class="needs-you-item"') == 5 and "← Previous" in second
+    assert web.get("/evolution/needs-you/?page=banana").status_code == 200
