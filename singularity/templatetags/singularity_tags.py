@@ -153,7 +153,44 @@ def local_links(text: Any, autoescape: bool = True) -> str:
     if base:
         pattern = re.compile(re.escape(escape(base)) + r"(/[^\s<>&\"']*)")
         body = pattern.sub(lambda m: f'<a href="{m.group(1)}">{m.group(1)}</a>', body)
-    return mark_safe(body.replace("\n", "<br>"))
+    return mark_safe(_with_diffs(body.split("\n")))
+
+
+#: A card's diff shows open up to this many lines; a longer one is folded behind its summary.
+DIFF_OPEN_LINES = 40
+_DIFF_LINE = ("+", "-", " ", "@@", "\\", "diff ")
+
+
+def _with_diffs(lines: list[str]) -> str:
+    """Escaped lines joined by <br>, each unified diff in them (``--- a/…`` then ``+++ …``) a ``pre.diff``."""
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
+            end = i + 2
+            while end < len(lines) and lines[end] and lines[end].startswith(_DIFF_LINE):
+                end += 1
+            block = lines[i:end]
+            spans = "".join(f'<span class="{_diff_class(row)}">{row}</span>\n' for row in block)
+            shown = " open" if len(block) <= DIFF_OPEN_LINES else ""
+            out.append(
+                f'<details class="diff"{shown}><summary class="small">{block[0][4:]} — {len(block)} lines of diff'
+                f'</summary><pre class="diff">{spans}</pre></details>'
+            )
+            i = end
+            continue
+        out.append(line + ("<br>" if i + 1 < len(lines) else ""))
+        i += 1
+    return "".join(out)
+
+
+def _diff_class(row: str) -> str:
+    if row.startswith(("+++", "---")):
+        return "diff-file"
+    if row.startswith("@@"):
+        return "diff-hunk"
+    return {"+": "diff-add", "-": "diff-del"}.get(row[:1], "")
 
 
 @register.filter

@@ -39,3 +39,16 @@ def test_the_full_proposal_page_shows_the_whole_diff_and_the_hypothesis(embedded
     rnd = cycle.rounds.get(number=1)
     assert "The change" in page and f"a/{TRIAGE_PATH}" in page and 'class="diff-add"' in page
     assert rnd.hypothesis[:30] in page
+
+
+def test_the_inbox_shows_the_cards_diff_as_a_diff(embedded, client, alice):
+    with time_machine.travel(timezone.now(), tick=True):
+        card, _failed = drive_until_card(tickets())
+    client.force_login(alice)
+    html = client.get("/inbox/").content.decode()
+    article = html.split(f'id="card-{card.pk}"')[1].split("</article>")[0]
+    block = article.split('<details class="diff" open>')[1].split("</details>")[0]
+    assert f"a/{TRIAGE_PATH} — " in block and '<pre class="diff">' in block
+    assert '<span class="diff-file">--- a/' in block and '<span class="diff-hunk">@@ ' in block
+    assert '<span class="diff-add">+- ' in block and '<span class="diff-del">-- ' in block
+    assert "Accept or Skip" in article.split("</details>")[1]  # the text after the diff stays text
