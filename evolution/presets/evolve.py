@@ -365,8 +365,12 @@ def _side_missing(reading: dict[str, Any]) -> str | None:
     return None
 
 
-def decide(readings: list[dict[str, Any]]) -> tuple[str, int, str]:
-    """The six rules in order over the readings; return (verdict, the rule that answered, the reason)."""
+def decide(readings: list[dict[str, Any]], *, thin: str | None = None) -> tuple[str, int, str]:
+    """The six rules in order over the readings; return (verdict, the rule that answered, the reason).
+
+    ``thin`` says why the window the cycle opened on is not a baseline (it was not ready: an idea or Analyze now
+    opened on it); rule 4 then answers inconclusive after the protective rules 1–3 had their say (R14.19).
+    """
     for r in readings:  # 1. floors, on the after side's point
         if r["role"] in ("objective", "guard") and R.under_floor(r, r["_after"]):
             return (
@@ -419,6 +423,8 @@ def decide(readings: list[dict[str, Any]]) -> tuple[str, int, str]:
                     f"{r['after']['n']} after; an interval needs {R.MIN_RUNS} on each side"
                 ),
             )
+    if thin:
+        return "unvalidated", 4, f"inconclusive: {thin}"
     for r in readings:  # 5. mustImprove with no gain to show
         if r["role"] != "objective" or not r["mustImprove"]:
             continue
@@ -449,6 +455,19 @@ def _gain_words(r: dict[str, Any]) -> str:
     return f"gain {R.shown(r['_gain'])} ({R.shown(r['_before'])} → {R.shown(r['_after'])})"
 
 
+def thin_baseline(cycle: Cycle) -> str | None:
+    """Why the window the cycle opened on is too thin to compare against (it was not ready), or None."""
+    window = cycle.window or {}
+    if window.get("ready") is not False:
+        return None
+    progress = window.get("progress") or {}
+    held = f"{progress.get('have')} of {progress.get('need')} {UNIT}" if progress.get("need") else "a window"
+    return (
+        f"the cycle opened on {held} (before its window was ready: an idea or Analyze now), a baseline too thin "
+        "to show a gain against"
+    )
+
+
 def compare(cycle: Cycle, seen: Observed, after_window: Mapping[str, Any] | None = None) -> Answer:
     """The evolve comparator: None until the watch's window is full, then the six rules' verdict and its record."""
     runs = [str(run) for run in seen.run_ids]
@@ -458,7 +477,7 @@ def compare(cycle: Cycle, seen: Observed, after_window: Mapping[str, Any] | None
     if owed:
         raise ComparatorFault(f"{owed} (at the watch)")
     readings = readings_of(cycle, seen, after_window)
-    verdict, rule, reason = decide(readings)
+    verdict, rule, reason = decide(readings, thin=thin_baseline(cycle))
     runs = [str(run) for run, _ in after_runs(seen, after_window)]  # the runs the after side read
     before_n = len((cycle.window or {}).get("runIds") or [])
     tally = f"{seen.have} of {seen.need} {UNIT} against the {before_n} the cycle opened on"

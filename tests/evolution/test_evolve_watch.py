@@ -286,3 +286,27 @@ def test_the_decide_card_promises_the_comparison_the_watch_will_make():
     assert said.endswith("and so does a change the watch cannot show worked (watch.onInconclusive: revert)")
     quiet = watched(slug="quiet", watch={"mode": "none"})
     assert watched_by(quiet) == "nothing after the merge (watch.mode: none): it ships unvalidated, by design"
+
+
+def test_a_cycle_opened_on_a_window_not_yet_ready_settles_inconclusive_after_a_clear_gain():
+    entity = shop()
+    before = window_of(entity, runs([1000, 1010, 990]), start=BEFORE_START)
+    cycle = shipped_on(entity, before, merged_at=T0)
+    thin = {**cycle.window, "ready": False, "progress": {"have": 3, "need": 10, "unit": "graded runs"}}
+    Cycle.objects.filter(pk=cycle.pk).update(window=thin)
+    cycle.refresh_from_db()
+    cycle = settle_with(cycle, runs([v + 400 for v in STEADY]), start=AFTER_START)
+    assert cycle.status == Cycle.Status.UNVALIDATED and cycle.watch_verdict["rule"] == 4
+    assert cycle.reason.startswith("inconclusive: the cycle opened on 3 of 10 graded runs (before its window was ready")
+    by = by_metric(cycle)
+    assert by["revenue"]["spread"] is not None  # measured, on the record: only not shown to have worked
+
+
+def test_a_thin_baseline_still_regresses_on_a_floor():
+    entity = shop()
+    before = window_of(entity, runs([1000, 1010, 990]), start=BEFORE_START)
+    cycle = shipped_on(entity, before, merged_at=T0)
+    Cycle.objects.filter(pk=cycle.pk).update(window={**cycle.window, "ready": False})
+    cycle.refresh_from_db()
+    cycle = settle_with(cycle, runs(STEADY, 0.1), start=AFTER_START)
+    assert cycle.status == Cycle.Status.REGRESSED and cycle.watch_verdict["rule"] == 1
