@@ -491,3 +491,38 @@ def test_a_live_cycle_at_the_ceiling_asks_nobody_it_carries_on():
     Cycle.objects.filter(pk=live.pk).update(phase=Cycle.Phase.WATCHING, status="", claim=entity.pk)
     with time_machine.travel(datetime(2026, 3, 20, tzinfo=UTC), tick=False):
         assert [i["gate"] for i in needs_you.items()] == []
+
+
+# --- End to end: the demo's check priced to the quantum ----------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_real_checked_cycle_costs_exactly_what_its_replays_and_their_grading_recorded(embedded, alice, monkeypatch):
+    from tests.evolution.test_check_end_to_end import accept_first_card, held_steps
+
+    started = held_steps(monkeypatch)
+    cycle, rnd = accept_first_card(alice)
+    for replay_id in started:
+        machine.replay(replay_id)
+    cycle.refresh_from_db()
+    runs = list(Replay.objects.filter(round__cycle=cycle).values_list("execution_id", flat=True))
+    assert len(runs) == 4 and Grade.objects.filter(execution_id__in=runs, status=Grade.Status.GRADED).count() == 4
+    # The demo's runs and its computed grading are unpriced: price the rows the loop wrote, each a distinct
+    # amount to the quantum, as a gateway's debit would have recorded them.
+    from grading.models import Execution
+
+    for n, run in enumerate(runs, start=1):
+        Execution.objects.filter(pk=run).update(cost_usd=Decimal(n) * Decimal("0.010000000001"))
+        Grade.objects.filter(execution_id=run).update(cost_usd=Decimal(n) * Q)
+    from evolution.core.cycles import add_spend
+
+    add_spend(cycle, Decimal("0.000000000007"))
+    cost = spend.cost_of(cycle)
+    assert cost == {
+        "proposer_usd": cycle.spent_usd,
+        "replays_usd": Decimal("0.100000000010"),
+        "check_judge_usd": Decimal("0.000000000010"),
+        "watch_judge_usd": Decimal(0),
+        "total_usd": cycle.spent_usd + Decimal("0.100000000020"),
+    }
+    assert spend.spent_many([cycle.entity_id], now=timezone.now()) == {cycle.entity_id: cost["total_usd"]}
