@@ -175,7 +175,7 @@ def _with_diffs(lines: list[str]) -> str:
             spans = "".join(f'<span class="{_diff_class(row)}">{row}</span>\n' for row in block)
             shown = " open" if len(block) <= DIFF_OPEN_LINES else ""
             out.append(
-                f'<details class="diff"{shown}><summary class="small">{block[0][4:]} — {len(block)} lines of diff'
+                f'<details class="diff"{shown}><summary class="small">{block[0][4:].removeprefix("a/")} — {len(block)} lines of diff'
                 f'</summary><pre class="diff">{spans}</pre></details>'
             )
             i = end

@@ -48,7 +48,7 @@ def test_the_inbox_shows_the_cards_diff_as_a_diff(embedded, client, alice):
     html = client.get("/inbox/").content.decode()
     article = html.split(f'id="card-{card.pk}"')[1].split("</article>")[0]
     block = article.split('<details class="diff" open>')[1].split("</details>")[0]
-    assert f"a/{TRIAGE_PATH} — " in block and '<pre class="diff">' in block
+    assert f'<summary class="small">{TRIAGE_PATH} — ' in block and '<pre class="diff">' in block
     assert '<span class="diff-file">--- a/' in block and '<span class="diff-hunk">@@ ' in block
     assert '<span class="diff-add">+- ' in block and '<span class="diff-del">-- ' in block
     assert "Accept or Skip" in article.split("</details>")[1]  # the text after the diff stays text
