@@ -526,3 +526,17 @@ def test_a_real_checked_cycle_costs_exactly_what_its_replays_and_their_grading_r
         "total_usd": cycle.spent_usd + Decimal("0.100000000020"),
     }
     assert spend.spent_many([cycle.entity_id], now=timezone.now()) == {cycle.entity_id: cost["total_usd"]}
+
+
+def test_the_month_turns_at_midnight_in_the_projects_time_zone(settings):
+    settings.TIME_ZONE = "Europe/Paris"
+    from django.utils import timezone as tz
+
+    tz.deactivate()
+    entity = capped("triage", ceiling="1")
+    spent_cycle(entity, at=datetime(2026, 3, 31, 21, 30, tzinfo=UTC), proposer="1")  # 23:30 in Paris: March
+    with time_machine.travel(datetime(2026, 3, 31, 21, 59, 59, tzinfo=UTC), tick=False):
+        refused = open_on_bad(entity, now=tz.now())
+        assert not refused.opened and refused.reason.endswith("new cycles open again on Apr 1")
+    with time_machine.travel(datetime(2026, 3, 31, 22, 0, tzinfo=UTC), tick=False):  # midnight in Paris
+        assert open_on_bad(entity, now=tz.now()).opened
