@@ -28,7 +28,7 @@ from grading.models import Entity
 from singularity.serializers import ErrorSerializer
 
 
-class ChangeSerializer(serializers.Serializer):
+class BacktestChangeSerializer(serializers.Serializer):
     key = serializers.CharField(help_text='A dotted loop/evaluation key, e.g. "loop.trigger.minFailures".')
     op = serializers.ChoiceField(choices=[sw.SET, sw.REMOVE], default=sw.SET)
     value = serializers.JSONField(required=False, allow_null=True, help_text="The value to set (op set).")
@@ -40,7 +40,7 @@ class BacktestRequestSerializer(serializers.Serializer):
     since = serializers.CharField(
         required=False, default="30d", help_text="How far back: 30d, 12h, 2w, or a date or instant (default 30d)."
     )
-    changes = ChangeSerializer(
+    changes = BacktestChangeSerializer(
         many=True, required=False, help_text="The proposed settings changes; none: today's policy alone."
     )
 
@@ -94,7 +94,7 @@ class BacktestReportSerializer(serializers.Serializer):
 class BacktestAnswerSerializer(serializers.Serializer):
     current = BacktestReportSerializer()
     proposed = BacktestReportSerializer(allow_null=True)
-    changes = ChangeSerializer(many=True)
+    changes = BacktestChangeSerializer(many=True)
     summary = serializers.CharField(help_text='"Would have opened 14 cycles instead of 3 in the last 30 days."')
 
 

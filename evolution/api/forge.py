@@ -45,7 +45,7 @@ PRECONDITION = OpenApiResponse(
 # --- Shapes -------------------------------------------------------------------------------
 
 
-class PullSerializer(serializers.Serializer):
+class ForgePullSerializer(serializers.Serializer):
     number = serializers.IntegerField()
     title = serializers.CharField(allow_blank=True)
     state = serializers.ChoiceField(choices=STATES)
@@ -64,7 +64,7 @@ class PullSerializer(serializers.Serializer):
 
 
 class PullListSerializer(serializers.Serializer):
-    pulls = PullSerializer(many=True)
+    pulls = ForgePullSerializer(many=True)
 
 
 class StatusSerializer(serializers.Serializer):
@@ -75,7 +75,7 @@ class StatusSerializer(serializers.Serializer):
     updated_at = serializers.DateTimeField()
 
 
-class PullDetailSerializer(PullSerializer):
+class PullDetailSerializer(ForgePullSerializer):
     body = serializers.CharField(allow_blank=True, help_text="The description, Markdown.")
     statuses = StatusSerializer(many=True, help_text="The head commit's statuses (the latest per context).")
     merge_blockers = serializers.ListField(
