@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from singularity.serializers import MoneyString
+from singularity.serializers import MoneyString, NullableMoneyString
 
 STATE_HELP = (
     "off, idle, window (waiting on a window), analysing, waiting_on_you, applying, checking, pr_open, watching, reverting, "
@@ -104,6 +104,16 @@ class WaitsSerializer(serializers.Serializer):
     sampledAt = Instant(help_text="When the window was last sampled.")
 
 
+class MonthSpendSerializer(serializers.Serializer):
+    """This calendar month's loop spend on the entity and what it moved (issue 16): snake_case."""
+
+    spent_usd = MoneyString(help_text="What the cycles opened this month cost, to the last decimal.")
+    ceiling_usd = NullableMoneyString(help_text="The brain's loop.budget.maxUsdPerMonth; null: no ceiling.")
+    validated = serializers.IntegerField(help_text="Cycles opened this month that settled validated (kept).")
+    regressed = serializers.IntegerField(help_text="Cycles opened this month that settled regressed.")
+    cycles = serializers.IntegerField(help_text="Cycles opened this month that ran an analysis.")
+
+
 class EntityStatusSerializer(serializers.Serializer):
     targetKind = serializers.CharField()
     targetId = serializers.CharField()
@@ -116,6 +126,7 @@ class EntityStatusSerializer(serializers.Serializer):
     next = serializers.CharField(help_text="What comes next, in a sentence.")
     needsYou = NeedsYouSerializer(many=True)
     waits = WaitsSerializer(allow_null=True, help_text="What the trigger window waits on (null: it does not wait).")
+    month = MonthSpendSerializer(help_text="This calendar month's loop spend and what it moved.")
 
 
 class LoopStatusSerializer(serializers.Serializer):

@@ -540,3 +540,17 @@ def test_the_month_turns_at_midnight_in_the_projects_time_zone(settings):
         assert not refused.opened and refused.reason.endswith("new cycles open again on Apr 1")
     with time_machine.travel(datetime(2026, 3, 31, 22, 0, tzinfo=UTC), tick=False):  # midnight in Paris
         assert open_on_bad(entity, now=tz.now()).opened
+
+
+def test_loop_status_carries_each_entitys_month_as_decimal_strings(person, march):
+    entity, _ = march
+    with time_machine.travel(datetime(2026, 3, 25, tzinfo=UTC), tick=False):
+        body = person.get("/api/loop/status/", {"targetKind": "scenario", "targetId": entity.slug}).json()
+    (row,) = body["entities"]
+    assert row["month"] == {
+        "spent_usd": "1.780000000001",
+        "ceiling_usd": "10.00",
+        "validated": 2,
+        "regressed": 1,
+        "cycles": 4,
+    }
