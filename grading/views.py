@@ -28,6 +28,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from grading.calibration import calibration, calibration_many
 from grading.cards import card_key, waiting_until
 from grading.models import Entity, Execution, Grade, Rating
+from grading.people import human_rated
 from grading.ratings import human_metrics, on_scale, people_values, rate, scale_of
 from grading.run_search import GRADES, SearchError, page_of, parse_filter
 from hitl.models import Card
@@ -480,14 +481,21 @@ def scale_choices(scale: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def rateable_entities(entity: Entity | None = None) -> list[Entity]:
-    """Entities with at least one human-rated metric and grading on (one query; the definition's text, its
-    frontmatter and provenance left unread)."""
-    entities = Entity.objects.filter(evaluation_enabled=True, load_error="").defer(
-        "body", "description", "frontmatter", "provenance"
-    )
+    """Entities with at least one human-rated metric and grading on (two queries: every entity's metrics block
+    alone, then the rateable ones whole but for the definition's text, its frontmatter and provenance).
+
+    Only the ``evaluation.metrics`` block of an entity that people do not rate is read (a fleet's resolved
+    terms are kilobytes an entity, the block a few hundred bytes).
+    """
+    entities = Entity.objects.filter(evaluation_enabled=True, load_error="")
     if entity is not None:
         entities = entities.filter(pk=entity.pk)
-    return [e for e in entities.order_by("kind", "slug") if human_metrics(e)]
+    blocks = entities.values_list("pk", "terms__evaluation__metrics")
+    wanted = [pk for pk, metrics in blocks if isinstance(metrics, dict) and any(map(human_rated, metrics.values()))]
+    if not wanted:
+        return []
+    rows = entities.filter(pk__in=wanted).defer("body", "description", "frontmatter", "provenance")
+    return [e for e in rows.order_by("kind", "slug") if human_metrics(e)]
 
 
 def rate_rows(user: Any, runs: list[Execution]) -> list[RateRow]:

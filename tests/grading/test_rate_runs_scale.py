@@ -79,3 +79,19 @@ def test_a_page_that_is_not_one_is_refused_naming_it(web):
     response = web.get("/evolution/rate/?before=yesterday")
     assert response.status_code == 400
     assert "before: 'yesterday' is not a page of Rate runs" in response.content.decode()
+
+
+def test_the_rateable_entities_are_found_from_the_metrics_blocks_and_only_they_are_read_whole():
+    from grading.views import rateable_entities
+
+    rated = [make_entity(f"rated-{i}") for i in range(2)]
+    for i in range(6):
+        make_entity(f"plain-{i}", metrics={"accuracy": {"kind": "computed", "role": "objective"}})
+    with CaptureQueriesContext(connection) as read:
+        found = rateable_entities()
+    assert [e.slug for e in found] == [e.slug for e in rated]
+    whole = [q["sql"] for q in read.captured_queries if '"grading_entity"."slug"' in q["sql"].split(" FROM ")[0]]
+    assert len(read.captured_queries) == 2 and len(whole) == 1
+    assert whole[0].endswith(
+        f'"grading_entity"."id" IN ({rated[0].pk}, {rated[1].pk})) ORDER BY "grading_entity"."kind" ASC, "grading_entity"."slug" ASC'
+    )
