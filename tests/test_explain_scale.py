@@ -104,3 +104,23 @@ def test_no_main_read_scans_the_grades_or_the_runs(web, alice, monkeypatch):
 
 def test_the_check_sees_a_read_no_index_serves():
     assert scans(["SELECT count(*) FROM grading_grade WHERE feedback = 'x'"])
+
+
+def test_the_triggers_batch_reads_and_the_freeze_at_an_opening_use_an_index():
+    from evolution.loop import freeze
+    from evolution.presets import ready
+    from tests.evolution.evolve_helpers import MINUTE, graded_at, shop
+
+    start = timezone.now() - timedelta(hours=2)
+    shops = [shop(f"shop-{i}") for i in range(3)]
+    for entity in shops:
+        for k in range(4):
+            graded_at(entity, start + k * MINUTE, {"revenue": 1000.0, "conversion": 0.4})
+    looped = in_loop("frozen")
+    runs = [graded_run(looped, passed=k % 2 == 0, at=start + k * MINUTE) for k in range(5)]
+    with CaptureQueriesContext(connection) as read:
+        ready.ready_at({e.pk: e for e in shops}, now=timezone.now())
+        freeze.freeze(Cycle(entity=looped, anchor=runs[-1], window={}, judge={}), now=timezone.now())
+    statements = [q["sql"] for q in read.captured_queries if any(t in q["sql"] for t in TABLES)]
+    assert len(statements) >= 2
+    assert not scans(statements), "\n".join(scans(statements))
