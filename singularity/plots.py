@@ -33,6 +33,10 @@ class Series:
     points: Sequence[tuple[Number, Number]]
     color: str = ""
     dashed: bool = False
+    #: One hover text per point (in ``points`` order); empty: "<label> at <x>: <y>".
+    titles: Sequence[str] = ()
+    #: Draw the line only, without a dot per point (a derived line such as a rolling median).
+    dots: bool = True
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,16 @@ class HLine:
     #: Widen the y axis to include the line; when False the line is drawn only if the data's axis reaches it,
     #: so a far-off reference (a balance's $0 "Empty") never flattens the data into a line.
     fit: bool = True
+
+
+@dataclass(frozen=True)
+class VLine:
+    """A vertical marker at ``x`` (an event between points, such as a change that landed), titled and linked."""
+
+    x: Number
+    label: str
+    href: str = ""
+    color: str = "#6a3d9a"
 
 
 def _dec(value: Number) -> Decimal:
@@ -120,6 +134,7 @@ def line_chart(
     y_label: str = "",
     x_label: str = "",
     hlines: Sequence[HLine] = (),
+    vlines: Sequence[VLine] = (),
     title: str = "",
     y_format: Formatter = _plain,
     x_format: Formatter = _plain,
@@ -133,7 +148,9 @@ def line_chart(
     and ``y_format`` render them) so screen readers and hovering show exact
     values. With no points at all, the chart says ``empty_text`` instead of
     drawing axes. The y axis fits the points and the reference lines that
-    ``fit``; ``y_integer`` keeps its ticks whole (counts).
+    ``fit``; ``y_integer`` keeps its ticks whole (counts). The x axis also
+    reaches every ``vlines`` marker, drawn as a titled dashed line (a link when
+    it has an ``href``).
     """
     title = title or ", ".join(s.label for s in series) or "Chart"
     chart_id = chart_id or "chart-" + hashlib.sha1(title.encode()).hexdigest()[:8]
@@ -154,7 +171,7 @@ def line_chart(
     integer_x = all(x == x.to_integral_value() for x in xs)
     y_ticks = nice_ticks(min(ys), max(ys), integer=y_integer)
     hlines = [h for h in hlines if h.fit or y_ticks[0] <= _dec(h.y) <= y_ticks[-1]]
-    x_low, x_high = _x_domain(xs)
+    x_low, x_high = _x_domain(xs + [_dec(v.x) for v in vlines])
     x_ticks = [t for t in nice_ticks(x_low, x_high, count=8, integer=integer_x) if x_low <= t <= x_high]
     sx = _Scale(x_low, x_high, _MARGIN_LEFT, width - _MARGIN_RIGHT)
     sy = _Scale(y_ticks[0], y_ticks[-1], height - _MARGIN_BOTTOM, _MARGIN_TOP)
@@ -191,6 +208,7 @@ def line_chart(
             'stroke="#fff" stroke-width="3" paint-order="stroke">'
             f"{escape(text)}</text></g>"
         )
+    parts += [_vline_svg(line, sx(line.x), top, bottom) for line in vlines]
     for index, one in enumerate(series):
         parts.append(_series_svg(one, _color(one, index), sx, sy, x_format, y_format, x_label))
     parts.append(_legend(series, left))
@@ -202,6 +220,17 @@ def _color(one: Series, index: int) -> str:
     return one.color or PALETTE[index % len(PALETTE)]
 
 
+def _vline_svg(line: VLine, x: float, top: int, bottom: int) -> str:
+    """Return one vertical marker: a dashed line with a wide transparent hit area, its title, maybe a link."""
+    color, label = escape(line.color), escape(line.label)
+    body = (
+        f'<g class="vline"><title>{label}</title>'
+        f'<line x1="{x}" x2="{x}" y1="{top}" y2="{bottom}" stroke="{color}" stroke-width="1.5" stroke-dasharray="3 3"/>'
+        f'<line x1="{x}" x2="{x}" y1="{top}" y2="{bottom}" stroke="transparent" stroke-width="8"/></g>'
+    )
+    return f'<a href="{escape(line.href)}">{body}</a>' if line.href else body
+
+
 def _series_svg(
     one: Series, color: str, sx: _Scale, sy: _Scale, x_format: Formatter, y_format: Formatter, x_label: str
 ) -> str:
@@ -210,11 +239,13 @@ def _series_svg(
     coords = " ".join(f"{sx(x)},{sy(y)}" for x, y in one.points)
     dash = ' stroke-dasharray="5 3"' if one.dashed else ""
     radius = 3 if len(one.points) <= 60 else 1.5
+    titles = list(one.titles) or [
+        f"{one.label} at {x_label or 'x'} {x_format(x)}: {y_format(y)}" for x, y in one.points
+    ]
     markers = "".join(
-        f'<circle cx="{sx(x)}" cy="{sy(y)}" r="{radius}"><title>'
-        f"{escape(one.label)} at {escape(x_label or 'x')} {escape(x_format(x))}: {escape(y_format(y))}"
-        "</title></circle>"
-        for x, y in one.points
+        f'<circle cx="{sx(x)}" cy="{sy(y)}" r="{radius}"><title>{escape(text)}</title></circle>'
+        for (x, y), text in zip(one.points, titles, strict=True)
+        if one.dots
     )
     return (
         f'<g class="series" data-label="{escape(one.label)}">'

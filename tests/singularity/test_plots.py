@@ -6,7 +6,7 @@ import re
 from decimal import Decimal
 from xml.etree import ElementTree
 
-from singularity.plots import HLine, Series, line_chart, nice_ticks
+from singularity.plots import HLine, Series, VLine, line_chart, nice_ticks
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -128,3 +128,23 @@ def test_nice_ticks_of_a_flat_zero_start_at_zero() -> None:
 
 def test_an_empty_chart_says_what_is_missing() -> None:
     assert "No cycles yet" in line_chart([Series("Balance", [])], empty_text="No cycles yet")
+
+
+def test_a_point_may_carry_its_own_title() -> None:
+    svg = line_chart([Series("m", [(1, 1), (2, 3)], titles=["run ab12cd34: 1", "run ef56ab78: 3"])], x_label="run")
+    titles = [c.find(f"{SVG}title").text for c in parse(svg).iter(f"{SVG}circle")]
+    assert titles == ["run ab12cd34: 1", "run ef56ab78: 3"]
+
+
+def test_vlines_are_titled_links_and_widen_the_x_domain() -> None:
+    svg = line_chart(
+        [Series("m", [(1, 1), (2, 3)])],
+        vlines=[VLine(2.5, "cycle 4 merged PR #3", href="/evolution/cycles/4/")],
+    )
+    root = parse(svg)
+    link = next(root.iter(f"{SVG}a"))
+    assert link.get("href") == "/evolution/cycles/4/"
+    assert "cycle 4 merged PR #3" in "".join(link.itertext())
+    line = next(link.iter(f"{SVG}line"))
+    circles = [float(c.get("cx")) for c in root.iter(f"{SVG}circle")]
+    assert float(line.get("x1")) > max(circles)  # 2.5 is past the last point, inside the plot
