@@ -554,3 +554,20 @@ def test_loop_status_carries_each_entitys_month_as_decimal_strings(person, march
         "regressed": 1,
         "cycles": 4,
     }
+
+
+# --- Setting the ceiling -----------------------------------------------------------------------
+
+
+def test_loop_set_writes_the_monthly_ceiling_in_the_manifest_and_refuses_it_on_an_entity(tmp_path, settings):
+    from evolution.steering import settings as sw
+    from tests.evolution.settings_helpers import MANIFEST, settings_brain
+
+    sb = settings_brain(tmp_path, settings)
+    sw.loop_set(None, "loop.budget.maxUsdPerMonth", value="25", actor="alice")
+    assert "maxUsdPerMonth" in sb.show(MANIFEST)
+    assert sb.digest.terms["loop"]["budget"]["maxUsdPerMonth"] == "25"
+    assert sb.pricing.terms["loop"]["budget"]["maxUsdPerMonth"] == "25"
+    with pytest.raises(sw.SettingsRefusal) as refused:
+        sw.loop_set(sb.digest, "loop.budget.maxUsdPerMonth", value="5", actor="alice")
+    assert refused.value.code == "refused" and "loop.budget.maxUsdPerMonth" in refused.value.detail
