@@ -56,3 +56,4 @@ def test_a_person_reads_what_the_loop_spent_on_an_entity_and_what_it_moved(page,
     page.goto(f"{live_server.url}/evolution/")
     cell = page.locator("#entity-scenario-triage .month-spend").inner_text()
     assert "$1.78 of $10.00" in cell and "2 kept · 1 regressed · 4 cycles" in cell
+    page.locator("#entity-scenario-triage").screenshot(path="/tmp/fleet_month.png")
