@@ -108,10 +108,17 @@ class Held:
     """A cycle of the replay: one the backtest opened, or a real one kept as it happened."""
 
     at: datetime
+    #: When it lets the claim go (None: it still holds it).
     until: datetime | None
     status: str = ""
     anchor: str | None = None
     real: int | None = None
+    #: When it settles (the cooldown counts from there); None: not in the period. Unset: when it lets the claim go.
+    settles: datetime | None | str = "claim"
+
+    def __post_init__(self) -> None:
+        if self.settles == "claim":
+            self.settles = self.until
 
 
 @dataclass
@@ -180,14 +187,35 @@ def _as_policy(entity: Entity, terms: dict[str, Any]) -> Entity:
     return policy
 
 
-def settle_time(entity: Entity) -> tuple[timedelta, str]:
-    """How long an opened cycle is held: the median settle of the entity's real cycles, else the fleet's, else 0."""
-    settled = Cycle.objects.filter(analysed=True).exclude(completed_at=None).order_by("-completed_at")
-    for rows, whose in ((settled.filter(entity=entity), "the entity's"), (settled, "the fleet's")):
-        spans = [done - start for start, done in rows.values_list("started_at", "completed_at")[:10000]]
-        if spans:
-            return median(spans), f"the median of {whose} {len(spans)} settled cycles"
-    return timedelta(0), "no cycle has settled yet: each cycle settles as it opens (only the ceilings space them)"
+def settle_time(entity: Entity) -> tuple[timedelta, timedelta | None, str]:
+    """How long an opened cycle holds the claim and when it settles: (claim, settle or None, where that comes from).
+
+    The entity's settled cycles answer: the median settle, the claim held for it less the median wait between
+    proposal and apply (a proposal waiting on a person holds no claim). With none settled but proposals of its
+    waiting on a person, a cycle holds the claim for its median analysis and does not settle in the period. Else
+    the fleet's median settle; else 0 (each cycle settles as it opens).
+    """
+    analysed = Cycle.objects.filter(analysed=True)
+    settled = analysed.exclude(completed_at=None).order_by("-completed_at")
+    fields = ("started_at", "proposed_at", "applied_at", "completed_at")
+    own = list(settled.filter(entity=entity).values_list(*fields)[:10000])
+    if own:
+        spans = [done - start for start, _p, _a, done in own]
+        waits = [(a - p if p and a and a > p else timedelta(0)) for _s, p, a, _d in own]
+        held = max(timedelta(0), median(spans) - median(waits))
+        return held, median(spans), f"the median of the entity's {len(own)} settled cycles"
+    waiting = list(
+        analysed.filter(entity=entity, phase=Cycle.Phase.DECIDING)
+        .exclude(proposed_at=None)
+        .values_list("started_at", "proposed_at")[:10000]
+    )
+    if waiting:
+        analysis = median([p - s for s, p in waiting])
+        return analysis, None, f"its analysis: the entity's {len(waiting)} proposals wait on a person, none settled"
+    spans = [done - start for start, done in settled.values_list("started_at", "completed_at")[:10000]]
+    if spans:
+        return median(spans), median(spans), f"the median of the fleet's {len(spans)} settled cycles"
+    return timedelta(0), timedelta(0), "no cycle has settled yet: each settles as it opens (the ceilings space them)"
 
 
 def median_costs(entity: Entity) -> dict[str, Any]:
@@ -330,6 +358,7 @@ class Replay:
 
     policy: Entity
     hold: timedelta
+    settle: timedelta | None
     holds: HoldHistory
     groups: GroupHistory
     held: list[Held] = field(default_factory=list)
@@ -361,14 +390,14 @@ class Replay:
         why = self.holds.refusal_at(at) or self.groups.refusal_at(at)
         if why:
             return why
-        settled = [c for c in self.held[-50:] if c.until is not None and c.until <= at]
-        last = max(settled, key=lambda c: c.until, default=None)  # type: ignore[arg-type, return-value]
+        settled = [c for c in self.held[-50:] if isinstance(c.settles, datetime) and c.settles <= at]
+        last = max(settled, key=lambda c: c.settles, default=None)  # type: ignore[arg-type, return-value]
         day = self.day  # the starts of the last 24 hours (cycles are held in the order they start)
         while day and day[0] <= at - timedelta(hours=24):
             day.popleft()
         ran = len(day)
         loop = (self.policy.terms or {}).get("loop") or {}
-        words = ceiling_words(loop, last.until if last else None, last.status if last else "", ran, at)
+        words = ceiling_words(loop, last.settles if last else None, last.status if last else "", ran, at)
         return words or None
 
     def refuse(self, why: str, at: datetime, anchor: str) -> None:
@@ -383,7 +412,8 @@ class Replay:
         self.day.append(cycle.at)
 
     def open(self, at: datetime, anchor: str) -> Held:
-        cycle = Held(at=at, until=at + self.hold, anchor=anchor)
+        settles = None if self.settle is None else at + self.settle
+        cycle = Held(at=at, until=at + self.hold, anchor=anchor, settles=settles)
         self.keep(cycle)
         self.opened.append(cycle)
         return cycle
@@ -406,10 +436,12 @@ def backtest(
     now = now or timezone.now()
     policy = _as_policy(entity, entity.terms if terms is None else terms)
     loop = policy.terms.get("loop") or {}
-    hold, hold_source = settle_time(entity)
+    hold, settle, hold_source = settle_time(entity)
     reach = max(timedelta(hours=48), cooldown(loop, regressed=True) + timedelta(hours=24))
     real = _real_cycles(entity, since, now, reach)
-    replay = Replay(policy=policy, hold=hold, holds=HoldHistory.read(entity), groups=GroupHistory.read(entity))
+    replay = Replay(
+        policy=policy, hold=hold, settle=settle, holds=HoldHistory.read(entity), groups=GroupHistory.read(entity)
+    )
     # Cycles a person, an idea or the clock opened stay as they happened; before the period, every real one does.
     kept = [
         c for c in real if c.analysed and (c.started_at <= since or c.origin != Cycle.Origin.GRADE) and not _skip_row(c)
@@ -505,7 +537,11 @@ def _report(
         "graded_runs": runs,
         "opened": opened,
         "cycles": [
-            {"at": c.at.isoformat(), "anchor": c.anchor, "settles_at": c.until.isoformat() if c.until else None}
+            {
+                "at": c.at.isoformat(),
+                "anchor": c.anchor,
+                "settles_at": c.settles.isoformat() if isinstance(c.settles, datetime) else None,
+            }
             for c in replay.opened[:LISTED]
         ],
         "refusals": {kind: replay.refused.get(kind, 0) for kind in (*KINDS, "other")},

@@ -276,3 +276,23 @@ def test_a_rule_that_hangs_is_cut_at_its_deadline_and_the_run_withheld(tmp_path,
     assert time.monotonic() - began < 2.5  # two deadlines, never a 3 s sleep
     assert report["opened"] == 0 and report["rule_failures"] == 2 and report["refused"] == 0
     assert "should_open() did not answer within 0.3 s" in report["rule_failure"]
+
+
+def test_proposals_waiting_on_a_person_hold_no_claim_and_start_no_cooldown():
+    entity = looped(loop={"cooldownHours": 6, "maxAnalysesPerDay": 3})
+    start = timezone.now() - timedelta(days=2)
+    rng = random.Random(3)
+    for step in range(120):
+        at = start + timedelta(minutes=20) * step
+        with time_machine.travel(at, tick=False):
+            trigger.on_landed([graded(entity, bad=rng.random() < 0.5, at=at).pk])
+            # Each proposal is made a minute in and waits on a person's card: the claim is let go, nothing settles.
+            Cycle.objects.filter(entity=entity, analysed=True, phase=Cycle.Phase.ANALYSING).update(
+                phase=Cycle.Phase.DECIDING, claim=None, proposed_at=at
+            )
+    real = [c for c in cycles_of(entity) if c.analysed]
+    assert len(real) == 6  # the day's ceiling, twice: nothing settled, so no cooldown ever started
+    report = bt.backtest(entity, since=start - timedelta(minutes=1), now=start + timedelta(days=2))
+    assert "wait on a person" in report["held_for"]
+    assert [c["anchor"] for c in report["cycles"]] == [str(c.anchor_id) for c in real]
+    assert report["reproduction"]["reproduced"] is True and report["refusals"]["cooldown"] == 0
