@@ -2,6 +2,8 @@
 
 - grading tells the loop, after commit, which grades landed: the trigger and
   the watch read them on a worker (``evolution.tasks.grades_landed``).
+- grading asks the loop which merges and reverts changed an entity (the
+  entity page's plot markers).
 - grading asks the watch whether a run is graded whatever the sample, and
   under which pinned judge.
 - hitl calls the loop back when a decide, retry, grant or widen card closes;
@@ -61,10 +63,11 @@ def connect() -> None:
     from evolution.forges import git_env
     from evolution.forges.base import listen_to_pulls
     from evolution.loop import intake
+    from evolution.reads.trends import trend_markers
     from evolution.steering import ideas, supervision
     from evolution.steering import settings as settings_writes
     from evolution.views import telegram as ideas_telegram
-    from grading import booking, grade
+    from grading import booking, grade, trends
     from hitl import registry
     from hitl.channels.telegram import register_message_handler
     from hitl.models import Card
@@ -73,6 +76,7 @@ def connect() -> None:
     grade.register_landed(_landed)
     booking.register_exemption(_exempt)
     grade.register_frozen_judge(_frozen)
+    trends.register_trend_markers(trend_markers)  # the entity page's plots mark merges and reverts
     registry.register("loop", Card.Kind.DECIDE, _card)
     registry.register("loop", Card.Kind.RETRY, _card)
     registry.register(supervision.PRODUCER, Card.Kind.GRANT, supervision.on_card)

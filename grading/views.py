@@ -31,9 +31,11 @@ from grading.models import Entity, Execution, Grade, Rating
 from grading.people import human_rated
 from grading.ratings import human_metrics, on_scale, people_values, rate, scale_of
 from grading.run_search import GRADES, SearchError, page_of, parse_filter
+from grading.trends import WINDOW, marker_x, rolling_median, trend_markers
 from hitl.models import Card
+from singularity import display
 from singularity.errors import ConfigError, StateError
-from singularity.plots import HLine, Series, line_chart
+from singularity.plots import HLine, Series, VLine, line_chart
 from singularity.templatetags.singularity_tags import money
 
 RECENT_RUNS = 25
@@ -219,38 +221,51 @@ def _y_format(spec: dict[str, Any]):
 def metric_plots(entity: Entity) -> list[dict[str, Any]]:
     """One SVG plot per metric over the entity's graded runs (oldest first), with target and floor lines.
 
-    A human-rated metric gets people's median beside the judge's number. One
-    query for the grades and one for the ratings.
+    A human-rated metric gets people's median beside the judge's number; each
+    plot has a rolling median and a marker wherever a change to the entity
+    landed (``grading.trends``). Each point's hover names its run, value,
+    instant and commit. One query for the grades, one for the ratings, one per
+    marker source.
     """
     specs = (entity.terms.get("evaluation") or {}).get("metrics") or {}
     grades = list(
         Grade.objects.filter(entity=entity, status=Grade.Status.GRADED, execution__loop_launched=False)
         .order_by("-graded_at")
-        .values_list("execution_id", "metrics")[:PLOT_RUNS]
+        .values_list("execution_id", "metrics", "execution__started_at", "execution__commit")[:PLOT_RUNS]
     )[::-1]
     humans = human_metrics(entity)
-    people = people_values(execution_id for execution_id, _ in grades) if humans else {}
+    people = people_values(execution_id for execution_id, *_ in grades) if humans else {}
+    starts = [started for _, _, started, _ in grades]
+    vlines = _change_lines(entity, starts)
     plots = []
     for metric_id, spec in specs.items():
-        judged, rated = [], []
-        for number, (execution_id, vector) in enumerate(grades, start=1):
+        y_format = _y_format(spec)
+        judged, rated, judged_titles, rated_titles = [], [], [], []
+        for number, (execution_id, vector, started, commit) in enumerate(grades, start=1):
             value = _decimal((vector or {}).get(metric_id))
             if value is not None:
                 judged.append((number, value))
+                judged_titles.append(_point_title(execution_id, y_format(value), started, commit))
             median = _decimal(people.get(str(execution_id), {}).get(metric_id))
             if median is not None:
                 rated.append((number, median))
+                rated_titles.append(_point_title(execution_id, f"people {y_format(median)}", started, commit))
         series = []
         if spec.get("kind") != "reported":
-            series.append(Series("Judge" if metric_id in humans else metric_id, judged, color="#0072B2"))
+            name = "Judge" if metric_id in humans else metric_id
+            series.append(Series(name, judged, color="#0072B2", titles=judged_titles))
         if metric_id in humans:
-            series.append(Series("People (median)", rated, color="#D55E00", dashed=spec.get("kind") != "reported"))
+            dashed = spec.get("kind") != "reported"
+            series.append(Series("People (median)", rated, color="#D55E00", dashed=dashed, titles=rated_titles))
+        main = judged if spec.get("kind") != "reported" else rated
+        if len(main) > 1:
+            median_line = rolling_median(main)
+            series.append(Series(f"Median of the last {WINDOW} runs", median_line, color="#5f6b7a", dots=False))
         hlines = []
         if spec.get("target") is not None:
             hlines.append(HLine(_decimal(spec["target"]) or 0, "Target", color="#009E73"))
         if spec.get("floor") is not None:
             hlines.append(HLine(_decimal(spec["floor"]) or 0, "Floor"))
-        y_format = _y_format(spec)
         chart = line_chart(
             series,
             width=560,
@@ -258,12 +273,34 @@ def metric_plots(entity: Entity) -> list[dict[str, Any]]:
             x_label="graded run",
             y_label=spec.get("unit") or "",
             hlines=hlines,
+            vlines=vlines if main else (),
             title=f"{entity.name or entity.slug}: {metric_id} by graded run",
             chart_id=f"plot-{metric_id}",
             y_format=y_format,
         )
         plots.append({"metric_id": metric_id, "chart": chart})
     return plots
+
+
+def _point_title(execution_id: Any, value: str, started: datetime, commit: str) -> str:
+    """A point's hover: "run 1a2b3c4d · 0.75 · 2026-12-01 14:05 CET · commit abc1234"."""
+    words = [f"run {str(execution_id)[:8]}", value, display.instant_text(started)]
+    if commit:
+        words.append(f"commit {commit[:7]}")
+    return " · ".join(words)
+
+
+def _change_lines(entity: Entity, starts: list[datetime]) -> list[VLine]:
+    """The plot's markers: each change since the oldest plotted run, between the runs it came between."""
+    if not starts:
+        return []
+    lines = []
+    for marker in trend_markers(entity, min(starts)):
+        x = marker_x(starts, marker.at)
+        if x is not None:
+            color = "#b3261e" if marker.kind == "revert" else "#6a3d9a"
+            lines.append(VLine(x, marker.label, href=marker.href, color=color))
+    return lines
 
 
 def recent_runs(entity: Entity) -> list[Execution]:
