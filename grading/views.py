@@ -283,11 +283,11 @@ def metric_plots(entity: Entity) -> list[dict[str, Any]]:
 
 
 def _point_title(execution_id: Any, value: str, started: datetime, commit: str) -> str:
-    """A point's hover: "run 1a2b3c4d · 0.75 · 2026-12-01 14:05 CET · commit abc1234"."""
-    words = [f"run {str(execution_id)[:8]}", value, display.instant_text(started)]
+    """A point's hover: "run 1a2b3c4d · 2026-12-01 14:05 CET · commit abc1234: 0.75" (the value last)."""
+    words = [f"run {str(execution_id)[:8]}", display.instant_text(started)]
     if commit:
         words.append(f"commit {commit[:7]}")
-    return " · ".join(words)
+    return " · ".join(words) + f": {value}"
 
 
 def _change_lines(entity: Entity, starts: list[datetime]) -> list[VLine]:
