@@ -18,6 +18,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from singularity import display
+from singularity.glyphs import page_glyphs
 from singularity.models import Event
 from singularity.money import EXACT, MoneyError, money_str, parse_money
 
@@ -140,7 +141,8 @@ def local(url: Any) -> str:
 @register.filter(needs_autoescape=True)
 def local_links(text: Any, autoescape: bool = True) -> str:
     """A card's or a notice's text for the page: escaped, line breaks kept, and each dashboard address in it
-    (on SINGULARITY_PUBLIC_URL, written for Telegram) a link by its path, so the click keeps the session.
+    (on SINGULARITY_PUBLIC_URL, written for Telegram) a link by its path, so the click keeps the session;
+    the emoji written for Telegram (🎯, 🛡) drawn as inline icons, since not every browser has an emoji font.
     """
     import re
 
@@ -153,7 +155,7 @@ def local_links(text: Any, autoescape: bool = True) -> str:
     if base:
         pattern = re.compile(re.escape(escape(base)) + r"(/[^\s<>&\"']*)")
         body = pattern.sub(lambda m: f'<a href="{m.group(1)}">{m.group(1)}</a>', body)
-    return mark_safe(_with_diffs(body.split("\n")))
+    return mark_safe(page_glyphs(_with_diffs(body.split("\n"))))
 
 
 #: A card's diff shows open up to this many lines; a longer one is folded behind its summary.
