@@ -12,6 +12,7 @@ urlpatterns = [
     path("entities/<str:target_kind>/<str:slug>/", views.entity_detail, name="entity"),
     path("entities/<str:target_kind>/<str:slug>/run/", views.entity_run, name="entity-run"),
     path("runs/", views.run_list, name="runs"),
+    path("runs/compare/", views.run_compare, name="run-compare"),
     path("runs/<uuid:run_id>/", views.run_detail, name="run"),
     path("runs/<uuid:run_id>/grade/", views.run_grade, name="run-grade"),
     path("rate/", views.rate_runs, name="rate"),

@@ -20,7 +20,7 @@ from django.core.paginator import Paginator
 from django.db import transaction
 from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.expressions import RawSQL
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
@@ -648,6 +648,25 @@ def run_list(request: HttpRequest) -> HttpResponse:
         "entities": Entity.objects.order_by("kind", "slug"),
     }
     return render(request, "grading/runs.html", context)
+
+
+@login_required
+def run_compare(request: HttpRequest) -> HttpResponse:
+    """The runs list's "Compare the two": the first ticked run's page beside the second, or back saying why not."""
+    picked = request.GET.getlist("run")
+    back = reverse("grading:runs")
+    kept = QueryDict(request.GET.get("back", "")).urlencode()
+    back += f"?{kept}" if kept else ""
+    if len(picked) != 2:
+        messages.error(request, f"Pick exactly two runs to compare (you picked {len(picked)}).")
+        return redirect(back)
+    ids = [_uuid(value) for value in picked]
+    runs = {run.pk: run for run in Execution.objects.filter(pk__in=[pk for pk in ids if pk])}
+    if len(runs) != 2 or len({run.entity_id for run in runs.values()}) != 1:
+        messages.error(request, "Pick two runs of the same entity to compare them.")
+        return redirect(back)
+    first, second = (runs[pk] for pk in ids)  # type: ignore[index]
+    return redirect(f"{first.get_absolute_url()}?compare={second.pk}")
 
 
 @login_required
