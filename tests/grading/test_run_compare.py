@@ -68,3 +68,8 @@ def test_runs_of_two_entities_are_not_compared(web, two) -> None:
 def test_a_run_that_is_not_one_is_refused_in_words(web, two) -> None:
     response = web.get(COMPARE, {"run": [str(two[0].pk), "not-a-run"]}, follow=True)
     assert "Pick two runs of the same entity to compare them." in response.content.decode()
+
+
+def test_the_compare_form_remembers_the_search_it_came_from(web, two) -> None:
+    html = web.get("/evolution/runs/", {"entity": "scenario:digest"}).content.decode()
+    assert '<input type="hidden" name="back" value="entity=scenario%3Adigest">' in html
