@@ -278,7 +278,7 @@ def metric_plots(entity: Entity) -> list[dict[str, Any]]:
             chart_id=f"plot-{metric_id}",
             y_format=y_format,
         )
-        plots.append({"metric_id": metric_id, "chart": chart})
+        plots.append({"metric_id": metric_id, "chart": chart, "changes": vlines})
     return plots
 
 
@@ -333,6 +333,7 @@ def entity_detail(request: HttpRequest, target_kind: str, slug: str) -> HttpResp
         "terms": terms_table(entity),
         "metrics": metric_rows(entity),
         "plots": metric_plots(entity),
+        "window": WINDOW,
         "calibration": calibration(entity),
         "runs": recent_runs(entity),
         "runnable": entity.kind in (Entity.Kind.WORKFLOW, Entity.Kind.PIPELINE) and entity.ok,

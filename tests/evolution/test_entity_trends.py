@@ -105,3 +105,14 @@ def test_the_entity_page_reads_as_many_queries_for_many_runs_and_cycles(web) -> 
         html = web.get(entity.get_absolute_url()).content.decode()
     assert plot_of(html, "accuracy").count('class="vline"') == 17
     assert len(many.captured_queries) == len(few.captured_queries)
+
+
+def test_the_marked_changes_are_listed_under_the_plots_as_links(web) -> None:
+    entity = in_loop("digest")
+    start = timezone.now() - timedelta(days=2)
+    runs(entity, 4, start=start)
+    cycle = merged_cycle(entity, at=start + timedelta(hours=1.5), pr=3)
+    html = web.get(entity.get_absolute_url()).content.decode()
+    changes = html[html.index('id="plot-changes"') :]
+    changes = changes[: changes.index("</p>")]
+    assert f'<a href="/evolution/cycles/{cycle.pk}/">cycle {cycle.pk} merged PR #3</a>' in changes
