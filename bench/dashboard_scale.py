@@ -507,6 +507,9 @@ def main() -> None:
         f"database: {connection.vendor}  entities: {Entity.objects.filter(loop_enabled=True).count():,}  "
         f"grades: {Grade.objects.count():,}  load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
     )
+    from singularity.longlived import freeze
+
+    freeze()  # as singularity/wsgi.py does when a server starts: what the process keeps is not walked by gc
     client = Client()
     client.login(username="alice", password="bench-password")
     best: dict[str, dict[str, Any]] = {}
