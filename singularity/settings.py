@@ -218,7 +218,7 @@ SINGULARITY_TOOL_TIMEOUT_SECS = env_float("SINGULARITY_TOOL_TIMEOUT_SECS", 60.0)
 SINGULARITY_MCP_CONFIG = env_str("SINGULARITY_MCP_CONFIG", "")
 SINGULARITY_WORKSPACE = Path(env_str("SINGULARITY_WORKSPACE", str(VAR_DIR / "workspace")))
 #: Where links in cards and PR bodies point; by default the dashboard `make run` serves on PORT.
-SINGULARITY_PUBLIC_URL = env_str("SINGULARITY_PUBLIC_URL", f"http://localhost:{env_str('PORT', '8000')}")
+SINGULARITY_PUBLIC_URL = env_str("SINGULARITY_PUBLIC_URL", f"http://127.0.0.1:{env_str('PORT', '8000')}")
 # How long a worker may hold a being between saves before another may take it.
 SINGULARITY_LEASE_SECS = env_int("SINGULARITY_LEASE_SECS", 600, minimum=10)
 

@@ -21,6 +21,12 @@ from singularity.supervise import Supervisor
 DEMO_PRICES = {"BRAMA_INPUT_PRICE_USD_PER_MILLION": "2.50", "BRAMA_OUTPUT_PRICE_USD_PER_MILLION": "10.00"}
 
 
+def public_url(host: str, port: int) -> str:
+    """The address ``up`` prints, as a link from elsewhere reaches it (a server bound to every interface: loopback)."""
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    return f"http://{shown}:{port}"
+
+
 class Command(BaseCommand):
     help = "Run web, worker and beat in one terminal (the embedded default)."
 
@@ -46,6 +52,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         env = dict(os.environ)
+        # Links sent elsewhere (Telegram, PR bodies) point at the address printed below unless one is configured.
+        env.setdefault("SINGULARITY_PUBLIC_URL", public_url(options["host"], options["port"]))
         demo = not settings.BRAMA_BASE_URL
         if demo:
             for key, value in DEMO_PRICES.items():
