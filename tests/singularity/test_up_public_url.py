@@ -17,4 +17,3 @@ from singularity.management.commands.up import public_url
 )
 def test_the_public_url_is_the_address_up_prints(host, port, url):
     assert public_url(host, port) == url
-
