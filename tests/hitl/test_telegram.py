@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 import time_machine
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.utils import timezone
@@ -53,7 +54,7 @@ def test_a_card_is_sent_with_a_button_per_option(telegram_on):
         ]
     }
     assert "Proposal decide:1" in call["text"]
-    assert "cycle 7 of triage — http://localhost:8000/evolution/cycles/7/" in call["text"]
+    assert f"cycle 7 of triage — {settings.SINGULARITY_PUBLIC_URL}/evolution/cycles/7/" in call["text"]
     assert "reply to this message to refine" in call["text"]
     delivery = Delivery.objects.get(card=card)
     assert (delivery.chat_id, delivery.message_id, delivery.attempts) == (str(CHAT_ID), message_id, 1)
@@ -74,7 +75,9 @@ def test_a_notice_is_sent_as_a_plain_message(telegram_on):
     )
     assert send_pending() == 1
     [call] = telegram_on.calls_of("sendMessage")
-    assert call["text"] == "ℹ️ Cycle 7 skipped\n\nNobody answered.\nhttp://localhost:8000/evolution/cycles/7/"
+    assert (
+        call["text"] == f"ℹ️ Cycle 7 skipped\n\nNobody answered.\n{settings.SINGULARITY_PUBLIC_URL}/evolution/cycles/7/"
+    )
     assert "reply_markup" not in call
 
 
