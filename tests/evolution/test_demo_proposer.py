@@ -118,6 +118,9 @@ def test_a_round_on_the_demo_triage_is_written_by_the_fixer_and_raises_its_accur
     runs = brief.data["runs"]
     assert len(runs) == 10 and runs[0]["bad"] and runs[0]["input"]["_expected"]
 
+    # The fixer's careful mode: its hasty one runs only under the demo driver, on every third cycle by id, and
+    # Postgres does not reset ids between tests (tests/evolution/test_check_end_to_end.py tests the hasty mode).
+    demo.DEMO_DRIVER = False
     proposal = propose(cycle, rnd, brief, checkout=checkout)
 
     assert proposal is not None and proposal.author == "pipeline:fixer"
