@@ -11,6 +11,7 @@ import pytest
 
 from grading.demo import TRIAGE_PATH
 from hitl.models import Card
+from tests.browser.helpers import log_in
 from tests.evolution.demo_helpers import drive_until_card, tickets
 
 CHROMIUM = "/usr/bin/chromium"
@@ -22,14 +23,6 @@ pytestmark = [
         not shutil.which(CHROMIUM) and not os.environ.get("CI"), reason="needs /usr/bin/chromium (required in CI)"
     ),
 ]
-
-
-def log_in(page, live_server, path: str) -> None:
-    page.goto(f"{live_server.url}{path}")
-    page.fill("input[name=username]", "alice")
-    page.fill("input[name=password]", "alice-password")
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}{path}")
 
 
 def still_in(page, live_server) -> None:

@@ -10,6 +10,7 @@ import pytest
 from django.utils import timezone
 
 from grading.models import Execution
+from tests.browser.helpers import log_in
 from tests.grading.rating_helpers import make_entity, make_grade, make_run
 
 CHROMIUM = "/usr/bin/chromium"
@@ -21,14 +22,6 @@ pytestmark = [
         not shutil.which(CHROMIUM) and not os.environ.get("CI"), reason="needs /usr/bin/chromium (required in CI)"
     ),
 ]
-
-
-def log_in(page, live_server, path: str) -> None:
-    page.goto(f"{live_server.url}{path}")
-    page.fill("input[name=username]", "alice")
-    page.fill("input[name=password]", "alice-password")
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}{path}")
 
 
 def test_two_ticked_runs_open_side_by_side_and_one_is_refused(page, live_server, alice) -> None:
