@@ -187,15 +187,7 @@ def month_refusals(entities: Iterable[Entity], *, now: datetime) -> dict[int, st
 
     No query when no entity has a ceiling; else one for them all (``spent_many``).
     """
-    ceilings = {e.pk: c for e in entities if (c := month_ceiling(e)) is not None}
-    if not ceilings:
-        return {}
-    spent = spent_many(ceilings, now=now)
-    return {
-        pk: month_words(spent.get(pk, ZERO), ceiling, now)
-        for pk, ceiling in ceilings.items()
-        if spent.get(pk, ZERO) >= ceiling
-    }
+    return _reached({e.pk: c for e in entities if (c := month_ceiling(e)) is not None}, now)
 
 
 def month_refusals_in(scope: QuerySet[Entity], *, now: datetime) -> dict[int, str]:
@@ -211,7 +203,11 @@ def month_refusals_in(scope: QuerySet[Entity], *, now: datetime) -> dict[int, st
         .exclude(month_ceiling="null")  # SQLite's ->> reads a JSON null as the text null
         .values_list("pk", "month_ceiling")
     )
-    ceilings = {pk: Decimal(str(text)) for pk, text in rows}
+    return _reached({pk: Decimal(str(text)) for pk, text in rows}, now)
+
+
+def _reached(ceilings: dict[int, Decimal], now: datetime) -> dict[int, str]:
+    """{entity id: the refusal} of the ``ceilings`` their month's spend reached (one query, none for no ceiling)."""
     if not ceilings:
         return {}
     spent = spent_many(ceilings, now=now)
