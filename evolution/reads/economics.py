@@ -228,17 +228,12 @@ class SummaryRefused(ValueError):
 
 
 def _target(target_kind: str | None, target_id: str | None) -> Entity | None:
-    from evolution.reads.status import NotFound
+    from evolution.reads.status import entity_named
 
-    if not target_kind and not target_id:
-        return None
-    if not target_kind or not target_id:
-        missing = "target_kind" if not target_kind else "target_id"
-        raise SummaryRefused(f"{missing}: name both target_kind and target_id, or neither (the whole fleet)")
-    entity = Entity.objects.filter(target_kind=target_kind, slug=target_id).first()
-    if entity is None:
-        raise NotFound(f"{target_kind}:{target_id} names no entity")
-    return entity
+    try:
+        return entity_named(target_kind, target_id, names=("target_kind", "target_id"))
+    except ValueError as refused:
+        raise SummaryRefused(str(refused)) from refused
 
 
 def _instant(value: str | datetime, name: str) -> datetime:

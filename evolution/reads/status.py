@@ -138,16 +138,19 @@ def _pr(rnd: Round | None) -> dict[str, Any] | None:
     }
 
 
-def entity_named(target_kind: str | None, target_id: str | None) -> Entity | None:
-    """The entity ``target_kind`` + ``target_id`` name, None when both are empty.
+def entity_named(
+    target_kind: str | None, target_id: str | None, *, names: tuple[str, str] = ("targetKind", "targetId")
+) -> Entity | None:
+    """The entity ``target_kind`` + ``target_id`` name, None when both are empty (``names``: how the asker spells
+    the two parameters in its refusal).
 
     Raises ValueError when only one half is given and NotFound when they name nothing.
     """
     if not target_kind and not target_id:
         return None
     if not target_kind or not target_id:
-        missing = "targetKind" if not target_kind else "targetId"
-        raise ValueError(f"{missing}: name both targetKind and targetId, or neither (the whole fleet)")
+        missing = names[0] if not target_kind else names[1]
+        raise ValueError(f"{missing}: name both {names[0]} and {names[1]}, or neither (the whole fleet)")
     entity = Entity.objects.filter(target_kind=target_kind, slug=target_id).first()
     if entity is None:
         raise NotFound(f"{target_kind}:{target_id} names no entity")
