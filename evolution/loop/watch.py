@@ -202,7 +202,8 @@ def _before_the_change(cycle: Cycle, runs: Any) -> list[str]:
     shipped = shipped_round(cycle)
     if shipped is None or not shipped.merge_sha:
         return []
-    commits = {c for c in runs.values_list("commit", flat=True).distinct() if c and c != shipped.merge_sha}
+    # ``order_by()``: the run's default ordering would add its start to the DISTINCT (a row per run, not per commit).
+    commits = {c for c in runs.order_by().values_list("commit", flat=True).distinct() if c and c != shipped.merge_sha}
     if not commits:
         return []
     checkout = current_checkout()

@@ -45,3 +45,28 @@ def test_a_run_on_the_old_definition_after_the_merge_does_not_count_toward_the_w
         assert not wrong(run(ticket))
     cycle.refresh_from_db()
     assert cycle.status == Cycle.Status.VALIDATED, cycle.reason
+
+
+def test_the_commits_since_the_merge_are_read_once_each_not_once_per_run(embedded, alice):
+    """The old-definition check reads the span's distinct commits: the run's default ordering (its start) must not
+    join the DISTINCT, which made it read a row per run (a thousand at a full window)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from evolution.loop import watch
+
+    card, failed = drive_until_card(tickets())
+    press(card, alice, "accept")
+    cycle = Cycle.objects.get(entity=triage(), analysed=True)
+    rnd = cycle.rounds.get(number=1)
+    LocalForge().merge_pull(rnd.pr_number, by="alice")
+    machine.on_pull_event(rnd.pr_number)
+    cycle.refresh_from_db()
+    for ticket in (failed * 3)[:3]:
+        run(ticket)
+    with CaptureQueriesContext(connection) as seen:
+        watch.span(cycle, cycle.watch_opened_at + (cycle.watch_deadline - cycle.watch_opened_at) / 2)
+    distinct = [q["sql"] for q in seen.captured_queries if "DISTINCT" in q["sql"]]
+    assert distinct, [q["sql"] for q in seen.captured_queries]
+    select = distinct[0].split(" FROM ")[0]
+    assert "started_at" not in select, select
