@@ -340,6 +340,64 @@ def _config_item(entity: Entity) -> dict[str, Any]:
 # --- The sources --------------------------------------------------------------------
 
 
+#: What a wait names of an entity it does not read whole (a card's, a cycle's, a failure's): its target and name.
+NAMED = ("id", "slug", "target_kind", "name")
+#: The columns of a live cycle, its rounds and their cards that ``cycle_items`` (and ``core.due``) read, and
+#: ``collect`` (the claim): the fleet's list reads no more of them (their JSON — window, frozen set, terms,
+#: refusals, files — stays unread).
+CYCLE_WAIT_FIELDS = (
+    "id",
+    "entity",
+    "claim",
+    "phase",
+    "status",
+    "started_at",
+    "applied_at",
+    "moved_at",
+    "check_deadline",
+    "merge_deadline",
+    "next_poll_at",
+    "watch_deadline",
+)
+ROUND_WAIT_FIELDS = (
+    "id",
+    "cycle",
+    "number",
+    "status",
+    "brief",
+    "card",
+    "merge_gate",
+    "pr_number",
+    "pr_url",
+    "merge_sha",
+    "revert_pr_number",
+    "revert_pr_url",
+    "revert_opened_at",
+    "revert_deadline",
+    "revert_outcome",
+    "revert_merge_gate",
+    "apply_claimed_at",
+)
+CARD_WAIT_FIELDS = ("id", "kind", "status", "expires_at", "created_at")
+
+
+def _lean_live_cycles() -> list[Cycle]:
+    """Every live cycle with its rounds and their cards (two queries), only what their waits read
+    (``CYCLE_WAIT_FIELDS``, ``ROUND_WAIT_FIELDS``, ``CARD_WAIT_FIELDS``; of the entity, ``NAMED``)."""
+    rounds = (
+        Round.objects.select_related("card")
+        .only(*ROUND_WAIT_FIELDS, *(f"card__{name}" for name in CARD_WAIT_FIELDS))
+        .order_by("number")
+    )
+    return list(
+        Cycle.objects.exclude(phase=Cycle.Phase.SETTLED)
+        .select_related("entity")
+        .only(*CYCLE_WAIT_FIELDS, *(f"entity__{name}" for name in NAMED))
+        .prefetch_related(Prefetch("rounds", queryset=rounds))
+        .order_by("started_at", "id")
+    )
+
+
 def _live_cycles(entity_ids: list[int] | QuerySet[Any] | None) -> list[Cycle]:
     """Every live cycle (the gates and the claims), rounds and cards prefetched (two queries).
 
@@ -388,7 +446,8 @@ def _failures(entity_ids: list[int] | QuerySet[Any] | None) -> list[Cycle]:
     failed = unread() if unread is not None else Cycle.objects.filter(status=Cycle.Status.FAILED)
     if entity_ids is not None:
         failed = failed.filter(entity_id__in=entity_ids)
-    return list(failed.select_related("entity"))
+    named = (f"entity__{name}" for name in NAMED)
+    return list(failed.select_related("entity").only("id", "entity", "completed_at", "reason", *named))
 
 
 def collect(
@@ -521,8 +580,38 @@ def items(now: datetime | None = None, *, entity: Entity | None = None) -> list[
     if entity is not None:
         entities = list(Entity.objects.filter(pk=entity.pk).select_related("waiting_window"))
         return public(collect(now, entities=entities, whole=False))
+    return public(_fleet_waits(now))
+
+
+def _standing(scope: QuerySet[Entity], also: Iterable[int]) -> list[Entity]:
+    """The entities of ``scope`` in the loop with a wait of their own to build (``collect``): a load error, a
+    standing waiting window, or an id of ``also`` (the breaker's pauses and the monthly ceiling's refusals).
+
+    ``candidates`` less the entities it reads only for their lock groups (the fleet's holders): their terms
+    are never searched here, so the statement reads no entity's terms but those it returns.
+    """
+    stands = Q(waiting_window__isnull=False, waiting_window__ended_at__isnull=True)
+    return list(
+        scope.filter(loop_enabled=True, present=True)
+        .filter(~Q(load_error="") | stands | Q(pk__in=sorted(also)))
+        .select_related("waiting_window")
+        .defer(*UNREAD)
+    )
+
+
+def _fleet_waits(now: datetime) -> list[dict[str, Any]]:
+    """Every wait on a person in the fleet (``items`` and ``count``): the breaker's settles, the monthly
+    ceiling, the entities with a wait of their own, the holds, the live cycles (rounds and cards), the
+    pending grant cards and the failures, each read once and only as far as its waits read it."""
+    from evolution.steering import autonomy, supervision
+
     scope = Entity.objects.filter(loop_enabled=True, present=True)
-    return public(fleet_collect(now, scope, live=_live_cycles(None), whole=True).found)
+    breaker = autonomy.pauses_of(autonomy.settles_in(scope))
+    budget = spend.month_refusals_in(scope, now=now)
+    read = _standing(scope, [*breaker, *budget])
+    held = supervision.holds_in(scope)
+    live = _lean_live_cycles()
+    return collect(now, entities=read, live=live, breaker=breaker, held=held, whole=True, scope=scope, budget=budget)
 
 
 def public(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
