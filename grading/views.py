@@ -579,6 +579,10 @@ def _has_grade(run: Execution) -> bool:
     return hasattr(run, "grade")
 
 
+#: What a Rate runs row never shows of a run (its JSON and text): left unread.
+RUN_UNSHOWN = ("input", "output", "error", "trace")
+#: ... and of its grade (a row reads its status and metrics).
+GRADE_UNSHOWN = ("criteria", "feedback", "judge", "error")
 #: Up to this many entities, Rate runs reads each one's runs through its own index (a rare entity's are few).
 FEW_ENTITIES = 20
 
@@ -586,8 +590,10 @@ FEW_ENTITIES = 20
 def rate_runs_for(entities: list[Entity], *, before: tuple[datetime, uuid.UUID] | None = None) -> list[Execution]:
     """The newest terminal runs (never loop replays) of ``entities``, older than ``before`` when given.
 
-    One query: ``RATE_RUNS + 1`` runs with their entity and grade, newest first (the extra one says whether
-    an older page exists), walked from the newest through ``grading_execution_newest``.
+    One query: ``RATE_RUNS + 1`` runs with their grade, newest first (the extra one says whether an older page
+    exists), walked from the newest through ``grading_execution_newest``. Each run's entity is the one of
+    ``entities`` (already read: not read again a run), and what no row shows of a run — its input, output,
+    error and trace — is left unread.
     """
     runs = Execution.objects.filter(loop_launched=False, completed_at__isnull=False).exclude(
         status=Execution.Status.RUNNING
@@ -601,7 +607,15 @@ def rate_runs_for(entities: list[Entity], *, before: tuple[datetime, uuid.UUID] 
     if before is not None:
         at, run_id = before
         runs = runs.filter(Q(completed_at__lt=at) | Q(completed_at=at, id__lt=run_id))
-    return list(runs.select_related("entity", "grade").order_by("-completed_at", "-id")[: RATE_RUNS + 1])
+    by_id = {e.pk: e for e in entities}
+    read = list(
+        runs.select_related("grade")
+        .defer(*RUN_UNSHOWN, *(f"grade__{name}" for name in GRADE_UNSHOWN))
+        .order_by("-completed_at", "-id")[: RATE_RUNS + 1]
+    )
+    for run in read:
+        run.entity = by_id[run.entity_id]
+    return read
 
 
 def _entity_filter(request: HttpRequest) -> Entity | None:

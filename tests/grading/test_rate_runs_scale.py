@@ -95,3 +95,17 @@ def test_the_rateable_entities_are_found_from_the_metrics_blocks_and_only_they_a
     assert whole[0].endswith(
         f'"grading_entity"."id" IN ({rated[0].pk}, {rated[1].pk})) ORDER BY "grading_entity"."kind" ASC, "grading_entity"."slug" ASC'
     )
+
+
+def test_rate_runs_reads_a_runs_entity_from_the_entities_it_was_given_and_not_its_json(bob):
+    """One statement, no entity read again a run, no run's input, output or trace (issue 18)."""
+    from grading.views import rate_runs_for
+
+    entities = fleet(3, 4, bob)
+    with CaptureQueriesContext(connection) as read:
+        runs = rate_runs_for(entities)
+        assert all(run.entity in entities for run in runs) and len(runs) == 12
+        assert [run.grade.status for run in runs] and [run.status for run in runs] and [r.sampling for r in runs]
+    [sql] = [q["sql"] for q in read.captured_queries]
+    assert "grading_entity" not in sql and '"trace"' not in sql and '"output"' not in sql
+    assert all(next(e for e in entities if e.pk == run.entity_id) is run.entity for run in runs)
