@@ -124,7 +124,32 @@ def _scan(entity: Entity, anchor: Execution) -> Any:
     query = Execution.objects.filter(
         entity=entity, loop_launched=False, grade__status=Grade.Status.GRADED, started_at__lte=anchor.started_at
     )
-    return query.order_by("-started_at").values_list("id", Cast("input", TextField()), "started_at")
+    return (
+        query.annotate(text=Cast("input", TextField())).order_by("-started_at").values_list("id", "text", "started_at")
+    )
+
+
+#: The newest run of each input text among the runs a sliced scan names, newest first (``{scan}``: its SQL).
+FIRST_OF_EACH_INPUT = """
+SELECT id, text, started_at FROM (
+    SELECT id, text, started_at, ROW_NUMBER() OVER (PARTITION BY text ORDER BY started_at DESC) AS nth
+    FROM ({scan}) AS scan
+) AS firsts WHERE nth = 1 ORDER BY started_at DESC
+"""
+
+
+def _first_of_each_input(query: Any, *, through: Any, limit: int) -> list[tuple[Any, str]]:
+    """The rest of the scan in one statement: (id, input text) of the newest run of each input text among the next
+    ``limit`` runs that started at ``through`` or before, newest first. The database walks those runs (the same
+    index walk a chunk is); only each input's first run comes back, so a history of repeated inputs costs one
+    statement and a handful of rows however deep the scan reaches."""
+    from django.db import connection
+
+    sql, params = query.filter(started_at__lte=through)[:limit].query.sql_with_params()
+    as_id = Execution._meta.pk.to_python
+    with connection.cursor() as cursor:
+        cursor.execute(FIRST_OF_EACH_INPUT.format(scan=sql), params)
+        return [(as_id(pk), text) for pk, text, _started in cursor.fetchall()]
 
 
 def _graded(run_ids: list[str]) -> dict[str, tuple[bool | None, dict[str, Any], dict[str, Any]]]:
@@ -135,53 +160,61 @@ def _graded(run_ids: list[str]) -> dict[str, tuple[bool | None, dict[str, Any], 
     return {str(pk): (passed, metrics or {}, judge or {}) for pk, passed, metrics, judge in rows}
 
 
+def _input_of(anchor: Execution, fetched: list[tuple[Any, Any, Any]]) -> Any:
+    """The anchor's input: the trigger hands over its landed run with the input left unread, and the scan's newest
+    chunk has read it (the anchor is its newest graded run) — decoded from there rather than read again."""
+    if "input" in anchor.get_deferred_fields():
+        text = next((text for pk, text, _started in fetched if pk == anchor.pk), None)
+        if text is not None:
+            return json.loads(text) if isinstance(text, str) else text
+    return anchor.input
+
+
 def _history(
     cycle: Cycle, entity: Entity, terms: dict[str, Any], *, evidence_runs: int
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The history slots and the evidence run ids, from one bounded scan newest first.
 
-    The scan reads each run's id and input only; the grades of the runs kept as slots are read after it.
+    The scan reads each run's id and input only, in at most two statements whatever the history holds: the newest
+    chunk, then (when it does not hold enough held-out inputs) each input's newest run over the rest of the bound.
+    The grades of the runs kept as slots are read after it.
     """
     anchor = _anchor(cycle)
     if anchor is None:
         return [], []
     query = _scan(entity, anchor)
     wanted = int(terms.get("inputs") or 0)
-    anchor_key = input_key(anchor.input)
-    scanned = 0
     distinct: dict[str, _Seen] = {}
-    evidence: list[str] = []
-    seen_inputs: set[str] = set()
     keys: dict[str, str] = {}  # an input's JSON text → its key (a repeated input is decoded once)
-    # Read newest first a chunk at a time, until the scan holds enough inputs the proposer never saw (or its end).
-    # Each chunk starts where the last one stopped (started_at at most the last one's, those already read
-    # skipped) rather than at an offset: every chunk is a short walk of the index, never a re-read of the
-    # chunks before it (an offset made Postgres read and sort the entity's whole history for each chunk).
-    last: Any = None
-    done: set[Any] = set()  # the runs read that started at ``last``: the next chunk reads them again, skipped
-    while scanned < SCAN_LIMIT:
-        limit = SCAN_CHUNK + len(done)
-        fetched = list((query if last is None else query.filter(started_at__lte=last))[:limit])
-        chunk = [row for row in fetched if row[0] not in done]
-        if chunk:
-            if last is None:
-                evidence = [str(pk) for pk, _text, _started in chunk[: max(0, evidence_runs)]]
-            scanned += len(chunk)
-            last = chunk[-1][2]
-            done = {pk for pk, _text, started in fetched if started == last}
-        shown = set(evidence)
-        for pk, text, _started in chunk:
-            key = keys.get(text)
-            if key is None:
-                value = json.loads(text) if isinstance(text, str) else text
-                key = keys[text] = input_key(value)
-                if key not in distinct:
-                    distinct[key] = _Seen(str(pk), value)
-            if str(pk) in shown:
-                seen_inputs.add(key)
-        held_out = sum(1 for key in distinct if key not in seen_inputs and key != anchor_key)
-        if len(fetched) < limit or not chunk or (len(evidence) < scanned and held_out >= wanted):
-            break
+
+    def see(pk: Any, text: Any) -> str:
+        key = keys.get(text)
+        if key is None:
+            value = json.loads(text) if isinstance(text, str) else text
+            key = keys[text] = input_key(value)
+            if key not in distinct:
+                distinct[key] = _Seen(str(pk), value)
+        return key
+
+    # The newest chunk: the evidence runs and, for an entity whose inputs vary, every input the slots need.
+    fetched = list(query[:SCAN_CHUNK])
+    shown = max(0, evidence_runs)
+    evidence = [str(pk) for pk, _text, _started in fetched[:shown]]
+    seen_inputs = {see(pk, text) for pk, text, _started in fetched[:shown]}
+    for pk, text, _started in fetched[shown:]:
+        see(pk, text)
+    anchor_input = _input_of(anchor, fetched)
+    anchor_key = input_key(anchor_input)
+    held_out = sum(1 for key in distinct if key not in seen_inputs and key != anchor_key)
+    if len(fetched) == SCAN_CHUNK < SCAN_LIMIT and not (len(evidence) < len(fetched) and held_out >= wanted):
+        # Not enough inputs the proposer never saw: the rest of the bound in one statement, each input text's
+        # newest run only. It starts at the chunk's last instant (an index walk, no offset); the runs of that
+        # instant the chunk read come back again and are skipped, none lost and none twice.
+        last = fetched[-1][2]
+        done = {pk for pk, _text, started in fetched if started == last}
+        for pk, text in _first_of_each_input(query, through=last, limit=SCAN_LIMIT - len(fetched) + len(done)):
+            if pk not in done:
+                see(pk, text)
     keep_scores = terms.get("incumbent", "frozen") == "frozen"
     judge = dict(cycle.judge or {})
     distinct.pop(anchor_key, None)
@@ -194,7 +227,7 @@ def _history(
     slots = []
     for _key, seen, held_out in chosen:
         is_anchor = seen is None
-        value = anchor.input if is_anchor else seen.input
+        value = anchor_input if is_anchor else seen.input
         score = None
         if seen is not None and seen.run_id in grades:
             passed, metrics, graded_by = grades[seen.run_id]

@@ -181,7 +181,9 @@ def test_a_history_of_repeated_inputs_is_scanned_by_input_text_and_keeps_each_in
     with CaptureQueriesContext(connection) as read:
         slots = frozen_for(entity, anchor)["slots"]
     scans = [q["sql"] for q in read.captured_queries if "grading_execution" in q["sql"] and "LIMIT" in q["sql"]]
-    assert len(scans) == 3  # 451 runs in chunks of 200, to the end: no held-out input is ever enough
+    # The newest chunk of 200, then the rest of the bound in one statement (each input's newest run only): no
+    # held-out input is ever enough, so the scan reads to the end.
+    assert len(scans) == 2
     assert not any('"metrics"' in sql for sql in scans)
     assert [s["input"]["text"] for s in slots] == ["ticket a", "ticket c", "ticket b"]
     assert [s["score"]["vector"]["accuracy"] if s["score"] else None for s in slots] == [None, 0.449, 0.448]
@@ -199,3 +201,50 @@ def test_runs_that_started_at_the_same_instant_across_a_chunks_edge_are_all_scan
     slots = frozen_for(entity, anchor)["slots"]
     texts = [s["input"]["text"] for s in slots]
     assert len(texts) == len(set(texts)) == 261 and texts[0] == "ticket anchor"
+
+
+def test_a_deep_history_of_repeated_inputs_costs_the_same_statements_however_deep():
+    # Issue 18: past its newest chunk the scan reads the rest of its bound in one statement, so an opening at a
+    # thousand runs of history costs what one at three hundred does (it read a chunk of 200 at a time before).
+    def statements(name: str, depth: int) -> int:
+        entity = looped(name)
+        start = timezone.now() - timedelta(days=2)
+        for i in range(depth):
+            graded_input(entity, "old ticket", bad=i % 5 < 2, at=start + timedelta(minutes=i))
+        anchor = graded_input(entity, "new ticket", bad=True, at=start + timedelta(minutes=depth)).execution
+        with CaptureQueriesContext(connection) as read:
+            slots = frozen_for(entity, anchor)["slots"]
+        assert [s["input"]["text"] for s in slots] == ["new ticket", "old ticket"]
+        return len(read.captured_queries)
+
+    assert statements("shallow", 300) == statements("deep", 1000)
+
+
+def test_the_scan_stops_at_its_bound_past_the_newest_chunk(monkeypatch):
+    # An input first seen past SCAN_LIMIT runs is never a slot; one at the bound's last run is, with its newest run.
+    monkeypatch.setattr(F, "SCAN_CHUNK", 4)
+    monkeypatch.setattr(F, "SCAN_LIMIT", 10)
+    entity = looped(loop={"evidence": {"runs": 2}, "check": {"inputs": 5}})
+    start = timezone.now() - timedelta(hours=10)
+    texts = ["too old", "last in bound", "last in bound"] + ["repeated"] * 7
+    made = [graded_input(entity, t, bad=False, at=start + timedelta(minutes=i)) for i, t in enumerate(texts)]
+    anchor = graded_input(entity, "anchor", bad=True, at=start + timedelta(minutes=len(texts))).execution
+    frozen = frozen_for(entity, anchor)
+    slots = frozen["slots"]
+    assert [s["input"]["text"] for s in slots] == ["anchor", "last in bound", "repeated"]
+    assert slots[1]["runId"] == str(made[2].execution_id)  # the newest run of that input
+    assert [s["heldOut"] for s in slots] == [False, True, False]  # the evidence (2 newest runs) saw "repeated"
+    assert frozen["evidenceRunIds"] == [str(anchor.pk), str(made[-1].execution_id)]
+
+
+def test_the_landed_run_handed_over_without_its_input_is_not_read_again():
+    # The trigger hands over its landed run with the input deferred: the scan's newest chunk has read it.
+    from grading.models import Execution
+
+    entity = looped()
+    grades = runs(entity, "abcdE")
+    anchor = Execution.objects.defer("input", "output", "trace").get(pk=grades[-1].execution_id)
+    with CaptureQueriesContext(connection) as read:
+        slots = frozen_for(entity, anchor)["slots"]
+    assert slots[0]["input"] == {"text": "ticket e"} and slots[0]["anchor"]
+    assert len(read.captured_queries) == 2  # the scan and the slots' grades: the anchor's input is not read again
