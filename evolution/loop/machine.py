@@ -516,7 +516,7 @@ def _settle_watch(cycle: Cycle, status: str, reason: str, record: dict[str, Any]
 
 def _settle(cycle: Cycle, status: str, *, reason: str, now: datetime, record: dict[str, Any] | None = None) -> str:
     log.info("loop: cycle %s: the watch settles %s: %s", cycle.pk, status, reason)
-    settle(cycle, status, reason=reason, watch_verdict=record, now=now, revert_now=False)
+    settle(cycle, status, reason=reason, watch_verdict=record, now=now, revert_now=False, locked=True)
     return status
 
 
@@ -537,7 +537,10 @@ def evaluate(cycle: Cycle, now: datetime | None = None) -> str | None:
     if fresh.phase == Cycle.Phase.REVERTING:
         # The settle committed with its revert due (the row lock released); only now is the forge asked.
         start_revert(fresh, now)
-    cycle.refresh_from_db()
+        cycle.refresh_from_db()
+    else:
+        # The locked row as this read left it: every write above was set on it too, so it is not read again.
+        cycle.__dict__.update({k: v for k, v in fresh.__dict__.items() if not k.startswith("_")})
     return settled
 
 
@@ -592,6 +595,7 @@ def settle(
     now: datetime | None = None,
     lesson: bool = True,
     revert_now: bool = True,
+    locked: bool = False,
 ) -> Cycle:
     """End ``cycle`` at ``status`` (validated, regressed, unvalidated, skipped, failed) and return it.
 
@@ -603,11 +607,14 @@ def settle(
     when ``revert_now`` is False, as the watch's read does), every other
     settle releases it; the applied rounds closed;
     the lesson (``lesson=False`` for the kill switch and a broken unattended
-    round); then ``AFTER_SETTLE``. A second settle of a settled cycle does nothing.
+    round); then ``AFTER_SETTLE``. A second settle of a settled cycle does nothing. ``locked``: the caller read
+    ``cycle`` under its row lock in the transaction this runs in (the watch's read), so it is not read again.
     """
     now = now or timezone.now()
     with transaction.atomic():
-        fresh, settled = settling.write_terminal(cycle, status, reason=reason, watch_verdict=watch_verdict, now=now)
+        fresh, settled = settling.write_terminal(
+            cycle, status, reason=reason, watch_verdict=watch_verdict, now=now, locked=locked
+        )
         if not settled:
             return fresh
         why = revert.due(fresh)

@@ -25,13 +25,21 @@ log = logging.getLogger(__name__)
 
 
 def write_terminal(
-    cycle: Cycle, status: str, *, reason: str, watch_verdict: dict[str, Any] | None, now: datetime
+    cycle: Cycle,
+    status: str,
+    *,
+    reason: str,
+    watch_verdict: dict[str, Any] | None,
+    now: datetime,
+    locked: bool = False,
 ) -> tuple[Cycle, bool]:
     """Lock the cycle's row and write its terminal; return (the row, whether this call settled it).
 
-    Call inside a transaction. A cycle already settled is returned as it is, with False.
+    Call inside a transaction. A cycle already settled is returned as it is, with False. ``locked``: the caller
+    read ``cycle`` under its row lock in this same transaction (the watch's read), so it is the row as it stands and
+    is written as it is rather than read again.
     """
-    fresh = Cycle.objects.select_for_update().get(pk=cycle.pk)
+    fresh = cycle if locked else Cycle.objects.select_for_update().get(pk=cycle.pk)
     if fresh.status:
         return fresh, False
     fields: dict[str, Any] = {

@@ -160,8 +160,37 @@ def evolve_should_open(window: list[dict[str, Any]], trigger: Mapping[str, Any])
 
 
 def before_runs(cycle: Cycle) -> list[R.Run]:
-    """The window the cycle opened on as (run id, metric vector) pairs, under the judge it pinned, oldest first."""
-    return pinned_runs(cycle, (cycle.window or {}).get("runIds") or [])
+    """The window the cycle opened on as (run id, metric vector) pairs, under the judge it pinned, oldest first.
+
+    The window's run ids are read where they are stored, from the cycle's row inside the statement
+    (``stored_window``), rather than sent back as a parameter of a thousand ids: the watch reads a locked, fresh
+    row, so the two are the same ids.
+    """
+    run_ids = (cycle.window or {}).get("runIds") or []
+    if cycle.pk is not None and connection.vendor in ("sqlite", "postgresql") and well_formed(run_ids):
+        return _pinned(cycle, stored_window(cycle.pk))
+    return pinned_runs(cycle, run_ids)
+
+
+def well_formed(run_ids: Any) -> bool:
+    """Whether a stored window's ``runIds`` is a list of run ids' text only (as the engine writes one)."""
+    return isinstance(run_ids, list) and all(isinstance(r, str) and UUID_TEXT.fullmatch(r) for r in run_ids)
+
+
+def stored_window(cycle_id: int) -> RawSQL:
+    """The run ids of the window stored on cycle ``cycle_id``, as what ``execution__id__in`` reads (SQLite keeps a
+    UUID as its 32 hex digits). Only for a window ``well_formed`` says holds run ids' text alone: Postgres would
+    refuse to cast anything else."""
+    if connection.vendor == "sqlite":
+        return RawSQL(
+            "SELECT replace(j.value, '-', '') FROM evolution_cycle c, json_each(c.\"window\", '$.runIds') j "
+            "WHERE c.id = %s",
+            (cycle_id,),
+        )
+    return RawSQL(
+        "SELECT v::uuid FROM evolution_cycle c, jsonb_array_elements_text(c.\"window\" -> 'runIds') v WHERE c.id = %s",
+        (cycle_id,),
+    )
 
 
 def pinned_runs(cycle: Cycle, run_ids: list[Any]) -> list[R.Run]:
@@ -172,11 +201,15 @@ def pinned_runs(cycle: Cycle, run_ids: list[Any]) -> list[R.Run]:
     decoded once per distinct snapshot. A run's id is read only where people's ratings may be read for it (a
     human-rated metric votes); otherwise it is None.
     """
+    return _pinned(cycle, named(run_ids))
+
+
+def _pinned(cycle: Cycle, ids: Any) -> list[R.Run]:
     terms = cycle.entity.terms or {}
     with_ids = any(R.human_rated(spec) for _, spec in R.voting(terms))
     columns = ["execution_id"] if with_ids else []
     rows = (
-        Grade.objects.filter(execution__id__in=named(run_ids), status=Grade.Status.GRADED)
+        Grade.objects.filter(execution__id__in=ids, status=Grade.Status.GRADED)
         .order_by("graded_at", "execution_id")
         .values_list(*columns, Cast("judge", TextField()), Cast("metrics", TextField()))
     )

@@ -310,3 +310,19 @@ def test_a_thin_baseline_still_regresses_on_a_floor():
     cycle.refresh_from_db()
     cycle = settle_with(cycle, runs(STEADY, 0.1), start=AFTER_START)
     assert cycle.status == Cycle.Status.REGRESSED and cycle.watch_verdict["rule"] == 1
+
+
+def test_the_window_read_from_the_cycles_row_names_the_same_runs_as_its_ids_sent_back():
+    """The before window is read from the ids stored on the cycle inside the statement; it is the same pairs as the
+    ids bound one by one, and a stored id that is not a run id's text names no run (never an error)."""
+    cycle = watched()
+    assert evolve.well_formed(cycle.window["runIds"])
+    stored = evolve.before_runs(cycle)
+    assert stored == evolve.pinned_runs(cycle, cycle.window["runIds"]) and len(stored) == len(STEADY)
+    assert [vector["revenue"] for _, vector in stored] == STEADY
+    window = dict(cycle.window)
+    window["runIds"] = [*window["runIds"], "not-a-run", 7, "0" * 36]
+    Cycle.objects.filter(pk=cycle.pk).update(window=window)
+    cycle.refresh_from_db()
+    assert not evolve.well_formed(cycle.window["runIds"])
+    assert evolve.before_runs(cycle) == stored
