@@ -84,6 +84,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
 def entity_cycles_context(entity: Entity) -> dict[str, Any]:
     """What the entity page's Cycles and Lessons section shows: the loop's state, newest cycles, lessons."""
     (row,) = fleet_reads.loop_status(entity)["entities"]
+    rearm = next((item["clause"] for item in row["needsYou"] if item["gate"] == "rearm"), "")
     lessons = list(
         Lesson.objects.filter(entity=entity)
         .select_related("round", "cycle")
@@ -96,14 +97,17 @@ def entity_cycles_context(entity: Entity) -> dict[str, Any]:
         "lessons": lessons,
         "ended": status.ENDED,
         "groups": groups.overview(entity),
-        "cannot_analyze": cannot_analyze(entity),
+        # The breaker's pause is the row's rearm wait (the loop read it already); a gone entity's is read.
+        "cannot_analyze": cannot_analyze(entity, paused=rearm if entity.present else None),
         "spend": spend_context(entity),
     }
 
 
-def cannot_analyze(entity: Entity) -> str:
+def cannot_analyze(entity: Entity, *, paused: str | None = None) -> str:
     """Why Analyze now would open nothing that a person can see before pressing it: a hold or the breaker's
-    pause, or the loop switched off; "" when it may open one (the one door still answers for the rest)."""
+    pause, or the loop switched off; "" when it may open one (the one door still answers for the rest).
+
+    ``paused`` is the breaker's pause when the caller has read it ("" for none; None reads it here)."""
     from evolution.steering import autonomy, supervision
 
     if not entity.loop_enabled:
@@ -111,7 +115,8 @@ def cannot_analyze(entity: Entity) -> str:
     held = supervision.hold_refusal(entity)
     if held:
         return f"{held.rstrip('.')} — release it under Supervision first"
-    paused = autonomy.paused(entity)
+    if paused is None:
+        paused = autonomy.paused(entity)
     if paused:
         return f"{paused.rstrip('.')} — re-arm it under Supervision first"
     return ""

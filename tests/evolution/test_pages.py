@@ -217,6 +217,34 @@ def test_the_cycles_section_lists_cycles_and_lessons(web) -> None:
     assert "<html" in page and f'id="cycle-{skipped.pk}"' in page
 
 
+def test_the_cycles_section_says_why_analyze_now_is_off_from_the_breaker_it_read_once(web) -> None:
+    """The breaker's pause comes from the loop's own row (its rearm wait): the section does not read it again,
+    and says what ``cannot_analyze`` says; a hold still comes first (issue 18)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from evolution.models import Supervision
+    from evolution.views.pages import cannot_analyze
+
+    entity = in_loop()
+    now = timezone.now()
+    for days in (3, 2):
+        cycle = make_cycle(entity, phase=Cycle.Phase.SETTLED, status=Cycle.Status.REGRESSED,
+                           at=now - timedelta(days=days), merged_at=now - timedelta(days=days))  # fmt: skip
+        make_round(cycle, status=Round.Status.MERGED, merge_sha="m" * 40, pr_number=100 + days)
+    said = cannot_analyze(entity)
+    assert said.startswith("paused by the breaker: 2 regressed settles in a row")
+    path = "/evolution/entities/scenario/digest/cycles/"
+    with CaptureQueriesContext(connection) as read:
+        fragment = web.get(path, **HX).content.decode()
+    assert f"Analyze now is off: {said}" in fragment
+    settles = [q for q in read.captured_queries if "'rearm'" in q["sql"] and "evolution_cycle" in q["sql"]]
+    assert len(settles) == 1  # the loop's row's, not the section's again
+    Supervision.objects.create(kind=Supervision.Kind.HOLD, entity=entity, actor="alice", reason="campaign")
+    held = cannot_analyze(entity)
+    assert held.startswith("held by alice") and f"Analyze now is off: {held}" in web.get(path, **HX).content.decode()
+
+
 def test_analyze_now_opens_a_cycle_and_says_so(web, alice) -> None:
     entity = in_loop()
     graded_run(entity, passed=False)
