@@ -72,7 +72,9 @@ BREAKER_CYCLE_FIELDS = (
 BREAKER_ROUND_FIELDS = ("id", "cycle_id", "number", "merge_sha", "merge_gate", "check_verdict")
 
 
-def _settles(entity_ids: list[int] | QuerySet[Entity], *, bounded: bool = False) -> dict[int, list[Cycle]]:
+def _settles(
+    entity_ids: list[int] | QuerySet[Entity], *, bounded: bool = False, with_policy: bool = False
+) -> dict[int, list[Cycle]]:
     """Each entity's shipped settles after its last re-arm, newest first, with their rounds prefetched.
 
     One statement whatever the number of entities (the re-arm is a correlated subquery, not a ``Q`` per
@@ -82,7 +84,8 @@ def _settles(entity_ids: list[int] | QuerySet[Entity], *, bounded: bool = False)
     shipped through an autonomous merge (the unmeasured rule reads every one since the re-arm) — what
     ``_pause_of`` answers is the same. The bounded read tells those apart before the correlated subqueries
     run (a regressed settle, or one among the autonomous merges' cycles read once), so they run for those
-    settles only, not for every shipped one.
+    settles only, not for every shipped one. ``with_policy`` reads each settle's entity's ``loop.autonomy``
+    block in the same statement (``policy_block``, what ``pauses_of`` reads).
     """
     if isinstance(entity_ids, QuerySet):
         entity_ids = entity_ids.values("pk")
@@ -116,6 +119,8 @@ def _settles(entity_ids: list[int] | QuerySet[Entity], *, bounded: bool = False)
     # What the breaker and the verdict's strength read, no more: a cycle's brief, window and terms stay unread.
     rounds = Prefetch("rounds", queryset=Round.objects.only(*BREAKER_ROUND_FIELDS))
     cycles = cycles.only(*BREAKER_CYCLE_FIELDS)
+    if with_policy:
+        cycles = cycles.annotate(policy_block=F("entity__terms__loop__autonomy"))
     if not bounded:
         cycles = cycles.prefetch_related(rounds)
     by_entity: dict[int, list[Cycle]] = {}
@@ -174,16 +179,21 @@ def paused_many(entities: list[Entity]) -> dict[int, str]:
 
 def settles_in(scope: QuerySet[Entity]) -> dict[int, list[Cycle]]:
     """The settles the breaker reads of every entity of ``scope`` (a queryset, read as a subquery): one
-    statement; only the entities that are keys can be paused (``pauses_of`` answers for them)."""
-    return _settles(scope, bounded=True)
+    statement, each settle with its entity's ``loop.autonomy`` block; only the entities that are keys can be
+    paused (``pauses_of`` answers for them)."""
+    return _settles(scope, bounded=True, with_policy=True)
 
 
 def pauses_of(settles: dict[int, list[Cycle]]) -> dict[int, str]:
     """``paused_many`` over settles already read (``settles_in``), keyed by entity id: of the entities with a
-    settle, only their ``loop.autonomy`` blocks are read (one statement), never their whole rows."""
+    settle, only their ``loop.autonomy`` blocks are read (with the settles by ``settles_in``, else one
+    statement), never their whole rows."""
     if not settles:
         return {}
-    blocks = Entity.objects.filter(pk__in=sorted(settles)).values_list("pk", "terms__loop__autonomy")
+    if all(hasattr(rows[0], "policy_block") for rows in settles.values()):
+        blocks = sorted((pk, rows[0].policy_block) for pk, rows in settles.items())  # type: ignore[attr-defined]
+    else:
+        blocks = list(Entity.objects.filter(pk__in=sorted(settles)).values_list("pk", "terms__loop__autonomy"))
     answers: dict[int, str] = {}
     for pk, block in blocks:
         why = _pause_under(dict(block) if isinstance(block, dict) else {}, settles[pk])

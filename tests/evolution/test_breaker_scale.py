@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from evolution.models import Supervision
 from evolution.steering import autonomy
+from grading.models import Entity
 from tests.evolution.loop_helpers import looped
 from tests.evolution.test_autonomy import shipped
 
@@ -56,6 +57,11 @@ def test_the_fleet_read_pauses_exactly_the_entities_their_whole_history_pauses()
     assert len(read.captured_queries) <= 2  # the settles, the rounds of those an autonomous merge shipped
     assert paused == {e.pk: one_by_one(e) for e in entities if one_by_one(e)}
     assert 0 < len(paused) < len(entities)
+    # The fleet's read of a scope: each settle carries its entity's policy, no statement reads the policies.
+    scope = Entity.objects.filter(pk__in=[e.pk for e in entities])
+    with CaptureQueriesContext(connection) as read:
+        assert autonomy.pauses_of(autonomy.settles_in(scope)) == paused
+    assert len(read.captured_queries) <= 2
 
 
 def test_the_fleet_read_costs_two_statements_however_many_entities(django_assert_max_num_queries):
