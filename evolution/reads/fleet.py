@@ -46,6 +46,37 @@ def _with_last_settle(entities: QuerySet[Entity]) -> QuerySet[Entity]:
     )
 
 
+def with_months(entities: list[Entity], *, now: datetime) -> list[Entity]:
+    """Hand each of ``entities`` this calendar month's loop as ``economics.with_month`` annotates it (cycles
+    opened, validated, regressed, each cost part), read in one statement for them all: the month's cycles of
+    those entities with their cost parts (``spend.with_cost``), summed here (exact Decimals).
+
+    The same figures as the annotation, without compiling its seven correlated subqueries (sixteen cost
+    subqueries) for every page (``tests/evolution/test_fleet_month.py``).
+    """
+    from evolution.core import spend
+
+    start, end = spend.month_of(now)
+    by_id = {e.pk: e for e in entities}
+    for entity in entities:
+        entity.month_cycles = entity.month_validated = entity.month_regressed = 0  # type: ignore[attr-defined]
+        for name in spend.PARTS:
+            setattr(entity, f"month_{name}", spend.ZERO)
+    if not by_id:
+        return entities
+    cycles = spend.with_cost(spend.opened_in(start, end).filter(entity_id__in=sorted(by_id)).order_by())
+    for entity_id, status, *parts in cycles.values_list("entity_id", "status", *spend.PARTS):
+        entity = by_id[entity_id]
+        entity.month_cycles += 1  # type: ignore[attr-defined]
+        if status == Cycle.Status.VALIDATED:
+            entity.month_validated += 1  # type: ignore[attr-defined]
+        elif status == Cycle.Status.REGRESSED:
+            entity.month_regressed += 1  # type: ignore[attr-defined]
+        for name, amount in zip(spend.PARTS, parts, strict=True):
+            setattr(entity, f"month_{name}", getattr(entity, f"month_{name}") + (amount or spend.ZERO))
+    return entities
+
+
 def _repair(entity: Entity) -> bool:
     loop = (entity.terms or {}).get("loop") or {}
     return (loop.get("preset") or "repair") == "repair"
@@ -122,7 +153,10 @@ def _live_next(cycle: Cycle) -> str:
     if phase == Cycle.Phase.ANALYSING:
         if cycle.window and cycle.window.get("ready") is False:
             return f"Cycle {cycle.pk} waits on its window: {cycle.window.get('reason') or 'not ready yet'}."
-        decide = ((cycle.terms or {}).get("loop") or {}).get("autonomy", {}).get("decide", "human")
+        if hasattr(cycle, "decide_gate"):  # read alone (``live_cycles``), the cycle's terms unread
+            decide = cycle.decide_gate or "human"
+        else:
+            decide = ((cycle.terms or {}).get("loop") or {}).get("autonomy", {}).get("decide", "human")
         after = "it is applied without a card" if decide == "auto" else "a decide card follows"
         return f"Cycle {cycle.pk} is analysing {number}; {after}."
     if phase == Cycle.Phase.DECIDING:
@@ -342,6 +376,85 @@ class Facts:
     grouped: dict[int, str]
 
 
+#: What the fleet reads of a live cycle (``standing``, ``_live_next``, ``_live_dict``, ``needs_you.cycle_items``,
+#: ``core.due``): not its frozen set (read for a checking cycle only), terms (the decide gate an analysing
+#: cycle names is read alone, ``decide_gate``), judge, reason or refusals.
+LIVE_CYCLE_FIELDS = (
+    "id",
+    "entity_id",
+    "claim",
+    "phase",
+    "status",
+    "origin",
+    "window",
+    "started_at",
+    "applied_at",
+    "moved_at",
+    "next_poll_at",
+    "check_deadline",
+    "merge_deadline",
+    "watch_window",
+    "watch_tally",
+    "watch_deadline",
+)
+#: What a live cycle's item names of its entity (``needs_you._item``).
+LIVE_ENTITY_FIELDS = ("entity__id", "entity__slug", "entity__target_kind", "entity__name")
+#: What the fleet reads of a live cycle's round and its card (the PR, the revert, the gates, ``core.due``).
+LIVE_ROUND_FIELDS = (
+    "id",
+    "cycle_id",
+    "number",
+    "status",
+    "brief",
+    "merge_gate",
+    "pr_number",
+    "pr_url",
+    "merge_sha",
+    "revert_pr_number",
+    "revert_pr_url",
+    "revert_opened_at",
+    "revert_deadline",
+    "revert_outcome",
+    "revert_merge_gate",
+    "apply_claimed_at",
+    "card_id",
+    "card__id",
+    "card__kind",
+    "card__status",
+    "card__expires_at",
+    "card__created_at",
+)
+
+
+def live_cycles(scope: QuerySet[Entity] | None) -> list[Cycle]:
+    """Every live cycle (of ``scope``'s entities; None: all), oldest first, with its rounds and their cards:
+    only the columns the fleet's rows and waits read, a checking cycle's frozen set too (three statements)."""
+    from django.db.models import Case, JSONField, Prefetch, When
+    from django.db.models.fields.json import KT
+
+    from evolution.models import Round
+
+    rounds = Round.objects.select_related("card").only(*LIVE_ROUND_FIELDS).order_by("number")
+    cycles = (
+        Cycle.objects.exclude(phase=Cycle.Phase.SETTLED)
+        .select_related("entity")
+        .only(*LIVE_CYCLE_FIELDS, *LIVE_ENTITY_FIELDS)
+        .annotate(
+            decide_gate=KT("terms__loop__autonomy__decide"),
+            frozen_if_checking=Case(When(phase=Cycle.Phase.CHECKING, then="frozen"), output_field=JSONField()),
+        )
+        .order_by("started_at", "id")
+        .prefetch_related(Prefetch("rounds", queryset=rounds))
+    )
+    if scope is not None:
+        cycles = cycles.filter(entity__in=scope.values("pk"))
+    read = list(cycles)
+    for cycle in read:
+        if cycle.phase == Cycle.Phase.CHECKING:  # "checking (3 of 5 pairs graded)" counts the frozen set's slots
+            cycle.frozen = cycle.frozen_if_checking  # type: ignore[attr-defined]
+    return read
+
+
 def _facts(scope: QuerySet[Entity], *, now: datetime, whole: bool) -> Facts:
     """The facts of ``scope``'s entities in a fixed number of queries, none reading a grade or every entity.
 
@@ -351,17 +464,8 @@ def _facts(scope: QuerySet[Entity], *, now: datetime, whole: bool) -> Facts:
     """
     from evolution.steering import needs_you as waits_on
 
-    live_cycles = (
-        Cycle.objects.exclude(phase=Cycle.Phase.SETTLED)
-        .select_related("entity")
-        .defer(*(f"entity__{name}" for name in waits_on.UNREAD))
-        .order_by("started_at", "id")
-        .prefetch_related(waits_on.live_rounds())
-    )
-    if not whole:
-        live_cycles = live_cycles.filter(entity__in=scope.values("pk"))
     live: dict[int, list[Cycle]] = {}
-    for cycle in live_cycles:
+    for cycle in live_cycles(None if whole else scope):
         live.setdefault(cycle.entity_id, []).append(cycle)
     every = [c for cycles in live.values() for c in cycles]
     checks.progress_many(every)  # "checking (3 of 5 pairs graded)": one query for every check in flight
@@ -385,9 +489,9 @@ def _shown(scope: QuerySet[Entity], ids: list[int], *, now: datetime) -> list[En
     if not ids:
         return []
     rows = scope.filter(pk__in=ids).select_related("waiting_window").defer(*waits_on.UNREAD)
-    # This month's loop spend and what it moved ride the same statement (issue 16).
-    read = economics.with_month(_with_last_settle(rows), now=now).in_bulk()
-    return [read[pk] for pk in ids if pk in read]
+    read = {e.pk: e for e in _with_last_settle(rows)}
+    # This month's loop spend and what it moved (issue 16): one statement for the page's rows.
+    return with_months([read[pk] for pk in ids if pk in read], now=now)
 
 
 def _build(shown: list[Entity], facts: Facts, *, now: datetime) -> list[dict[str, Any]]:
