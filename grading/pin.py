@@ -75,3 +75,41 @@ def changed(frozen: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """
     words = {"model": "model", "method_hash": "method", "loop_hash": "loop module", "role_hash": "evaluator role"}
     return [word for key, word in words.items() if (frozen.get(key) or "") != (current.get(key) or "")]
+
+
+# --- Reading many grades' judges --------------------------------------------------------------
+
+#: What ``judge_text`` reads for a grade whose judge is stored exactly as the pinned snapshot.
+SAME = "="
+
+
+def judge_text(pinned: dict[str, Any] | None) -> Any:
+    """A grade's judge as its stored JSON text, or ``SAME`` where it is stored exactly as ``pinned`` (an expression
+    for ``values_list``): a window's thousand grades mostly share the judge the cycle pinned, whose text is then
+    neither sent nor decoded once a row. Equality is the database's (Postgres compares jsonb by value, SQLite the
+    text as Django wrote it); a judge it does not find equal is read as text and compared by ``comparable``.
+    """
+    import json
+
+    from django.db import connection
+    from django.db.models import TextField
+    from django.db.models.expressions import RawSQL
+    from django.db.models.functions import Cast
+
+    if not pinned or connection.vendor not in ("postgresql", "sqlite"):
+        return Cast("judge", TextField())
+    text = json.dumps(pinned)
+    if connection.vendor == "postgresql":
+        sql = 'CASE WHEN "grading_grade"."judge" = %s::jsonb THEN %s ELSE "grading_grade"."judge"::text END'
+    else:
+        sql = 'CASE WHEN "grading_grade"."judge" = %s THEN %s ELSE "grading_grade"."judge" END'
+    return RawSQL(sql, (text, SAME))
+
+
+def comparable_text(pinned: dict[str, Any] | None, text: str | None, seen: dict[str | None, bool]) -> bool:
+    """``comparable(pinned, judge)`` for a judge read by ``judge_text``, decoded once per distinct text (``seen``)."""
+    if text not in seen:
+        import json
+
+        seen[text] = comparable(pinned, pinned if text == SAME else (json.loads(text) if text else None))
+    return seen[text]

@@ -14,6 +14,8 @@ dated delete.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -39,12 +41,32 @@ def _has_proposal(rnd: Round) -> bool:
     return bool(rnd.files) or bool((rnd.summary or "").strip())
 
 
+#: Where ``read_rounds_once`` keeps a cycle's rounds while its lesson is written (one read for the whole step).
+ROUNDS_MEMO = "_lesson_rounds"
+
+
+def rounds_of(cycle: Cycle) -> list[Round]:
+    """The cycle's rounds by number: the ones ``read_rounds_once`` read, else read now."""
+    memo = cycle.__dict__.get(ROUNDS_MEMO)
+    return memo if memo is not None else list(cycle.rounds.order_by("number"))
+
+
+@contextmanager
+def read_rounds_once(cycle: Cycle) -> Iterator[Cycle]:
+    """Within the block, the lesson's steps share one read of ``cycle``'s rounds (dropped after, never stale)."""
+    cycle.__dict__[ROUNDS_MEMO] = list(cycle.rounds.order_by("number"))
+    try:
+        yield cycle
+    finally:
+        cycle.__dict__.pop(ROUNDS_MEMO, None)
+
+
 def deciding_round(cycle: Cycle) -> Round | None:
     """Return the round whose change the cycle's verdict is about: the merged one, else the last with a proposal.
 
     A round a person refined is replaced by its child and is never the deciding one.
     """
-    rounds = list(cycle.rounds.order_by("-number"))
+    rounds = list(reversed(rounds_of(cycle)))
     merged = next((r for r in rounds if r.merge_sha), None)
     if merged is not None:
         return merged
@@ -104,7 +126,7 @@ def write_for(cycle: Cycle) -> list[Lesson]:
     """
     if cycle.status not in Cycle.Status.values or _kill_switch(cycle):
         return []
-    rounds = [r for r in cycle.rounds.order_by("number") if r.status != Round.Status.REFINED and _has_proposal(r)]
+    rounds = [r for r in rounds_of(cycle) if r.status != Round.Status.REFINED and _has_proposal(r)]
     if not rounds:
         return []
     deciding = deciding_round(cycle)

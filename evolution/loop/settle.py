@@ -72,7 +72,7 @@ def close(cycle: Cycle, *, reverting: bool, now: datetime) -> None:
 def write_lesson(cycle: Cycle) -> None:
     """Write the settled cycle's lesson and credit the lessons it cited; a refusal is kept on ``lesson_error``."""
     try:
-        with transaction.atomic():
+        with transaction.atomic(), lessons.read_rounds_once(cycle):
             lessons.write_for(cycle)
             lessons.credit(cycle)
     except Exception as exc:  # noqa: BLE001 - a lesson the archive refused is kept on the row, never dropped silently

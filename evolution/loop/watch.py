@@ -34,7 +34,6 @@ graded whatever the sample (``exempt``) and under the pinned judge
 
 from __future__ import annotations
 
-import json
 import logging
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -50,7 +49,7 @@ from evolution.presets.base import UNIT, Answer, Observed
 from evolution.presets.readings import vectors_of
 from grading.cards import observed
 from grading.models import Entity, Execution, Grade
-from grading.pin import comparable
+from grading.pin import comparable_text, judge_text
 
 log = logging.getLogger(__name__)
 
@@ -237,16 +236,14 @@ def observe(cycle: Cycle, now: datetime) -> Observed:
     if cycle.watch_deadline is not None:
         grades = grades.filter(Q(graded_at__lt=cycle.watch_deadline) | Q(graded_at=None))
     rows = grades.order_by("graded_at", "execution__completed_at", "execution_id").values_list(
-        Cast("execution_id", TextField()), "status", Cast("judge", TextField()), Cast("metrics", TextField())
+        Cast("execution_id", TextField()), "status", judge_text(cycle.judge), Cast("metrics", TextField())
     )
     pinned: dict[str | None, bool] = {}
     first: list[str] = []
     texts: list[str] = []
     graded = ungraded = 0
     for execution_id, status, judge, metrics in rows:
-        if judge not in pinned:
-            pinned[judge] = comparable(cycle.judge, json.loads(judge) if judge else None)
-        if status != Grade.Status.GRADED or not pinned[judge]:
+        if status != Grade.Status.GRADED or not comparable_text(cycle.judge, judge, pinned):
             ungraded += 1
             continue
         graded += 1

@@ -32,7 +32,7 @@ from evolution.presets.base import EVOLVE, UNIT, Answer, ComparatorFault, Observ
 from evolution.steering import groups
 from grading.cards import observed
 from grading.models import Entity, Grade
-from grading.pin import comparable
+from grading.pin import comparable_text, judge_text
 
 #: The most graded runs one evolve window holds (the seed's "engine's window bound"; docs/decisions.md).
 WINDOW_BOUND = 1000
@@ -211,16 +211,14 @@ def _pinned(cycle: Cycle, ids: Any) -> list[R.Run]:
     rows = (
         Grade.objects.filter(execution__id__in=ids, status=Grade.Status.GRADED)
         .order_by("graded_at", "execution_id")
-        .values_list(*columns, Cast("judge", TextField()), Cast("metrics", TextField()))
+        .values_list(*columns, judge_text(cycle.judge), Cast("metrics", TextField()))
     )
     pinned: dict[str | None, bool] = {}
     ids: list[Any] = []
     texts: list[str] = []
     for row in rows:
         execution_id, judge, metrics = row if with_ids else (None, *row)
-        if judge not in pinned:
-            pinned[judge] = comparable(cycle.judge, json.loads(judge) if judge else None)
-        if pinned[judge]:
+        if comparable_text(cycle.judge, judge, pinned):
             ids.append(execution_id)
             texts.append(metrics or "{}")
     return list(zip(ids, R.vectors_of(texts), strict=True))

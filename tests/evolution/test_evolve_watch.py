@@ -326,3 +326,42 @@ def test_the_window_read_from_the_cycles_row_names_the_same_runs_as_its_ids_sent
     cycle.refresh_from_db()
     assert not evolve.well_formed(cycle.window["runIds"])
     assert evolve.before_runs(cycle) == stored
+
+
+def test_runs_graded_under_another_judge_are_left_out_and_the_same_judge_in_any_key_order_is_kept():
+    """The window's judges are read as 'the pinned one' without their text where stored as it; any other is read
+    and compared: another model is not comparable, the same snapshot written in another key order is."""
+    from tests.evolution.evolve_helpers import JUDGE, graded_at
+
+    entity = shop()
+    before = window_of(entity, runs(STEADY), start=BEFORE_START)
+    reordered = dict(reversed(list(JUDGE.items())))
+    other = {**JUDGE, "model": "another"}
+    kept = graded_at(entity, BEFORE_START + 30 * MINUTE, {"revenue": 5000, "conversion": 0.4}, judge=reordered)
+    dropped = graded_at(entity, BEFORE_START + 31 * MINUTE, {"revenue": 9000, "conversion": 0.4}, judge=other)
+    cycle = shipped_on(entity, [*before, kept, dropped], merged_at=T0)
+    assert [vector["revenue"] for _, vector in evolve.before_runs(cycle)] == [*STEADY, 5000]
+
+
+def _tick_statements(size: int) -> list[str]:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from evolution.loop import machine
+    from tests.evolution.evolve_helpers import window_of
+
+    values = runs([1000 + (i % 7) * 10 for i in range(size)])
+    cycle = watched(values, slug=f"shop-{size}", watch={"windowRuns": size}, trigger={"windowRuns": size})
+    window_of(cycle.entity, runs([v["revenue"] + 300 for v in values]), start=AFTER_START)
+    with CaptureQueriesContext(connection) as seen:
+        machine.evaluate(cycle, AFTER_START + (size + 5) * MINUTE)
+    assert cycle.status == Cycle.Status.VALIDATED, cycle.reason
+    return [q["sql"] for q in seen.captured_queries if "SAVEPOINT" not in q["sql"]]
+
+
+def test_a_watch_tick_sends_the_same_statements_whatever_its_windows_hold():
+    """The tick that settles an evolve watch reads each window in one statement: its statements do not grow with
+    the windows (10 runs or 60 a side), and stay few."""
+    small, large = _tick_statements(10), _tick_statements(60)
+    assert len(small) == len(large), "\n".join(large)
+    assert len(large) <= 12, "\n".join(s[:90] for s in large)
