@@ -19,10 +19,14 @@ window read per entity).
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
 from django.db import connection
+from django.db.models.base import ModelState
 
 from grading.models import Entity, Grade
 
@@ -69,7 +73,9 @@ def newest_graded(sizes: dict[int, int], *, now: datetime) -> dict[int, list[Gra
     graded = Grade.Status.GRADED.value
     rows: list[Grade] = []
     if connection.vendor == "postgresql":
-        rows = list(Grade.objects.raw(LATERAL, [ids, [sizes[pk] for pk in ids], graded, now]))
+        with connection.cursor() as cursor:
+            cursor.execute(LATERAL, [ids, [sizes[pk] for pk in ids], graded, now])
+            rows = _grades(cursor.fetchall())
     else:
         for start in range(0, len(ids), CHUNK):
             chunk = ids[start : start + CHUNK]
@@ -83,6 +89,40 @@ def newest_graded(sizes: dict[int, int], *, now: datetime) -> dict[int, list[Gra
         answer[grade.entity_id].append(grade)
     for grades in answer.values():
         grades.sort(key=lambda g: (g.graded_at, str(g.execution_id)), reverse=True)
+    return answer
+
+
+def _grades(rows: list[tuple[Any, ...]]) -> list[Grade]:
+    """Grades from the ``COLUMNS`` of ``rows`` without the model's per-field construction (a page's windows hold
+    hundreds): each distinct metrics or judge text decoded once (most runs share their judge), so grades
+    with the same text share one value: they are read (``is_bad``), never written back."""
+    decoded: dict[str, Any] = {}
+
+    def value(raw: Any) -> Any:
+        if not isinstance(raw, str):
+            return raw
+        if raw not in decoded:
+            decoded[raw] = json.loads(raw)
+        return decoded[raw]
+
+    answer = []
+    for execution_id, entity_id, status, graded_at, score, passed, category, metrics, judge in rows:
+        grade = Grade.__new__(Grade)
+        state = ModelState()
+        state.adding, state.db = False, "default"
+        grade.__dict__.update(
+            _state=state,
+            execution_id=execution_id if isinstance(execution_id, uuid.UUID) else uuid.UUID(str(execution_id)),
+            entity_id=entity_id,
+            status=status,
+            graded_at=graded_at,
+            score=score,
+            passed=passed,
+            failure_category=category,
+            metrics=value(metrics),
+            judge=value(judge),
+        )
+        answer.append(grade)
     return answer
 
 
