@@ -17,8 +17,8 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.db import transaction
-from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
+from django.db import connection, transaction
+from django.db.models import BooleanField, Count, F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.expressions import RawSQL
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
@@ -518,21 +518,36 @@ def scale_choices(scale: dict[str, Any]) -> list[tuple[str, str]]:
     return choices
 
 
-def rateable_entities(entity: Entity | None = None) -> list[Entity]:
-    """Entities with at least one human-rated metric and grading on (two queries: every entity's metrics block
-    alone, then the rateable ones whole but for the definition's text, its frontmatter and provenance).
+#: ``grading.people.human_rated`` of any metric of an entity's ``evaluation.metrics``, as a Postgres JSON path:
+#: strict, so a block that is not an object, or a spec without ``kind`` (or ``human``), matches nothing.
+RATED_PATH = 'strict $.evaluation.metrics.* ? (@.kind == "reported" || (@.kind == "judged" && @.human == true))'
 
-    Only the ``evaluation.metrics`` block of an entity that people do not rate is read (a fleet's resolved
-    terms are kilobytes an entity, the block a few hundred bytes).
+
+def rateable_entities(entity: Entity | None = None) -> list[Entity]:
+    """Entities with at least one human-rated metric and grading on, whole but for the definition's text, its
+    frontmatter and provenance.
+
+    On Postgres one statement: the database keeps the rateable ones (``RATED_PATH``), so no other entity's
+    terms leave it. Elsewhere two: every entity's ``evaluation.metrics`` block alone, then the rateable ones
+    (a fleet's resolved terms are kilobytes an entity).
     """
     entities = Entity.objects.filter(evaluation_enabled=True, load_error="")
     if entity is not None:
         entities = entities.filter(pk=entity.pk)
+    unread = ("body", "description", "frontmatter", "provenance")
+    if connection.vendor == "postgresql":
+        rated = RawSQL(
+            'jsonb_path_exists("grading_entity"."terms", %s::jsonpath, \'{}\', true)',
+            (RATED_PATH,),
+            output_field=BooleanField(),
+        )
+        rows = entities.alias(rated=rated).filter(rated=True).defer(*unread)
+        return [e for e in rows.order_by("kind", "slug") if human_metrics(e)]
     blocks = entities.values_list("pk", "terms__evaluation__metrics")
     wanted = [pk for pk, metrics in blocks if isinstance(metrics, dict) and any(map(human_rated, metrics.values()))]
     if not wanted:
         return []
-    rows = entities.filter(pk__in=wanted).defer("body", "description", "frontmatter", "provenance")
+    rows = entities.filter(pk__in=wanted).defer(*unread)
     return [e for e in rows.order_by("kind", "slug") if human_metrics(e)]
 
 

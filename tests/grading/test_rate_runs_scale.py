@@ -91,10 +91,48 @@ def test_the_rateable_entities_are_found_from_the_metrics_blocks_and_only_they_a
         found = rateable_entities()
     assert [e.slug for e in found] == [e.slug for e in rated]
     whole = [q["sql"] for q in read.captured_queries if '"grading_entity"."slug"' in q["sql"].split(" FROM ")[0]]
+    if connection.vendor == "postgresql":  # the database keeps the rateable ones: one statement
+        assert len(read.captured_queries) == 1 and len(whole) == 1 and "jsonb_path_exists" in whole[0]
+        return
     assert len(read.captured_queries) == 2 and len(whole) == 1
     assert whole[0].endswith(
         f'"grading_entity"."id" IN ({rated[0].pk}, {rated[1].pk})) ORDER BY "grading_entity"."kind" ASC, "grading_entity"."slug" ASC'
     )
+
+
+def test_the_rateable_entities_are_those_a_metric_of_which_people_rate_whatever_shape_the_block_takes():
+    """What the database keeps (Postgres's JSON path) is what ``human_rated`` says of every entity read whole."""
+    from grading.people import human_metrics
+    from grading.views import rateable_entities
+
+    shapes = {
+        "judged-human": {"m": {"kind": "judged", "human": True}},
+        "judged-not-human": {"m": {"kind": "judged", "human": False}},
+        "judged-human-text": {"m": {"kind": "judged", "human": "true"}},
+        "judged-no-human": {"m": {"kind": "judged"}},
+        "reported": {"m": {"kind": "reported"}},
+        "reported-among-others": {"a": {"kind": "computed"}, "b": {"role": "guard"}, "c": {"kind": "reported"}},
+        "computed": {"m": {"kind": "computed", "human": True}},
+        "no-kind": {"m": {"human": True}},
+        "none": {},
+    }
+    for slug, metrics in shapes.items():
+        make_entity(slug, metrics=metrics)
+    make_entity("off", metrics={"m": {"kind": "reported"}}, enabled=False)
+    make_entity("broken", metrics={"m": {"kind": "reported"}}, load_error="x: bad")
+    odd = make_entity("no-evaluation")
+    odd.terms = {"loop": {}}
+    odd.save()
+    listed = make_entity("metrics-a-list")
+    listed.terms = {"evaluation": {"metrics": [{"kind": "reported"}]}}
+    listed.save()
+    from grading.models import Entity
+
+    every = Entity.objects.filter(evaluation_enabled=True, load_error="").order_by("kind", "slug")
+    expected = [
+        e.slug for e in every if isinstance((e.terms.get("evaluation") or {}).get("metrics"), dict) and human_metrics(e)
+    ]
+    assert [e.slug for e in rateable_entities()] == expected == ["judged-human", "reported", "reported-among-others"]
 
 
 def test_rate_runs_reads_a_runs_entity_from_the_entities_it_was_given_and_not_its_json(bob):
