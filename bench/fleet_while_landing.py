@@ -1,0 +1,224 @@
+#!/usr/bin/env python
+"""The fleet's HTMX refresh while grades land: issue 18's "stays under the goal while grades land at the trigger's
+benchmark rate".
+
+Uses the data set ``bench/dashboard_scale.py`` builds (1,000 entities in the loop, ``--runs`` graded runs each;
+built here too when the database is empty). The fleet's table (``/evolution/`` with ``HX-Request``, what the page
+asks every 10 s) is timed in the server through Django's test client, logged in, three times:
+
+1. with nothing landing;
+2. while a second process — a worker, on the machine's other core — lands graded runs on entities drawn at
+   random (two in five bad) in batches of ``--batch`` at ``--rate`` a second and hands each batch to the loop's
+   trigger (``evolution.loop.trigger.on_landed``, as grading does when a batch settles), after a warm-up of
+   ``--warm`` grades that opens the entities' first cycles (the trigger bench's steady state: later bad landings
+   are held);
+3. after the worker stopped, over the data it left (its live cycles), nothing landing: what tells the contention
+   from the larger fleet of live cycles.
+
+It prints the three timings (p50 and p95 of ``--requests``), the landing rate the worker kept, and the login
+page's floor. What the worker landed — its runs, grades and the cycles it opened — is deleted at the end, so the
+data set stays as it was built.
+
+    .venv/bin/python bench/fleet_while_landing.py --db postgres \\
+        --pg-url postgres://postgres@127.0.0.1:5432/dash_1m --runs 1000 --rate 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import random
+import statistics
+import sys
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+#: Who graded the worker's landings (as the data set's plain entities are graded: no judge).
+JUDGE = {"model": "none", "method": "none", "method_hash": "", "loop_hash": "", "role_hash": "none"}
+BAD_SHARE = 0.4
+#: What marks the worker's runs, so they (and only they) are deleted at the end.
+MARK = "bench-landing"
+
+
+def land(args: argparse.Namespace, ready: Any, stop: Any, report: Any) -> None:
+    """The worker: land ``args.warm`` grades as fast as it can (the entities' first cycles open, so later bad
+    landings are held, the trigger's steady state), set ``ready``, then land ``args.batch`` grades every
+    ``args.batch / args.rate`` seconds until ``stop`` is set."""
+    import dashboard_scale
+
+    dashboard_scale.configure(args.db, args.pg_url, args.sqlite_path, False)
+    from django.utils import timezone
+
+    from evolution.loop import trigger
+    from grading.models import Entity, Execution, Grade
+
+    entities = list(
+        Entity.objects.filter(loop_enabled=True, slug__startswith="bench-").exclude(slug__startswith="bench-template")
+    )
+    rng = random.Random(args.seed)
+    landed, busy, started = 0, 0.0, time.perf_counter()
+    interval = args.batch / args.rate
+    next_at = started
+    warming = args.warm
+    while not stop.is_set():
+        if warming <= 0 and not ready.is_set():
+            ready.set()
+            landed, busy, started = 0, 0.0, time.perf_counter()
+            next_at = started
+        at = timezone.now()
+        executions, grades = [], []
+        for i in range(args.batch):
+            entity = rng.choice(entities)
+            bad = rng.random() < BAD_SHARE
+            graded_at = at + timedelta(microseconds=i)
+            duration = 90_000 if bad else 1_200
+            execution = Execution(
+                id=uuid.uuid4(),
+                entity=entity,
+                run_kind="workflow",
+                status=Execution.Status.SUCCEEDED,
+                source=Execution.Source.API,
+                input={"text": MARK},
+                output={"result": "billing"},
+                duration_ms=duration,
+                sampling=Execution.Sampling.SAMPLED,
+                started_at=graded_at - timedelta(milliseconds=duration + 10),
+                completed_at=graded_at - timedelta(milliseconds=10),
+            )
+            executions.append(execution)
+            grades.append(
+                Grade(
+                    execution=execution,
+                    entity=entity,
+                    status=Grade.Status.GRADED,
+                    day=graded_at.date(),
+                    booked_at=graded_at,
+                    due_at=graded_at,
+                    started_at=graded_at,
+                    graded_at=graded_at,
+                    passed=not bad,
+                    metrics={"cost_usd": "0", "duration_ms": duration, "tool_failures": 0},
+                    judge=JUDGE,
+                )
+            )
+        began = time.perf_counter()
+        Execution.objects.bulk_create(executions)
+        Grade.objects.bulk_create(grades)
+        trigger.on_landed([g.pk for g in grades], now=at)
+        if warming > 0:
+            warming -= len(grades)
+            continue
+        busy += time.perf_counter() - began
+        landed += len(grades)
+        next_at += interval
+        pause = next_at - time.perf_counter()
+        if pause > 0:
+            time.sleep(pause)
+        else:
+            next_at = time.perf_counter()  # behind: land the next batch at once, never in a burst to catch up
+    report.put({"landed": landed, "seconds": time.perf_counter() - started, "busy": busy})
+
+
+def time_table(client: Any, requests: int) -> dict[str, float]:
+    spent = []
+    for _ in range(3):
+        client.get("/evolution/", HTTP_HX_REQUEST="true")
+    for _ in range(requests):
+        began = time.perf_counter()
+        response = client.get("/evolution/", HTTP_HX_REQUEST="true")
+        spent.append((time.perf_counter() - began) * 1000)
+        assert response.status_code == 200, response.status_code
+    spent.sort()
+    return {"p50": statistics.median(spent), "p95": spent[min(len(spent) - 1, round(0.95 * len(spent)) - 1)]}
+
+
+def clean_up(first_cycle: int) -> dict[str, int]:
+    """Delete what the worker landed: its runs (their grades go with them) and the cycles opened since it started."""
+    from evolution.models import Cycle
+    from grading.models import Execution
+
+    cycles, _ = Cycle.objects.filter(pk__gte=first_cycle).delete()
+    runs, _ = Execution.objects.filter(input__text=MARK).delete()
+    return {"cycles": cycles, "runs": runs}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--db", choices=["sqlite", "postgres"], default="postgres")
+    parser.add_argument("--pg-url", default="postgres://postgres@127.0.0.1:5432/dash_bench")
+    parser.add_argument("--sqlite-path", default="var/dash_bench.sqlite3")
+    parser.add_argument("--entities", type=int, default=1000)
+    parser.add_argument("--runs", type=int, default=1000, help="graded runs per entity (when the set is built)")
+    parser.add_argument("--rate", type=float, default=500, help="landing grades a second the worker aims at")
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--warm", type=int, default=3000, help="grades landed before the timing starts")
+    parser.add_argument("--requests", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+
+    import dashboard_scale
+
+    dashboard_scale.configure(args.db, args.pg_url, args.sqlite_path, False)
+    from django.db import connection
+    from django.db.models import Max
+    from django.test import Client
+
+    from evolution.models import Cycle
+    from grading.models import Entity, Grade
+    from singularity.longlived import freeze
+
+    if not Entity.objects.filter(slug="bench-0000").exists():
+        dashboard_scale.build(args.entities, args.runs)
+    print(
+        f"database: {connection.vendor}  grades: {Grade.objects.count():,}  "
+        f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
+    freeze()
+    client = Client()
+    floor = dashboard_scale.time_page(client, "/accounts/login/", {}, args.requests)
+    client.login(username="alice", password="bench-password")
+    quiet = time_table(client, args.requests)
+    first_cycle = (Cycle.objects.aggregate(top=Max("pk"))["top"] or 0) + 1
+    connection.close()  # the worker opens its own
+    ctx = multiprocessing.get_context("spawn")
+    ready, stop, report = ctx.Event(), ctx.Event(), ctx.Queue()
+    worker = ctx.Process(target=land, args=(args, ready, stop, report))
+    worker.start()
+    try:
+        if not ready.wait(timeout=1800):
+            raise SystemExit("the worker did not finish its warm-up in 30 minutes")
+        time.sleep(2)  # the worker at its pace
+        busy = time_table(client, args.requests)
+    finally:
+        stop.set()
+        landed = report.get(timeout=120)
+        worker.join(timeout=60)
+    after = time_table(client, args.requests)  # the same data the worker left, nothing landing
+    live = Cycle.objects.filter(status="").count()
+    removed = clean_up(first_cycle)
+    rate = landed["landed"] / landed["seconds"]
+    print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    print(f"login page (floor): p50 {floor['p50']:.1f} ms, p95 {floor['p95']:.1f} ms")
+    print(f"fleet HTMX table, nothing landing: p50 {quiet['p50']:.1f} ms, p95 {quiet['p95']:.1f} ms")
+    print(
+        f"fleet HTMX table, grades landing: p50 {busy['p50']:.1f} ms, p95 {busy['p95']:.1f} ms — the worker landed "
+        f"{landed['landed']:,} grades in {landed['seconds']:.1f} s ({rate:.0f}/s, aimed at {args.rate:.0f}/s; "
+        f"busy {landed['busy'] / landed['seconds']:.0%} of the time)"
+    )
+    print(
+        f"fleet HTMX table after the worker stopped (its {live:,} live cycles kept, nothing landing): "
+        f"p50 {after['p50']:.1f} ms, p95 {after['p95']:.1f} ms"
+    )
+    print(f"cleaned up: {removed['runs']:,} rows of runs and grades, {removed['cycles']:,} rows of cycles")
+
+
+if __name__ == "__main__":
+    main()
