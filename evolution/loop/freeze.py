@@ -32,6 +32,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -140,9 +143,9 @@ SELECT id, text, started_at FROM (
 
 def _first_of_each_input(query: Any, *, through: Any, limit: int) -> list[tuple[Any, str]]:
     """The rest of the scan in one statement: (id, input text) of the newest run of each input text among the next
-    ``limit`` runs that started at ``through`` or before, newest first. The database walks those runs (the same
-    index walk a chunk is); only each input's first run comes back, so a history of repeated inputs costs one
-    statement and a handful of rows however deep the scan reaches."""
+    ``limit`` runs that started at ``through`` or before, newest first. The database reads those runs (past an
+    entity's first ``limit`` runs, the same walk of the (entity, started) index a chunk is); only each input's first
+    run comes back, so a history of repeated inputs costs one statement and a handful of rows however deep."""
     from django.db import connection
 
     sql, params = query.filter(started_at__lte=through)[:limit].query.sql_with_params()
@@ -283,18 +286,52 @@ def _cases(entity: Entity) -> list[dict[str, Any]]:
     return out
 
 
+#: Within ``one_base_per_batch``: what the remote's default branch read came to, {(remote, branch): sha or error}.
+_bases: ContextVar[dict[tuple[str, str], Any] | None] = ContextVar("loop_freeze_bases", default=None)
+
+
+@contextmanager
+def one_base_per_batch() -> Iterator[None]:
+    """Within it the remote's default branch is read once: the cycles a batch of landings opens (one instant,
+    ``on_landed``'s ``now``) freeze one base, and an unreachable remote is asked once, not once an opening."""
+    if _bases.get() is not None:
+        yield
+        return
+    token = _bases.set({})
+    try:
+        yield
+    finally:
+        _bases.reset(token)
+
+
 def base_commit(*, forge: Any = None) -> str:
-    """The default branch's tip as the forge's remote holds it now; FreezeRefused when the remote has no such branch."""
+    """The default branch's tip as the forge's remote holds it now; FreezeRefused when the remote has no such branch.
+
+    Read once per ``one_base_per_batch`` (a GitError too: the batch's later openings fall back at once)."""
     from evolution.forges import get_forge
-    from singularity.brain.git import git
+    from singularity.brain.git import GitError, git
 
     forge = forge or get_forge()
     branch = forge.default_branch()
-    out = git("ls-remote", "--heads", forge.remote_url(), f"refs/heads/{branch}").decode().split()
+    url = forge.remote_url()
+    memo = _bases.get()
+    if memo is not None and (url, branch) in memo:
+        known = memo[(url, branch)]
+        if isinstance(known, Exception):
+            raise known
+        return known
+    try:
+        out = git("ls-remote", "--heads", url, f"refs/heads/{branch}").decode().split()
+    except GitError as exc:
+        if memo is not None:
+            memo[(url, branch)] = exc
+        raise
     if not out:
         raise FreezeRefused(
             f"the brain's remote has no default branch {branch!r} (git ls-remote found no refs/heads/{branch})"
         )
+    if memo is not None:
+        memo[(url, branch)] = out[0]
     return out[0]
 
 

@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from evolution.core import cycles, periods
 from evolution.core.cycles import UNREAD
-from evolution.loop import intake, machine, opening
+from evolution.loop import freeze, intake, machine, opening
 from evolution.models import Cycle
 from evolution.presets import evolve
 from evolution.presets.base import RuleError, outcomes, trigger_terms
@@ -151,9 +151,14 @@ def on_landed(grade_ids: list[Any], *, now: datetime | None = None) -> int:
     Returns how many cycles opened. Grades of entities out of the loop are left out of the first read (one
     query, nothing else loaded). The bad landings of a batch share one read of their windows, of the claims'
     holders and of the gates (holds, lock groups, ceilings: ``opening.refusals_many``); an entity's refused
-    landings fold into its refusal row once per batch.
+    landings fold into its refusal row once per batch. The cycles a batch opens freeze one base commit (the
+    remote's default branch is read once a batch, ``freeze.one_base_per_batch``).
     """
-    now = now or timezone.now()
+    with freeze.one_base_per_batch():
+        return _on_landed(grade_ids, now=now or timezone.now())
+
+
+def _on_landed(grade_ids: list[Any], *, now: datetime) -> int:
     grades = list(
         Grade.objects.filter(pk__in=grade_ids, status=Grade.Status.GRADED, entity__loop_enabled=True)
         .select_related("execution")

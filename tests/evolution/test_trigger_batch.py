@@ -124,3 +124,30 @@ def test_a_batch_of_healthy_and_bad_landings_reads_every_bad_window_with_the_bat
     for grade in bad:
         alone = graded_window(entity, through=grade, size=5, now=now)
         assert [g.execution_id for g in read[grade.pk]] == [g.execution_id for g in alone]
+
+
+def test_the_cycles_a_batch_opens_read_the_remotes_default_branch_once(monkeypatch):
+    # Issue 18: each opening's freeze asked the remote for its default branch (a git subprocess, a network round
+    # trip on GitHub); a batch's openings share one instant and freeze one base.
+    import singularity.brain.git as brain_git
+
+    asked = []
+    real = brain_git.git
+
+    def counted(*args, **kwargs):
+        if args and args[0] == "ls-remote":
+            asked.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(brain_git, "git", counted)
+    entities = [looped(f"free{i}") for i in range(3)]
+    for entity in entities:
+        history(entity, "bggg", start=timezone.now() - timedelta(hours=3))
+    assert trigger.on_landed(bad_landings(entities, 1)) == 3
+    assert len(asked) == 1
+    bases = {c.frozen["baseSha"] for c in Cycle.objects.filter(entity__in=entities, analysed=True)}
+    assert len(bases) == 1
+    other = looped("alone")
+    history(other, "bggg", start=timezone.now() - timedelta(hours=3))
+    assert trigger.on_landed(bad_landings([other], 1)) == 1
+    assert len(asked) == 2  # the next batch asks again
