@@ -97,7 +97,7 @@ def _settles(
     cycles = (
         Cycle.objects.filter(entity_id__in=entity_ids, status__in=SHIPPED, analysed=True)
         .exclude(merged_at=None)
-        .annotate(rearmed_at=Subquery(rearm))
+        .alias(rearmed_at=Subquery(rearm))
         .filter(Q(rearmed_at=None) | Q(completed_at__gt=F("rearmed_at")))
     )
     if bounded:
