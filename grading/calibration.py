@@ -100,8 +100,10 @@ def calibration_many(entities: list[Entity]) -> dict[int, list[MetricCalibration
 
     Two queries for any number of entities: each entity's current judge (its
     newest own grade), and every rating of those metrics on the entities' own
-    graded runs with the run's grade. Pairs are read from the ratings, never by
-    walking the grades: the cost follows what people rated, not the history.
+    graded runs with the run's grade, newest graded first. Pairs are read from
+    the ratings, never by walking the grades: the entities' own run ids come
+    from an index alone (``execution_own``), no run row and no instant is read,
+    and the rest follows what people rated.
     """
     wanted = {e.pk: (e, calibrated_metrics(e)) for e in entities}
     wanted = {pk: pair for pk, pair in wanted.items() if pair[1]}
@@ -134,19 +136,16 @@ def calibration_many(entities: list[Entity]) -> dict[int, list[MetricCalibration
             "metric_id",
             "normalized",
             "execution__entity_id",
-            "execution__grade__graded_at",
-            "execution__grade__booked_at",
             "execution__grade__metrics",
             "execution__grade__judge",
         )
-        .order_by()
+        # Newest graded first, as the pairs are taken (the database sorts: no instant is read back).
+        .order_by("-execution__grade__graded_at", "-execution__grade__booked_at", "-execution_id")
     )
     rated: dict[tuple[int, str], dict[Any, list[Any]]] = {}
-    for execution_id, metric_id, normalized, entity_id, graded_at, booked_at, metrics, judge in rows:
-        run = rated.setdefault((entity_id, metric_id), {}).setdefault(
-            execution_id, [graded_at, booked_at, metrics, judge, []]
-        )
-        run[4].append(normalized)
+    for execution_id, metric_id, normalized, entity_id, metrics, judge in rows:
+        run = rated.setdefault((entity_id, metric_id), {}).setdefault(execution_id, [metrics, judge, []])
+        run[2].append(normalized)
     answers: dict[int, list[MetricCalibration]] = {}
     for pk, (entity, metrics) in wanted.items():
         terms, judge = agreement_terms(entity), judges.get(pk)
@@ -156,11 +155,10 @@ def calibration_many(entities: list[Entity]) -> dict[int, list[MetricCalibration
             if judge is not None:
                 runs = [
                     run
-                    for run in rated.get((pk, metric_id), {}).values()
-                    if _same_judge(run[3], judge) and metric_id in (run[2] or {})
+                    for run in rated.get((pk, metric_id), {}).values()  # newest first
+                    if _same_judge(run[1], judge) and metric_id in (run[0] or {})
                 ]
-                runs.sort(key=lambda run: (run[0], run[1]), reverse=True)
-                for _, _, vector, _, values in runs[: int(terms["maxPairs"])]:
+                for vector, _, values in runs[: int(terms["maxPairs"])]:
                     judged = vector.get(metric_id)
                     if isinstance(judged, int | float) and not isinstance(judged, bool):
                         pairs.append((float(judged), statistics.median(values)))

@@ -168,6 +168,9 @@ class Execution(models.Model):
             models.Index(fields=["-completed_at", "-id"], name="execution_newest"),
             # /api/runs/ pages by its cursor from the newest started.
             models.Index(fields=["-started_at", "-id"], name="execution_started"),
+            # Calibration's pairs: the ids of an entity's own runs (never loop replays), read from the index
+            # alone (``calibration_many`` joins them to people's ratings; no run row is read).
+            models.Index(fields=["entity", "id"], condition=models.Q(loop_launched=False), name="execution_own"),
         ]
 
     def __str__(self) -> str:

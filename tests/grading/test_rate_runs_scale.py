@@ -147,3 +147,15 @@ def test_rate_runs_reads_a_runs_entity_from_the_entities_it_was_given_and_not_it
     [sql] = [q["sql"] for q in read.captured_queries]
     assert "grading_entity" not in sql and '"trace"' not in sql and '"output"' not in sql
     assert all(next(e for e in entities if e.pk == run.entity_id) is run.entity for run in runs)
+
+
+def test_calibrations_pairs_come_newest_first_from_the_database_without_their_instants(bob):
+    """The pairs statement sorts (newest graded first) and reads back no instant; the run ids come from the
+    ``execution_own`` index (issue 18)."""
+    entities = fleet(2, 6, bob)
+    with CaptureQueriesContext(connection) as read:
+        many = calibration_many(entities)
+    pairs = read.captured_queries[-1]["sql"]
+    assert '"grading_rating"' in pairs.split(" FROM ")[1] and "ORDER BY" in pairs
+    assert "graded_at" not in pairs.split(" FROM ")[0] and "booked_at" not in pairs.split(" FROM ")[0]
+    assert all(c.pairs == 3 for cs in many.values() for c in cs)
