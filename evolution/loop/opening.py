@@ -126,11 +126,11 @@ def _fold_refusal(entity: Entity, reason: str, now: datetime, times: int = 1) ->
     one was there."""
     from django.db import connection
 
-    kind = kind_of(reason).replace("!", "!!").replace("%", "!%").replace("_", "!_")
     moment = connection.ops.adapt_datetimefield_value(now)
     with connection.cursor() as cursor:
         cursor.execute(
-            FOLD_REFUSAL, [reason, times, moment, moment, entity.pk, False, Cycle.Status.SKIPPED.value, f"{kind}%"]
+            FOLD_REFUSAL,
+            [reason, times, moment, moment, entity.pk, False, Cycle.Status.SKIPPED.value, _like_kind(reason)],
         )
         return cursor.rowcount > 0
 
@@ -145,7 +145,73 @@ def record_refusal(
     """
     if _fold_refusal(entity, reason, now, times):
         return None
-    return Cycle.objects.create(
+    row = _refusal_row(entity, origin=origin, reason=reason, now=now, anchor=anchor, times=times)
+    row.save(force_insert=True)
+    return row
+
+
+#: ``FOLD_REFUSAL`` for many entities at once, one row each (``{rows}``: "(%s, %s, %s, %s)" per entity, its id, the
+#: reason, how many refusals and the kind's LIKE pattern); returns the entities whose newest cycle took the fold.
+FOLD_REFUSALS = """
+WITH v (entity, reason, times, kind) AS (VALUES {rows})
+UPDATE evolution_cycle SET reason = v.reason, refusals = evolution_cycle.refusals + v.times, completed_at = %s,
+    moved_at = %s
+FROM v
+WHERE evolution_cycle.id = (
+        SELECT newest.id FROM evolution_cycle AS newest WHERE newest.entity_id = v.entity
+        ORDER BY newest.started_at DESC, newest.id DESC LIMIT 1
+    )
+  AND evolution_cycle.analysed = %s AND evolution_cycle.status = %s AND evolution_cycle.reason LIKE v.kind ESCAPE '!'
+RETURNING evolution_cycle.entity_id
+"""
+
+
+def _like_kind(reason: str) -> str:
+    """The LIKE pattern a refusal of ``reason``'s kind folds into (its kind, escaped, then anything)."""
+    return kind_of(reason).replace("!", "!!").replace("%", "!%").replace("_", "!_") + "%"
+
+
+def record_refusals_many(
+    refusals: dict[Entity, list[tuple[str, Execution | None, int]]], *, origin: str, now: datetime
+) -> None:
+    """``record_refusal`` for a batch: {entity: [(reason, anchor, times), …]}, each entity's refusals in order.
+
+    Each entity's first refusal folds into its newest cycle when that is a refusal of the same kind, all in one
+    statement (``FOLD_REFUSALS``, the same conditions ``FOLD_REFUSAL`` checks, each against that entity's newest
+    row as the statement finds it); the first refusals that found none are inserted together. An entity's later
+    refusals of the batch (another kind) are recorded one after another as alone.
+    """
+    from django.db import connection
+
+    firsts = [(entity, found[0]) for entity, found in refusals.items() if found]
+    if not firsts:
+        return
+    moment = connection.ops.adapt_datetimefield_value(now)
+    rows = ", ".join(["(%s, %s, %s, %s)"] * len(firsts))
+    params: list[Any] = []
+    for entity, (reason, _anchor, times) in firsts:
+        params += [entity.pk, reason, times, _like_kind(reason)]
+    params += [moment, moment, False, Cycle.Status.SKIPPED.value]
+    with connection.cursor() as cursor:
+        cursor.execute(FOLD_REFUSALS.format(rows=rows), params)
+        folded = {pk for (pk,) in cursor.fetchall()}
+    Cycle.objects.bulk_create(
+        [
+            _refusal_row(entity, origin=origin, reason=reason, now=now, anchor=anchor, times=times)
+            for entity, (reason, anchor, times) in firsts
+            if entity.pk not in folded
+        ]
+    )
+    for entity, found in refusals.items():
+        for reason, anchor, times in found[1:]:
+            record_refusal(entity, origin=origin, reason=reason, now=now, anchor=anchor, times=times)
+
+
+def _refusal_row(
+    entity: Entity, *, origin: str, reason: str, now: datetime, anchor: Execution | None, times: int
+) -> Cycle:
+    """A new refusal row (unsaved): a skipped cycle carrying the reason, ``times`` refusals folded in it."""
+    return Cycle(
         entity=entity,
         key=f"{cycle_key(entity, origin, anchor, now)}:refused",
         origin=origin,

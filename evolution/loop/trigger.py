@@ -151,7 +151,8 @@ def on_landed(grade_ids: list[Any], *, now: datetime | None = None) -> int:
     Returns how many cycles opened. Grades of entities out of the loop are left out of the first read (one
     query, nothing else loaded). The bad landings of a batch share one read of their windows, of the claims'
     holders and of the gates (holds, lock groups, ceilings: ``opening.refusals_many``); an entity's refused
-    landings fold into its refusal row once per batch. The cycles a batch opens freeze one base commit (the
+    landings fold into its refusal row once per batch, every entity's in one statement
+    (``opening.record_refusals_many``). The cycles a batch opens freeze one base commit (the
     remote's default branch is read once a batch, ``freeze.one_base_per_batch``).
     """
     with freeze.one_base_per_batch():
@@ -266,11 +267,10 @@ def _on_landed(grade_ids: list[Any], *, now: datetime) -> int:
             if gates is not None:
                 gates[entity.pk] = cycles.live_refusal(entity, holder=result.cycle)
         opened += int(result.opened)
-    for pk, batch in refused.items():
-        for why, anchor, times in batch:
-            opening.record_refusal(
-                entities[pk], origin=Cycle.Origin.GRADE, reason=why, now=now, anchor=anchor, times=times
-            )
+    if refused:  # every entity's refusals of the batch in two statements (a fold, an insert), not one or two each
+        opening.record_refusals_many(
+            {entities[pk]: batch for pk, batch in refused.items()}, origin=Cycle.Origin.GRADE, now=now
+        )
     return opened
 
 
