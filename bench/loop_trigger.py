@@ -241,22 +241,35 @@ def settle() -> None:
 
 
 class StageTimer:
-    """Adds up the wall time spent inside a module function (and counts its calls) through a timing wrapper."""
+    """Adds up the wall time spent inside module functions (and counts their calls) through timing wrappers.
 
-    def __init__(self, module: Any, name: str, weight: str = "") -> None:
+    A call made inside another call this timer wraps is counted in that one (no time counted twice).
+    """
+
+    def __init__(self, module: Any, name: str, weight: Any = None) -> None:
         self.spent = 0.0
         self.calls = 0
+        self.depth = 0
+        self.also(module, name, weight)
+
+    def also(self, module: Any, name: str, weight: Any = None) -> StageTimer:
+        """Time and count ``module.name`` too; ``weight(args, kwargs)``: how many a call stands for (else 1)."""
         original = getattr(module, name)
 
         def timed(*args: Any, **kwargs: Any) -> Any:
+            if self.depth:
+                return original(*args, **kwargs)
+            self.depth += 1
             started = time.perf_counter()
             try:
                 return original(*args, **kwargs)
             finally:
+                self.depth -= 1
                 self.spent += time.perf_counter() - started
-                self.calls += int(kwargs.get(weight, 1)) if weight else 1  # a call may stand for many
+                self.calls += weight(args, kwargs) if weight else 1
 
         setattr(module, name, timed)
+        return self
 
     def reset(self) -> None:
         self.spent, self.calls = 0.0, 0
@@ -423,7 +436,12 @@ def attach_timers() -> dict[str, StageTimer]:
     return {
         "decide": StageTimer(trigger, "decide"),
         "open": StageTimer(machine, "open_cycle"),
-        "refuse": StageTimer(opening, "record_refusal", weight="times"),  # a batch folds an entity's at once
+        # Refusals counted one a landing: a batch records them all at once, an entity's folded together.
+        "refuse": StageTimer(opening, "record_refusal", weight=lambda args, kwargs: int(kwargs.get("times", 1))).also(
+            opening,
+            "record_refusals_many",
+            weight=lambda args, kwargs: sum(times for found in args[0].values() for _w, _a, times in found),
+        ),
     }
 
 
