@@ -493,6 +493,12 @@ class RateCell:
     def mine_value(self) -> str:
         return _plain(self.mine.value) if self.mine else ""
 
+    @property
+    def buttons(self) -> list[tuple[str, str, bool]]:
+        """(value, label, whether it is the viewer's own rating) per step of ``choices``."""
+        mine = self.mine_value
+        return [(value, label, value == mine) for value, label in self.choices]
+
 
 @dataclass
 class RateRow:
@@ -731,6 +737,10 @@ def rate_runs(request: HttpRequest) -> HttpResponse:
             if calibrations.get(e.pk)
         ],
         "entities": every,
+        # The filters' links, one an entity (built here: a template's lookups cost more than the rows).
+        "nav": [
+            (f"{e.target_kind}:{e.slug}", e.name or e.slug, chosen is not None and chosen.pk == e.pk) for e in every
+        ],
         "chosen": chosen,
         "chosen_key": f"{chosen.target_kind}:{chosen.slug}" if chosen else "",
         "older": older,

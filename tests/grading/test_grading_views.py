@@ -302,3 +302,13 @@ def test_the_admin_lists_grading_rows_read_only(web) -> None:
         assert f"/admin/grading/{model}/add/" not in response.content.decode()
     assert "schedule: required" in web.get(f"/admin/grading/entity/{entity.pk}/change/").content.decode()
     assert web.post(f"/admin/grading/entity/{entity.pk}/delete/", {"post": "yes"}).status_code == 403
+
+
+def test_rate_runs_filters_link_every_rated_entity_and_mark_the_chosen_one(web) -> None:
+    first = make_entity("first", name="First")
+    make_entity("second", name="")
+    graded(first)
+    html = web.get("/evolution/rate/?entity=scenario:first").content.decode()
+    assert '<a href="?entity=scenario:first" class="active" aria-current="true">First</a>' in html
+    assert '<a href="?entity=scenario:second" >second</a>' in html  # no name: the slug
+    assert f'action="/evolution/rate/" hx-post="/evolution/rate/" hx-target="#run-{first.executions.get().id}"' in html
