@@ -40,6 +40,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 from django.db.models import OuterRef, Prefetch, Q, QuerySet, Subquery
@@ -179,16 +180,35 @@ def cycle_items(cycle: Cycle, rounds: list[Round], now: datetime) -> list[dict[s
     while the cycle is in its merge wait; the revert PR being followed under
     a person's merge. A wait past its bound is not listed.
     """
+    found = []
+    for gate, rnd, what in cycle_waits(cycle, rounds, now):
+        if gate == "stuck":
+            found.append(stuck_item(cycle, rnd, what, now))
+        elif gate == "card":
+            found.append(card_item(cycle, rnd, what))
+        else:
+            found.append(pr_item(cycle, rnd, revert=gate == "revert"))
+    return found
+
+
+def cycle_waits(cycle: Any, rounds: list[Any], now: datetime) -> list[tuple[str, Any, Any]]:
+    """(what, round, its fact) of each wait ``cycle_items`` lists, in its order: ("stuck", round, since),
+    ("card", round, card), ("merge", round, None), ("revert", round, None).
+
+    Reads only the columns ``CYCLE_WAIT_FIELDS``, ``ROUND_WAIT_FIELDS`` and ``CARD_WAIT_FIELDS`` name, as
+    attributes: of model rows, or of the plain rows ``count`` reads.
+    """
     if cycle.phase == Cycle.Phase.SETTLED:
         return []
-    found = []
+    found: list[tuple[str, Any, Any]] = []
     for rnd in rounds:
         since = due.stuck_since(cycle, rnd, now)
         if since is not None:
-            found.append(stuck_item(cycle, rnd, since, now))
+            found.append(("stuck", rnd, since))
         card = rnd.card
-        if card is not None and card.is_pending and card.kind in CARD_GATES and _open(card.expires_at, now):
-            found.append(card_item(cycle, rnd, card))
+        pending = card is not None and card.status == Card.Status.PENDING  # Card.is_pending
+        if pending and card.kind in CARD_GATES and _open(card.expires_at, now):
+            found.append(("card", rnd, card))
     if cycle.phase == Cycle.Phase.MERGE_WAIT:
         with_pr = [r for r in rounds if r.pr_number]
         rnd = with_pr[-1] if with_pr else None
@@ -198,11 +218,11 @@ def cycle_items(cycle: Cycle, rounds: list[Round], now: datetime) -> list[dict[s
             and rnd.merge_gate != "auto"
             and _open(cycle.merge_deadline, now)
         ):
-            found.append(pr_item(cycle, rnd, revert=False))
+            found.append(("merge", rnd, None))
     if cycle.phase == Cycle.Phase.REVERTING:
         reverts = [r for r in rounds if r.revert_pr_number and not r.revert_outcome]
         if reverts and reverts[-1].revert_merge_gate != "auto" and _open(reverts[-1].revert_deadline, now):
-            found.append(pr_item(cycle, reverts[-1], revert=True))
+            found.append(("revert", reverts[-1], None))
     return found
 
 
@@ -419,15 +439,17 @@ def live_rounds() -> Prefetch:
     return Prefetch("rounds", queryset=Round.objects.select_related("card").order_by("number"))
 
 
+def _grant_pending() -> QuerySet[Card]:
+    """Pending approval cards of the loop's producers (or a ``loop`` grant card)."""
+    return Card.objects.filter(status=Card.Status.PENDING).filter(
+        Q(producer__in=GRANT_PRODUCERS) | Q(producer=LOOP, kind=Card.Kind.GRANT)
+    )
+
+
 def _grant_cards() -> list[Card]:
     """Pending approval cards of the loop's producers, each with the entity of the idea it approves (if any)."""
     idea = Idea.objects.filter(card=OuterRef("pk")).values("entity_id")[:1]
-    return list(
-        Card.objects.filter(status=Card.Status.PENDING)
-        .filter(Q(producer__in=GRANT_PRODUCERS) | Q(producer=LOOP, kind=Card.Kind.GRANT))
-        .annotate(idea_entity=Subquery(idea))
-        .order_by("created_at")
-    )
+    return list(_grant_pending().annotate(idea_entity=Subquery(idea)).order_by("created_at"))
 
 
 def _card_entity_id(card: Card) -> int | None:
@@ -438,12 +460,17 @@ def _card_entity_id(card: Card) -> int | None:
     return getattr(card, "idea_entity", None)
 
 
-def _failures(entity_ids: list[int] | QuerySet[Any] | None) -> list[Cycle]:
-    """Failed cycles nobody dismissed (``supervision.failures_unread``), with their entities."""
+def _unread_failures() -> QuerySet[Cycle]:
+    """Failed cycles nobody dismissed (``supervision.failures_unread``)."""
     from evolution.steering import supervision
 
     unread = getattr(supervision, "failures_unread", None)
-    failed = unread() if unread is not None else Cycle.objects.filter(status=Cycle.Status.FAILED)
+    return unread() if unread is not None else Cycle.objects.filter(status=Cycle.Status.FAILED)
+
+
+def _failures(entity_ids: list[int] | QuerySet[Any] | None) -> list[Cycle]:
+    """Failed cycles nobody dismissed (``supervision.failures_unread``), with their entities."""
+    failed = _unread_failures()
     if entity_ids is not None:
         failed = failed.filter(entity_id__in=entity_ids)
     named = (f"entity__{name}" for name in NAMED)
@@ -502,22 +529,40 @@ def collect(
             continue
         found.append(_grant_item(card, entity))
     for entity in entities:
-        if not entity.loop_enabled or not entity.present:
-            continue
-        if entity.load_error:
-            found.append(_config_item(entity))
-        if entity.pk in breaker:
-            found.append(_rearm_item(entity, breaker[entity.pk]))
-        if entity.pk in budget and entity.pk not in running:  # a live cycle carries on: it asks nobody
-            found.append(_budget_item(entity, budget[entity.pk], now))
-        if entity.pk in breaker or entity.pk in held or entity.pk in claimed:
-            continue  # paused, held or owned by a cycle: no window item (seed "A window that waits")
-        item = window_item(entity, cadence.window_of(entity), now)
-        if item is not None:
-            found.append(item)
+        found.extend(_entity_items(entity, now, breaker=breaker, held=held, budget=budget, claimed=claimed,
+                                   running=running))  # fmt: skip
     found.extend(_failure_item(c) for c in _failures(ids))
     far = now + timedelta(days=36500)
     found.sort(key=lambda i: (i["since"] or far, GATES.index(i["gate"]) if i["gate"] in GATES else len(GATES)))
+    return found
+
+
+def _entity_items(
+    entity: Entity,
+    now: datetime,
+    *,
+    breaker: dict[int, str],
+    held: dict[int, str],
+    budget: dict[int, str],
+    claimed: set[Any],
+    running: set[int],
+) -> list[dict[str, Any]]:
+    """The waits of an entity's own: config, rearm, budget (no live cycle), and its window (not paused, held
+    or owned by a cycle: ``claimed`` are the live cycles' claims, ``running`` their entities)."""
+    if not entity.loop_enabled or not entity.present:
+        return []
+    found = []
+    if entity.load_error:
+        found.append(_config_item(entity))
+    if entity.pk in breaker:
+        found.append(_rearm_item(entity, breaker[entity.pk]))
+    if entity.pk in budget and entity.pk not in running:  # a live cycle carries on: it asks nobody
+        found.append(_budget_item(entity, budget[entity.pk], now))
+    if entity.pk in breaker or entity.pk in held or entity.pk in claimed:
+        return found  # paused, held or owned by a cycle: no window item (seed "A window that waits")
+    item = window_item(entity, cadence.window_of(entity), now)
+    if item is not None:
+        found.append(item)
     return found
 
 
@@ -620,8 +665,54 @@ def public(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def count(now: datetime | None = None) -> int:
-    """How many waits on a person the fleet holds (the navigation's "N need you")."""
-    return len(items(now))
+    """How many waits on a person the fleet holds (the navigation's "N need you"): ``len(items(now))``.
+
+    Counted, not listed: the live cycles' waits from plain rows of the columns they read (``cycle_waits``),
+    the pending grant cards and the unread failures by ``COUNT``; the breaker, the monthly ceiling, the
+    holds and the entities with a wait of their own read as ``items`` reads them.
+    """
+    from evolution.steering import autonomy, supervision
+
+    now = now or timezone.now()
+    scope = Entity.objects.filter(loop_enabled=True, present=True)
+    breaker = autonomy.pauses_of(autonomy.settles_in(scope))
+    budget = spend.month_refusals_in(scope, now=now)
+    held = supervision.holds_in(scope)
+    live = _live_rows()
+    n = sum(len(cycle_waits(cycle, cycle.rounds, now)) for cycle in live)
+    claimed = {c.claim for c in live if c.claim}
+    running = {c.entity_id for c in live}
+    for entity in _standing(scope, [*breaker, *budget]):
+        n += len(_entity_items(entity, now, breaker=breaker, held=held, budget=budget, claimed=claimed,
+                               running=running))  # fmt: skip
+    n += _grant_pending().filter(expires_at__gt=now).count()  # ``_open``: an expiry is never empty
+    n += _unread_failures().count()
+    return n
+
+
+def _live_rows() -> list[SimpleNamespace]:
+    """Every live cycle as a plain row of ``CYCLE_WAIT_FIELDS`` with ``rounds`` (by number), each a plain row of
+    ``ROUND_WAIT_FIELDS`` with its ``card`` (of ``CARD_WAIT_FIELDS``, or None): two statements, no model row."""
+    fields = [f"{name}_id" if name == "entity" else name for name in CYCLE_WAIT_FIELDS]
+    cycles = {
+        row["id"]: SimpleNamespace(**row, rounds=[])
+        for row in Cycle.objects.exclude(phase=Cycle.Phase.SETTLED).order_by("started_at", "id").values(*fields)
+    }
+    if not cycles:
+        return []
+    plain = [name for name in ROUND_WAIT_FIELDS if name not in ("cycle", "card")]
+    carded = [f"card__{name}" for name in CARD_WAIT_FIELDS]
+    for row in (
+        Round.objects.filter(cycle_id__in=list(cycles))
+        .order_by("cycle_id", "number")
+        .values("cycle_id", "card_id", *plain, *carded)
+    ):
+        card = {name: row.pop(f"card__{name}") for name in CARD_WAIT_FIELDS}
+        card_id = row.pop("card_id")
+        cycles[row.pop("cycle_id")].rounds.append(
+            SimpleNamespace(**row, card=SimpleNamespace(**card) if card_id is not None else None)
+        )
+    return list(cycles.values())
 
 
 # --- The daily digest ---------------------------------------------------------------

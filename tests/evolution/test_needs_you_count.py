@@ -117,3 +117,30 @@ def test_the_fleets_waits_cost_the_same_statements_with_five_times_the_live_cycl
     with CaptureQueriesContext(connection) as many:
         getattr(needs_you, read)()
     assert len(many.captured_queries) == len(few.captured_queries) <= 12
+
+
+def test_the_count_counts_grant_cards_and_failures_as_the_list_lists_them():
+    """Open grant cards of the loop's producers (naming an entity or none), not expired ones, not another
+    producer's; failures nobody dismissed, not dismissed ones."""
+    entity = in_loop("granted")
+    later, earlier = timezone.now() + timedelta(hours=3), timezone.now() - timedelta(minutes=1)
+    for i, (producer, kind, until, payload) in enumerate(
+        [
+            ("loop-supervise", Card.Kind.GRANT, later, {"op": "rearm", "entity": entity.pk}),
+            ("loop-settings", Card.Kind.WIDEN, later, {}),
+            ("loop-idea", Card.Kind.GRANT, earlier, {}),
+            ("loop", Card.Kind.GRANT, later, {}),
+            ("loop", Card.Kind.DECIDE, later, {}),
+            ("grading", Card.Kind.RATING, later, {}),
+        ]
+    ):
+        Card.objects.create(producer=producer, kind=kind, key=f"k:{i}", subject="s", title=f"card {i}",
+                            expires_at=until, payload=payload)  # fmt: skip
+    broke = make_cycle(entity, phase=Cycle.Phase.SETTLED, status=Cycle.Status.FAILED, reason="broke")
+    dismissed = make_cycle(in_loop("other"), phase=Cycle.Phase.SETTLED, status=Cycle.Status.FAILED, reason="x")
+    Supervision.objects.create(kind=Supervision.Kind.DISMISS, cycle=dismissed, actor="alice", reason="seen")
+    with time_machine.travel(timezone.now(), tick=False):
+        expected = whole_items()
+        assert sorted(i["gate"] for i in expected) == ["failure", "grant", "grant", "grant"]
+        assert needs_you.count() == len(expected) == len(needs_you.items())
+    assert broke.pk in [i["cycleId"] for i in expected]
