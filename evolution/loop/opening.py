@@ -187,21 +187,23 @@ def record_refusals_many(
     if not firsts:
         return
     moment = connection.ops.adapt_datetimefield_value(now)
-    rows = ", ".join(["(%s, %s, %s, %s)"] * len(firsts))
+    values = ", ".join(["(%s, %s, %s, %s)"] * len(firsts))
     params: list[Any] = []
     for entity, (reason, _anchor, times) in firsts:
         params += [entity.pk, reason, times, _like_kind(reason)]
     params += [moment, moment, False, Cycle.Status.SKIPPED.value]
     with connection.cursor() as cursor:
-        cursor.execute(FOLD_REFUSALS.format(rows=rows), params)
+        cursor.execute(FOLD_REFUSALS.format(rows=values), params)
         folded = {pk for (pk,) in cursor.fetchall()}
-    Cycle.objects.bulk_create(
-        [
-            _refusal_row(entity, origin=origin, reason=reason, now=now, anchor=anchor, times=times)
-            for entity, (reason, anchor, times) in firsts
-            if entity.pk not in folded
-        ]
-    )
+    rows = [
+        _refusal_row(entity, origin=origin, reason=reason, now=now, anchor=anchor, times=times)
+        for entity, (reason, anchor, times) in firsts
+        if entity.pk not in folded
+    ]
+    if len(rows) == 1:
+        rows[0].save(force_insert=True)  # one row: its INSERT alone (bulk_create would wrap it in a transaction)
+    elif rows:
+        Cycle.objects.bulk_create(rows)
     for entity, found in refusals.items():
         for reason, anchor, times in found[1:]:
             record_refusal(entity, origin=origin, reason=reason, now=now, anchor=anchor, times=times)
