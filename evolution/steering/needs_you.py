@@ -401,23 +401,6 @@ ROUND_WAIT_FIELDS = (
 CARD_WAIT_FIELDS = ("id", "kind", "status", "expires_at", "created_at")
 
 
-def _lean_live_cycles() -> list[Cycle]:
-    """Every live cycle with its rounds and their cards (two queries), only what their waits read
-    (``CYCLE_WAIT_FIELDS``, ``ROUND_WAIT_FIELDS``, ``CARD_WAIT_FIELDS``; of the entity, ``NAMED``)."""
-    rounds = (
-        Round.objects.select_related("card")
-        .only(*ROUND_WAIT_FIELDS, *(f"card__{name}" for name in CARD_WAIT_FIELDS))
-        .order_by("number")
-    )
-    return list(
-        Cycle.objects.exclude(phase=Cycle.Phase.SETTLED)
-        .select_related("entity")
-        .only(*CYCLE_WAIT_FIELDS, *(f"entity__{name}" for name in NAMED))
-        .prefetch_related(Prefetch("rounds", queryset=rounds))
-        .order_by("started_at", "id")
-    )
-
-
 def _live_cycles(entity_ids: list[int] | QuerySet[Any] | None) -> list[Cycle]:
     """Every live cycle (the gates and the claims), rounds and cards prefetched (two queries).
 
@@ -481,7 +464,7 @@ def collect(
     now: datetime,
     *,
     entities: list[Entity],
-    live: list[Cycle] | None = None,
+    live: list[Any] | None = None,
     breaker: dict[int, str] | None = None,
     held: dict[int, str] | None = None,
     whole: bool = True,
@@ -516,7 +499,8 @@ def collect(
     for cycle in live:
         if cycle.entity_id in by_id:
             cycle.entity = by_id[cycle.entity_id]
-        found.extend(cycle_items(cycle, list(cycle.rounds.all()), now))
+        rounds = cycle.rounds if isinstance(cycle.rounds, list) else list(cycle.rounds.all())  # plain, or models
+        found.extend(cycle_items(cycle, rounds, now))
     cards = [c for c in _grant_cards() if _open(c.expires_at, now)]
     named = {_card_entity_id(c) for c in cards} - {None} - set(by_id)
     others: dict[Any, Entity] = {}
@@ -655,7 +639,7 @@ def _fleet_waits(now: datetime) -> list[dict[str, Any]]:
     budget = spend.month_refusals_in(scope, now=now)
     read = _standing(scope, [*breaker, *budget])
     held = supervision.holds_in(scope)
-    live = _lean_live_cycles()
+    live = _live_rows(named=True)
     return collect(now, entities=read, live=live, breaker=breaker, held=held, whole=True, scope=scope, budget=budget)
 
 
@@ -690,14 +674,25 @@ def count(now: datetime | None = None) -> int:
     return n
 
 
-def _live_rows() -> list[SimpleNamespace]:
+def _live_rows(*, named: bool = False) -> list[SimpleNamespace]:
     """Every live cycle as a plain row of ``CYCLE_WAIT_FIELDS`` with ``rounds`` (by number), each a plain row of
-    ``ROUND_WAIT_FIELDS`` with its ``card`` (of ``CARD_WAIT_FIELDS``, or None): two statements, no model row."""
+    ``ROUND_WAIT_FIELDS`` with its ``card`` (of ``CARD_WAIT_FIELDS``, or None): two statements, no model row.
+
+    ``named`` (to build items of them: ``cycle_items``) gives each cycle its ``pk`` and its ``entity`` (a
+    plain row of ``NAMED``, read in the same statement), and each card as a ``Card`` of those columns (its
+    link is the card's own ``get_absolute_url``).
+    """
     fields = [f"{name}_id" if name == "entity" else name for name in CYCLE_WAIT_FIELDS]
-    cycles = {
-        row["id"]: SimpleNamespace(**row, rounds=[])
-        for row in Cycle.objects.exclude(phase=Cycle.Phase.SETTLED).order_by("started_at", "id").values(*fields)
-    }
+    entity_fields = [f"entity__{name}" for name in NAMED] if named else []
+    cycles = {}
+    for row in (
+        Cycle.objects.exclude(phase=Cycle.Phase.SETTLED).order_by("started_at", "id").values(*fields, *entity_fields)
+    ):
+        if named:
+            entity = {name: row.pop(f"entity__{name}") for name in NAMED}
+            row["entity"] = SimpleNamespace(pk=entity.pop("id"), **entity)
+            row["pk"] = row["id"]
+        cycles[row["id"]] = SimpleNamespace(**row, rounds=[])
     if not cycles:
         return []
     plain = [name for name in ROUND_WAIT_FIELDS if name not in ("cycle", "card")]
@@ -709,9 +704,8 @@ def _live_rows() -> list[SimpleNamespace]:
     ):
         card = {name: row.pop(f"card__{name}") for name in CARD_WAIT_FIELDS}
         card_id = row.pop("card_id")
-        cycles[row.pop("cycle_id")].rounds.append(
-            SimpleNamespace(**row, card=SimpleNamespace(**card) if card_id is not None else None)
-        )
+        made = (Card(**card) if named else SimpleNamespace(**card)) if card_id is not None else None
+        cycles[row.pop("cycle_id")].rounds.append(SimpleNamespace(**row, card=made))
     return list(cycles.values())
 
 
