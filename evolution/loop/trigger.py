@@ -36,6 +36,7 @@ from evolution.presets.resolve import (
     ask_should_open,
     ask_window,
     module_function,
+    pinned_modules,
     preset_counts,
     preset_of,
     project_rule,
@@ -153,9 +154,11 @@ def on_landed(grade_ids: list[Any], *, now: datetime | None = None) -> int:
     holders and of the gates (holds, lock groups, ceilings: ``opening.refusals_many``); an entity's refused
     landings fold into its refusal row once per batch, every entity's in one statement
     (``opening.record_refusals_many``). The cycles a batch opens freeze one base commit (the
-    remote's default branch is read once a batch, ``freeze.one_base_per_batch``).
+    remote's default branch is read once a batch, ``freeze.one_base_per_batch``); a loop module's functions are
+    read once per batch (``resolve.pinned_modules``).
     """
-    with freeze.one_base_per_batch():
+    # A loop module's functions are read once per batch (at each entity's commit), not several times a landing.
+    with freeze.one_base_per_batch(), pinned_modules():
         return _on_landed(grade_ids, now=now or timezone.now())
 
 

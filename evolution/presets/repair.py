@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from datetime import datetime
 from typing import Any
 
@@ -104,10 +105,14 @@ def windows_for(
         rows.setdefault(grade.entity_id, []).append(grade)
     answers: dict[Any, list[Grade]] = {}
     for pk, grades in by_entity.items():
-        read = sorted(rows.get(pk, []), key=lambda g: (g.graded_at, str(g.execution_id)), reverse=True)
+        keyed = sorted(((g.graded_at, str(g.execution_id)), g) for g in rows.get(pk, []))  # oldest first
+        keys = [key for key, _ in keyed]
+        read = [g for _, g in reversed(keyed)]  # newest first
         for landing in grades:
-            mark = (landing.graded_at, str(landing.execution_id))
-            window = [g for g in read if (g.graded_at, str(g.execution_id)) <= mark][: sizes[pk]]
+            # The runs at or before the landing are the newest-first list's tail from here (a bisection, not a
+            # pass over the read per landing).
+            start = len(read) - bisect_right(keys, (landing.graded_at, str(landing.execution_id)))
+            window = read[start : start + sizes[pk]]
             if len(window) == sizes[pk] or len(read) < wanted[pk]:
                 answers[landing.pk] = window
     return answers
