@@ -84,7 +84,11 @@ def fleet(request: HttpRequest) -> HttpResponse:
 def entity_cycles_context(entity: Entity) -> dict[str, Any]:
     """What the entity page's Cycles and Lessons section shows: the loop's state, newest cycles, lessons."""
     (row,) = fleet_reads.loop_status(entity)["entities"]
+    # What Analyze now would be refused for, from what the loop's row read already: the breaker's pause is its
+    # rearm wait (a gone entity's is read again), and a row not "paused" stands under neither a hold nor the
+    # breaker (its pause is the hold's, the breaker's or the month's); a paused one's hold is read.
     rearm = next((item["clause"] for item in row["needsYou"] if item["gate"] == "rearm"), "")
+    held = None if row["state"] == "paused" or not entity.present else ""
     lessons = list(
         Lesson.objects.filter(entity=entity)
         .select_related("round", "cycle")
@@ -97,22 +101,23 @@ def entity_cycles_context(entity: Entity) -> dict[str, Any]:
         "lessons": lessons,
         "ended": status.ENDED,
         "groups": groups.overview(entity),
-        # The breaker's pause is the row's rearm wait (the loop read it already); a gone entity's is read.
-        "cannot_analyze": cannot_analyze(entity, paused=rearm if entity.present else None),
+        "cannot_analyze": cannot_analyze(entity, paused=rearm if entity.present else None, held=held),
         "spend": spend_context(entity),
     }
 
 
-def cannot_analyze(entity: Entity, *, paused: str | None = None) -> str:
+def cannot_analyze(entity: Entity, *, paused: str | None = None, held: str | None = None) -> str:
     """Why Analyze now would open nothing that a person can see before pressing it: a hold or the breaker's
     pause, or the loop switched off; "" when it may open one (the one door still answers for the rest).
 
-    ``paused`` is the breaker's pause when the caller has read it ("" for none; None reads it here)."""
+    ``paused`` and ``held`` are the breaker's pause and the hold when the caller has read them ("" for none;
+    None reads it here)."""
     from evolution.steering import autonomy, supervision
 
     if not entity.loop_enabled:
         return "the loop is switched off for this entity"
-    held = supervision.hold_refusal(entity)
+    if held is None:
+        held = supervision.hold_refusal(entity)
     if held:
         return f"{held.rstrip('.')} — release it under Supervision first"
     if paused is None:

@@ -245,6 +245,24 @@ def test_the_cycles_section_says_why_analyze_now_is_off_from_the_breaker_it_read
     assert held.startswith("held by alice") and f"Analyze now is off: {held}" in web.get(path, **HX).content.decode()
 
 
+def test_the_cycles_section_of_an_entity_nothing_pauses_reads_no_hold_and_no_breaker_of_its_own(web) -> None:
+    """The loop's row says the entity is not paused: neither a hold nor the breaker's pause stands (issue 18)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from evolution.models import Supervision
+
+    entity = in_loop()
+    path = "/evolution/entities/scenario/digest/cycles/"
+    with CaptureQueriesContext(connection) as read:
+        fragment = web.get(path, **HX).content.decode()
+    assert "Analyze now is off" not in fragment
+    holds = [q for q in read.captured_queries if q["sql"].startswith('SELECT "evolution_supervision"')]
+    assert len(holds) == 1  # the loop's row's
+    Supervision.objects.create(kind=Supervision.Kind.HOLD, group="", entity=entity, actor="bob", reason="wait")
+    assert "Analyze now is off: held by bob" in web.get(path, **HX).content.decode()
+
+
 def test_analyze_now_opens_a_cycle_and_says_so(web, alice) -> None:
     entity = in_loop()
     graded_run(entity, passed=False)
