@@ -16,9 +16,15 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.db.models.fields.json import KT, KeyTransform
 from django.utils import timezone
 
 from singularity.fields import MoneyField
+
+#: The terms that can put an entity in a lock group (``Entity.loop_grouped``).
+LOOP_GROUPED = (
+    models.Q(terms__loop__has_key="group") & ~models.Q(terms__loop__group=[]) & ~models.Q(terms__loop__groups={})
+)
 
 
 class Entity(models.Model):
@@ -60,6 +66,31 @@ class Entity(models.Model):
     loop_enabled = models.BooleanField(default=False)
     synced_at = models.DateTimeField(default=timezone.now)
     created_at = models.DateTimeField(default=timezone.now)
+    # --- Loop facts the fleet's reads filter on, kept by the database from ``terms`` (issue 18) ---------------
+    # Generated (stored) columns: every write of ``terms`` — the sync, the resolver, the admin, a bulk create or
+    # update, raw SQL — recomputes them, so they always say what the terms say, and a fleet-wide read filters a
+    # short column instead of unpacking each entity's out-of-line terms.
+    #: Whether the terms can put the entity in a lock group: a non-empty ``loop.group`` and ``loop.groups``
+    #: (``supervision.may_join_groups`` reads this column).
+    loop_grouped = models.GeneratedField(
+        expression=models.ExpressionWrapper(LOOP_GROUPED, output_field=models.BooleanField()),
+        output_field=models.BooleanField(null=True),
+        db_persist=True,
+    )
+    #: ``loop.budget.maxUsdPerMonth`` as the terms' text (JSON null or absent: NULL) — ``spend.month_refusals_in``.
+    loop_month_ceiling = models.GeneratedField(
+        expression=KT("terms__loop__budget__maxUsdPerMonth"),
+        output_field=models.TextField(null=True),
+        db_persist=True,
+    )
+
+    #: ``loop.autonomy`` (who answers the gates, the breaker's ceiling) — the breaker's fleet read
+    #: (``autonomy.settles_in``) reads this short column, not the whole terms, for each entity with a settle.
+    loop_autonomy = models.GeneratedField(
+        expression=KeyTransform("autonomy", KeyTransform("loop", "terms")),
+        output_field=models.JSONField(null=True),
+        db_persist=True,
+    )
 
     class Meta:
         ordering = ["target_kind", "slug"]

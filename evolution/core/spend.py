@@ -24,7 +24,6 @@ from decimal import Decimal
 from typing import Any
 
 from django.db.models import CharField, F, OuterRef, QuerySet, Subquery, Sum, Value
-from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast, Coalesce, Concat
 from django.utils import timezone
 
@@ -193,15 +192,14 @@ def month_refusals(entities: Iterable[Entity], *, now: datetime) -> dict[int, st
 def month_refusals_in(scope: QuerySet[Entity], *, now: datetime) -> dict[int, str]:
     """``month_refusals`` of every entity of ``scope`` (a queryset) without reading the entities whole.
 
-    One statement reads each entity's ceiling out of its stored terms (nothing more when no tier writes one);
-    when some are set, one more sums the month's cycles of those entities (``spent_many``).
+    One statement reads each entity's ceiling from the column the database keeps from its terms
+    (``Entity.loop_month_ceiling``: no entity's terms unpacked; nothing more when no tier writes one); when
+    some are set, one more sums the month's cycles of those entities (``spent_many``).
     """
-    ceiling = KeyTextTransform("maxUsdPerMonth", KeyTransform("budget", KeyTransform("loop", "terms")))
     rows = (
-        scope.annotate(month_ceiling=ceiling)
-        .filter(month_ceiling__isnull=False)
-        .exclude(month_ceiling="null")  # SQLite's ->> reads a JSON null as the text null
-        .values_list("pk", "month_ceiling")
+        scope.filter(loop_month_ceiling__isnull=False)
+        .exclude(loop_month_ceiling="null")  # SQLite's ->> reads a JSON null as the text null
+        .values_list("pk", "loop_month_ceiling")
     )
     return _reached({pk: Decimal(str(text)) for pk, text in rows}, now)
 

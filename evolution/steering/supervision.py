@@ -120,8 +120,9 @@ def groups_of(entity: Entity) -> list[str]:
 
 def may_join_groups() -> Q:
     """The entities whose terms can put them in a lock group (``groups_of``): a non-empty ``loop.group`` and
-    ``loop.groups`` — for reading only those of a fleet (a filter in SQL, on both databases)."""
-    return Q(terms__loop__has_key="group") & ~Q(terms__loop__group=[]) & ~Q(terms__loop__groups={})
+    ``loop.groups`` — for reading only those of a fleet: the column the database keeps from the terms
+    (``Entity.loop_grouped``, ``grading.models.LOOP_GROUPED``), no entity's terms unpacked to find them."""
+    return Q(loop_grouped=True)
 
 
 def members(group: str) -> list[Entity]:
