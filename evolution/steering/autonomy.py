@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Exists, F, OuterRef, Prefetch, Q, QuerySet, Subquery, prefetch_related_objects
+from django.db import connection
+from django.db.models import F, OuterRef, Prefetch, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from evolution.models import AutoAcceptGrant, Cycle, Round, Supervision
@@ -72,23 +73,10 @@ BREAKER_CYCLE_FIELDS = (
 BREAKER_ROUND_FIELDS = ("id", "cycle_id", "number", "merge_sha", "merge_gate", "check_verdict")
 
 
-def _settles(
-    entity_ids: list[int] | QuerySet[Entity], *, bounded: bool = False, with_policy: bool = False
-) -> dict[int, list[Cycle]]:
-    """Each entity's shipped settles after its last re-arm, newest first, with their rounds prefetched.
-
-    One statement whatever the number of entities (the re-arm is a correlated subquery, not a ``Q`` per
-    entity; ``entity_ids`` may be a queryset of entities, read as a subquery). ``bounded`` keeps only the
-    settles the breaker can still read: the regressed ones after the entity's newest validated one (the streak
-    stops there; each row carries ``validated_at``, which ends the streak as that settle would) and any
-    shipped through an autonomous merge (the unmeasured rule reads every one since the re-arm) — what
-    ``_pause_of`` answers is the same. The bounded read tells those apart before the correlated subqueries
-    run (a regressed settle, or one among the autonomous merges' cycles read once), so they run for those
-    settles only, not for every shipped one. ``with_policy`` reads each settle's entity's ``loop.autonomy``
-    block in the same statement (``policy_block``, what ``pauses_of`` reads).
-    """
-    if isinstance(entity_ids, QuerySet):
-        entity_ids = entity_ids.values("pk")
+def _settles(entity_ids: list[int]) -> dict[int, list[Cycle]]:
+    """Each entity's shipped settles after its last re-arm, newest first, with their rounds prefetched: every one
+    of them (``streak``, ``announce_if_crossed``); the fleet's breaker reads only those it can still read
+    (``_bounded``). One statement whatever the number of entities (the re-arm is a correlated subquery)."""
     rearm = (
         Supervision.objects.filter(entity_id=OuterRef("entity_id"), kind=Supervision.Kind.REARM)
         .order_by("-created_at")
@@ -100,41 +88,17 @@ def _settles(
         .alias(rearmed_at=Subquery(rearm))
         .filter(Q(rearmed_at=None) | Q(completed_at__gt=F("rearmed_at")))
     )
-    if bounded:
-        validated = (
-            Cycle.objects.filter(entity_id=OuterRef("entity_id"), status=Cycle.Status.VALIDATED, analysed=True)
-            .exclude(merged_at=None)
-            .order_by("-completed_at", "-id")
-            .values("completed_at")[:1]
-        )
-        merged_by_auto = Round.objects.filter(merge_gate=AUTO).exclude(merge_sha="")
-        autonomous = merged_by_auto.filter(cycle=OuterRef("pk"))
-        after = Q(validated_at=None) | Q(completed_at__gt=F("validated_at"))
-        candidates = Q(status=Cycle.Status.REGRESSED) | Q(pk__in=merged_by_auto.values("cycle_id"))
-        cycles = (
-            cycles.filter(candidates)
-            .annotate(validated_at=Subquery(validated), autonomous=Exists(autonomous))
-            .filter((after & Q(status=Cycle.Status.REGRESSED)) | Q(autonomous=True))
-        )
     # What the breaker and the verdict's strength read, no more: a cycle's brief, window and terms stay unread.
     rounds = Prefetch("rounds", queryset=Round.objects.only(*BREAKER_ROUND_FIELDS))
-    cycles = cycles.only(*BREAKER_CYCLE_FIELDS)
-    if with_policy:
-        cycles = cycles.annotate(policy_block=F("entity__terms__loop__autonomy"))
-    if not bounded:
-        cycles = cycles.prefetch_related(rounds)
+    cycles = cycles.only(*BREAKER_CYCLE_FIELDS).prefetch_related(rounds)
     by_entity: dict[int, list[Cycle]] = {}
-    read = list(cycles.order_by("-completed_at", "-id"))
-    if bounded:
-        # Only a change shipped through an autonomous merge has its rounds read (the unmeasured rule).
-        prefetch_related_objects([c for c in read if c.autonomous], rounds)
-    for cycle in read:
+    for cycle in cycles.order_by("-completed_at", "-id"):
         by_entity.setdefault(cycle.entity_id, []).append(cycle)
     return by_entity
 
 
 def _shipped_unattended(cycle: Cycle) -> bool:
-    known = getattr(cycle, "autonomous", None)  # read with the settle by a bounded read
+    known = getattr(cycle, "autonomous", None)  # read with the settle by ``_bounded``
     if known is not None:
         return bool(known)
     return any(r.merge_sha and r.merge_gate == AUTO for r in cycle.rounds.all())
@@ -158,9 +122,8 @@ def _pause_under(terms: dict[str, Any], settles: list[Cycle]) -> str | None:
         return None
     regressed: list[int] = []
     for cycle in settles:
-        newest_validated = getattr(cycle, "validated_at", None)  # a bounded read: that settle is not in it
-        if cycle.status == Cycle.Status.VALIDATED or (newest_validated and cycle.completed_at <= newest_validated):
-            break
+        if cycle.status == Cycle.Status.VALIDATED or getattr(cycle, "after_validated", True) is False:
+            break  # ``_bounded``: a settle at or before the newest validated one ends the streak as that one would
         if cycle.status == Cycle.Status.REGRESSED and not cycle.reverted_by_policy:
             regressed.append(cycle.pk)
     if len(regressed) >= int(ceiling):
@@ -174,14 +137,139 @@ def paused_many(entities: list[Entity]) -> dict[int, str]:
     ids = [e.pk for e in entities]
     if not ids:
         return {}
-    return _answers(entities, _settles(ids, bounded=True))
+    return _answers(entities, _bounded(ids))
 
 
-def settles_in(scope: QuerySet[Entity]) -> dict[int, list[Cycle]]:
+def settles_in(scope: QuerySet[Entity]) -> dict[int, list[Any]]:
     """The settles the breaker reads of every entity of ``scope`` (a queryset, read as a subquery): one
-    statement, each settle with its entity's ``loop.autonomy`` block; only the entities that are keys can be
-    paused (``pauses_of`` answers for them)."""
-    return _settles(scope, bounded=True, with_policy=True)
+    statement (two when a change shipped through an autonomous merge), each settle with its entity's
+    ``loop.autonomy`` block; only the entities that are keys can be paused (``pauses_of`` answers for them)."""
+    return _bounded(scope, with_policy=True)
+
+
+@dataclass
+class _Settle:
+    """A settle as the bounded read hands it to ``_pause_under``: its id and what the streak reads; a change
+    shipped through an autonomous merge is the whole ``Cycle`` instead (the unmeasured rule reads its rounds)."""
+
+    pk: int
+    entity_id: int
+    status: str
+    reverted_by_policy: bool
+    #: Whether the settle closed after its entity's newest validated one (the streak stops at the first not).
+    after_validated: bool
+    autonomous: bool = False
+    policy_block: Any = None
+
+
+def _bounded_sql(scope_sql: str, with_policy: bool) -> str:
+    """The bounded read in one statement: the candidate settles (regressed, or shipped through an autonomous
+    merge) of the scope's entities; then, once for each entity with one, its last re-arm and newest validated
+    settle (the correlated subqueries the ORM would repeat in the WHERE and the SELECT of every row); then the
+    candidates after the re-arm that the breaker can read, newest first."""
+    q = connection.ops.quote_name
+    cycle, rnd, sup, ent = (q(m._meta.db_table) for m in (Cycle, Round, Supervision, Entity))
+    policy = ""
+    if with_policy:  # the short column the database keeps from the terms (``Entity.loop_autonomy``)
+        policy = f", (SELECT e.loop_autonomy FROM {ent} e WHERE e.id = d.entity_id) AS policy_block"
+    autonomous = f"SELECT r.cycle_id FROM {rnd} r WHERE r.merge_gate = %s AND r.merge_sha <> ''"
+    return f"""
+WITH cand AS MATERIALIZED (
+  SELECT c.id, c.entity_id, c.status, c.completed_at, c.reverted_by_policy, c.id IN ({autonomous}) AS autonomous
+  FROM {cycle} c
+  WHERE c.entity_id IN ({scope_sql}) AND c.status IN (%s, %s, %s) AND c.analysed = %s
+    AND c.merged_at IS NOT NULL AND (c.status = %s OR c.id IN ({autonomous}))
+), per AS MATERIALIZED (
+  SELECT d.entity_id,
+    (SELECT s.created_at FROM {sup} s WHERE s.entity_id = d.entity_id AND s.kind = %s
+     ORDER BY s.created_at DESC LIMIT 1) AS rearmed_at,
+    (SELECT v.completed_at FROM {cycle} v WHERE v.entity_id = d.entity_id AND v.status = %s AND v.analysed = %s
+     AND v.merged_at IS NOT NULL ORDER BY v.completed_at DESC, v.id DESC LIMIT 1) AS validated_at{policy}
+  FROM (SELECT DISTINCT entity_id FROM cand) d
+)
+SELECT cand.id, cand.entity_id, cand.status, cand.reverted_by_policy, cand.autonomous,
+  (per.validated_at IS NULL OR cand.completed_at > per.validated_at) AS after_validated{", per.policy_block" if with_policy else ""}
+FROM cand JOIN per ON per.entity_id = cand.entity_id
+WHERE (per.rearmed_at IS NULL OR cand.completed_at > per.rearmed_at)
+  AND ((cand.status = %s AND (per.validated_at IS NULL OR cand.completed_at > per.validated_at)) OR cand.autonomous)
+ORDER BY cand.completed_at DESC, cand.id DESC"""
+
+
+def _bounded(entity_ids: list[int] | QuerySet[Entity], *, with_policy: bool = False) -> dict[int, list[Any]]:
+    """``_settles(entity_ids, bounded=True)`` as the breaker reads it, without a model row a settle: each is a
+    ``_Settle`` (the same answer from ``_pause_under``, ``tests/evolution/test_breaker_scale.py``) but for a
+    change shipped through an autonomous merge, read whole with its rounds in one more statement (the
+    unmeasured rule's strength reads them)."""
+    if isinstance(entity_ids, QuerySet):
+        scope_sql, scope_params = entity_ids.order_by().values("pk").query.sql_with_params()
+    else:
+        scope_sql, scope_params = ", ".join(["%s"] * len(entity_ids)), tuple(entity_ids)
+    regressed = Cycle.Status.REGRESSED
+    params = [
+        AUTO,
+        *scope_params,
+        *SHIPPED,
+        True,
+        regressed,
+        AUTO,
+        Supervision.Kind.REARM,
+        Cycle.Status.VALIDATED,
+        True,
+        regressed,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(_bounded_sql(scope_sql, with_policy), params)
+        rows = cursor.fetchall()
+    settles = [
+        _Settle(
+            row[0], row[1], row[2], bool(row[3]), bool(row[5]), bool(row[4]), _block(row[6]) if with_policy else None
+        )
+        for row in rows
+    ]
+    whole = _autonomous_whole([s for s in settles if s.autonomous])
+    by_entity: dict[int, list[Any]] = {}
+    for settle in settles:
+        cycle = whole.get(settle.pk, settle)
+        by_entity.setdefault(settle.entity_id, []).append(cycle)
+    return by_entity
+
+
+def _block(value: Any) -> Any:
+    """A ``loop.autonomy`` block as the statement hands it back: JSON text (decoded) or already decoded."""
+    if isinstance(value, (str, bytes, bytearray)):
+        import json
+
+        return json.loads(value)
+    return value
+
+
+def _autonomous_whole(settles: list[_Settle]) -> dict[int, Cycle]:
+    """The settles shipped through an autonomous merge as ``Cycle`` rows with their rounds prefetched (what
+    ``strength`` reads), in one statement: their rounds, each with its cycle."""
+    if not settles:
+        return {}
+    known = {s.pk: s for s in settles}
+    rounds = (
+        Round.objects.filter(cycle_id__in=sorted(known))
+        .select_related("cycle")
+        .only(*BREAKER_ROUND_FIELDS, *(f"cycle__{name}" for name in BREAKER_CYCLE_FIELDS))
+        .order_by("cycle_id", "number")
+    )
+    whole: dict[int, Cycle] = {}
+    theirs: dict[int, list[Round]] = {}
+    for rnd in rounds:
+        cycle = whole.setdefault(rnd.cycle_id, rnd.cycle)
+        rnd.cycle = cycle
+        theirs.setdefault(cycle.pk, []).append(rnd)
+    for pk, cycle in whole.items():
+        cached = Round.objects.filter(cycle=cycle).order_by("number")
+        cached._result_cache = theirs[pk]  # type: ignore[attr-defined]
+        cached._prefetch_done = True  # type: ignore[attr-defined]
+        cycle._prefetched_objects_cache = {"rounds": cached}  # type: ignore[attr-defined]
+        cycle.autonomous = True  # type: ignore[attr-defined]
+        cycle.after_validated = known[pk].after_validated  # type: ignore[attr-defined]
+        cycle.policy_block = known[pk].policy_block  # type: ignore[attr-defined]
+    return whole
 
 
 def pauses_of(settles: dict[int, list[Cycle]]) -> dict[int, str]:

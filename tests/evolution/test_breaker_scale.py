@@ -10,7 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from evolution.models import Supervision
+from evolution.models import Cycle, Supervision
 from evolution.steering import autonomy
 from grading.models import Entity
 from tests.evolution.loop_helpers import looped
@@ -62,6 +62,52 @@ def test_the_fleet_read_pauses_exactly_the_entities_their_whole_history_pauses()
     with CaptureQueriesContext(connection) as read:
         assert autonomy.pauses_of(autonomy.settles_in(scope)) == paused
     assert len(read.captured_queries) <= 2
+
+
+@pytest.mark.parametrize("seed", [3, 11, 29])
+def test_the_bounded_read_answers_what_the_whole_history_answers_on_random_histories(seed):
+    """``settles_in``/``paused_many`` (one statement, no model row a settle but an autonomous merge's) against
+    every shipped settle since the re-arm read whole: policies of every kind, reverts by policy, failures and
+    skips, equal settle instants, re-arms between settles, blind autonomous merges."""
+    rng = random.Random(seed)
+    entities = []
+    for i in range(40):
+        autonomy_terms = {"maxConsecutiveRegressions": rng.choice([1, 2, 3, None])}
+        if rng.random() < 0.3:
+            autonomy_terms["onUnmeasured"] = "continue"
+        entity = looped(f"r{seed}-{i}", loop={"autonomy": autonomy_terms})
+        minutes = 900
+        for _ in range(rng.randint(0, 10)):
+            minutes -= rng.choice([0, 1, 5, 30])  # 0: two settles at one instant
+            status = rng.choice(STATUSES + ("regressed", "failed", "skipped"))
+            blind = {"verdict": status, "perMetric": [], "perInput": [], "comparator": "none", "n": 0}
+            cycle = shipped(
+                entity,
+                status,
+                minutes_ago=minutes,
+                merge_gate=rng.choice(["human", "auto"]),
+                verdict=blind if rng.random() < 0.3 else None,
+            ) if minutes >= 0 else None  # fmt: skip
+            if cycle is not None and rng.random() < 0.15:
+                Cycle.objects.filter(pk=cycle.pk).update(reverted_by_policy=True)
+            if cycle is not None and rng.random() < 0.1:
+                Cycle.objects.filter(pk=cycle.pk).update(merged_at=None)  # shipped nothing: never read
+            if rng.random() < 0.08:
+                Supervision.objects.create(
+                    entity=entity,
+                    kind=Supervision.Kind.REARM,
+                    actor="alice",
+                    created_at=timezone.now() - timedelta(minutes=minutes - 1),
+                )
+        entities.append(entity)
+    entities = list(Entity.objects.filter(pk__in=[e.pk for e in entities]))
+    expected = {e.pk: one_by_one(e) for e in entities if one_by_one(e)}
+    assert autonomy.paused_many(entities) == expected
+    scope = Entity.objects.filter(pk__in=[e.pk for e in entities])
+    with CaptureQueriesContext(connection) as read:
+        assert autonomy.pauses_of(autonomy.settles_in(scope)) == expected
+    assert len(read.captured_queries) <= 2
+    assert expected
 
 
 def test_the_fleet_read_costs_two_statements_however_many_entities(django_assert_max_num_queries):
