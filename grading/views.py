@@ -531,30 +531,42 @@ RATED_PATH = 'strict $.evaluation.metrics.* ? (@.kind == "reported" || (@.kind =
 
 def rateable_entities(entity: Entity | None = None) -> list[Entity]:
     """Entities with at least one human-rated metric and grading on, whole but for the definition's text, its
-    frontmatter and provenance.
+    frontmatter and provenance (``rateable`` and then their terms: one more statement)."""
+    return with_terms(rateable(entity))
 
-    On Postgres one statement: the database keeps the rateable ones (``RATED_PATH``), so no other entity's
-    terms leave it. Elsewhere two: every entity's ``evaluation.metrics`` block alone, then the rateable ones
-    (a fleet's resolved terms are kilobytes an entity).
+
+def rateable(entity: Entity | None = None) -> list[Entity]:
+    """The entities ``rateable_entities`` answers, by kind and id, without their terms (a fleet's resolved terms
+    are kilobytes an entity; Rate runs reads them for the entities on its page only, ``with_terms``).
+
+    On Postgres one statement: the database keeps the rateable ones (``RATED_PATH``), so no entity's terms
+    leave it. Elsewhere two: every entity's ``evaluation.metrics`` block alone, then the rateable ones.
     """
     entities = Entity.objects.filter(evaluation_enabled=True, load_error="")
     if entity is not None:
         entities = entities.filter(pk=entity.pk)
-    unread = ("body", "description", "frontmatter", "provenance")
+    unread = ("body", "description", "frontmatter", "provenance", "terms")
     if connection.vendor == "postgresql":
         rated = RawSQL(
             'jsonb_path_exists("grading_entity"."terms", %s::jsonpath, \'{}\', true)',
             (RATED_PATH,),
             output_field=BooleanField(),
         )
-        rows = entities.alias(rated=rated).filter(rated=True).defer(*unread)
-        return [e for e in rows.order_by("kind", "slug") if human_metrics(e)]
+        return list(entities.alias(rated=rated).filter(rated=True).defer(*unread).order_by("kind", "slug"))
     blocks = entities.values_list("pk", "terms__evaluation__metrics")
     wanted = [pk for pk, metrics in blocks if isinstance(metrics, dict) and any(map(human_rated, metrics.values()))]
     if not wanted:
         return []
-    rows = entities.filter(pk__in=wanted).defer(*unread)
-    return [e for e in rows.order_by("kind", "slug") if human_metrics(e)]
+    return list(entities.filter(pk__in=wanted).defer(*unread).order_by("kind", "slug"))
+
+
+def with_terms(entities: list[Entity]) -> list[Entity]:
+    """``entities`` (read without their terms) with their terms, read in one statement (none for none)."""
+    if entities:
+        terms = dict(Entity.objects.filter(pk__in=[e.pk for e in entities]).values_list("pk", "terms"))
+        for e in entities:
+            e.terms = terms[e.pk]
+    return entities
 
 
 def rate_rows(user: Any, runs: list[Execution]) -> list[RateRow]:
@@ -719,7 +731,7 @@ def rate_runs(request: HttpRequest) -> HttpResponse:
         before = parse_rate_cursor(request.GET["before"]) if request.GET.get("before") else None
     except ValueError as exc:
         return HttpResponseBadRequest(str(exc))
-    every = rateable_entities()
+    every = rateable()  # their terms are read for the entities on the page only
     chosen = _entity_filter(request)
     entities = [e for e in every if chosen is not None and e.pk == chosen.pk] if chosen else every
     runs = rate_runs_for(entities, before=before)
@@ -728,6 +740,7 @@ def rate_runs(request: HttpRequest) -> HttpResponse:
     shown = {run.entity_id: run.entity for run in runs}
     if chosen is not None and entities:
         shown.setdefault(chosen.pk, entities[0])
+    with_terms(list(shown.values()))  # the rows' metrics and the calibrations read them
     calibrations = calibration_many(list(shown.values()))
     context = {
         "rows": rate_rows(request.user, runs),

@@ -82,17 +82,23 @@ def test_a_page_that_is_not_one_is_refused_naming_it(web):
 
 
 def test_the_rateable_entities_are_found_from_the_metrics_blocks_and_only_they_are_read_whole():
-    from grading.views import rateable_entities
+    from grading.views import rateable, rateable_entities, with_terms
 
     rated = [make_entity(f"rated-{i}") for i in range(2)]
     for i in range(6):
         make_entity(f"plain-{i}", metrics={"accuracy": {"kind": "computed", "role": "objective"}})
     with CaptureQueriesContext(connection) as read:
-        found = rateable_entities()
+        found = rateable()
     assert [e.slug for e in found] == [e.slug for e in rated]
+    assert all("terms" in e.get_deferred_fields() for e in found)  # read for the entities on a page only
+    with CaptureQueriesContext(connection) as more:
+        assert [e.terms for e in with_terms(found[:1])] == [rated[0].terms]
+    assert len(more.captured_queries) == 1 and found[0].get_deferred_fields() >= {"body"}
+    assert [(e.slug, e.terms) for e in rateable_entities()] == [(e.slug, e.terms) for e in rated]
     whole = [q["sql"] for q in read.captured_queries if '"grading_entity"."slug"' in q["sql"].split(" FROM ")[0]]
     if connection.vendor == "postgresql":  # the database keeps the rateable ones: one statement
         assert len(read.captured_queries) == 1 and len(whole) == 1 and "jsonb_path_exists" in whole[0]
+        assert '"grading_entity"."terms",' not in whole[0].split(" FROM ")[0]
         return
     assert len(read.captured_queries) == 2 and len(whole) == 1
     assert whole[0].endswith(
