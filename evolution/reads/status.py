@@ -114,7 +114,15 @@ def _rounds_prefetch() -> Prefetch:
 
 
 def _live_rounds(cycle: Cycle) -> list[Round]:
-    return list(cycle.rounds.all())
+    """The cycle's rounds; prefetched ones (the fleet's live cycles) listed once a cycle, not once a call (a row
+    asks for them four or five times: its newest round, its PR round, its waits, each in-flight entry)."""
+    cached = getattr(cycle, "_prefetched_objects_cache", None)
+    if not cached or "rounds" not in cached:
+        return list(cycle.rounds.all())
+    listed = cycle.__dict__.get("_rounds_listed")
+    if listed is None or listed[0] is not cached["rounds"]:
+        listed = cycle.__dict__["_rounds_listed"] = (cached["rounds"], list(cached["rounds"]))
+    return list(listed[1])
 
 
 def _newest_round(cycle: Cycle) -> Round | None:
