@@ -24,6 +24,7 @@ from evolution.api.serializers import (
     CycleDetailSerializer,
     HistorySerializer,
     LoopStatusSerializer,
+    represent,
 )
 from evolution.reads import fleet, history, status, story
 from singularity.auth import is_agent
@@ -74,7 +75,7 @@ class LoopStatus(APIView):
             )
         except (ValueError, status.NotFound) as exc:
             return _refusal(exc)
-        return Response(LoopStatusSerializer(answer).data)
+        return Response(represent(LoopStatusSerializer(), answer))  # DRF's shape, read without its field walk
 
 
 class LoopHistory(APIView):

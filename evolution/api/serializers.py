@@ -7,7 +7,12 @@ string. Serializers validate input; they never change anything.
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.db.models.manager import BaseManager
 from rest_framework import serializers
+from rest_framework.fields import SkipField
+from rest_framework.relations import PKOnlyObject
 
 from singularity.serializers import MoneyString, NullableMoneyString
 
@@ -399,3 +404,60 @@ class AnalyzeAnswerSerializer(serializers.Serializer):
     cycleId = serializers.IntegerField(allow_null=True, help_text="The cycle opened, or the row recording why not.")
     opened = serializers.BooleanField()
     reason = serializers.CharField()
+
+
+# --- A fast path for the big reads ---------------------------------------------------------------
+
+
+def represent(serializer: serializers.BaseSerializer, instance: Any) -> Any:
+    """``serializer.to_representation(instance)`` for the read shapes above (dicts of plain values, nested
+    serializers, lists of them), the same answer without DRF's per-field attribute walk: each serializer's
+    readable fields are listed once, a dict's key read directly, and a char or integer field's representation
+    (``str``, ``int``, as DRF's) taken inline. Anything else — a key the dict lacks, a callable value, a field
+    with another source, any other field — goes through the field's own ``get_attribute`` /
+    ``to_representation``, so the output is DRF's (``tests/evolution/test_loop_status_represent.py``).
+    """
+    if isinstance(serializer, serializers.ListSerializer):
+        items = instance.all() if isinstance(instance, BaseManager) else instance
+        return [represent(serializer.child, item) for item in items]
+    out: dict[str, Any] = {}
+    mapping = isinstance(instance, dict)
+    for name, field, kind, direct in _plan(serializer):
+        if direct and mapping and name in instance and not callable(instance[name]):
+            value = instance[name]
+        else:
+            try:
+                value = field.get_attribute(instance)
+            except SkipField:
+                continue
+        if value is None or isinstance(value, PKOnlyObject) and value.pk is None:
+            out[name] = None
+        elif kind == "char":
+            out[name] = str(value)
+        elif kind == "int":
+            out[name] = int(value)
+        elif kind == "nested":
+            out[name] = represent(field, value)
+        else:
+            out[name] = field.to_representation(value)
+    return out
+
+
+def _plan(serializer: serializers.BaseSerializer) -> list[tuple[str, Any, str, bool]]:
+    """(name, field, kind, read by its own name) of each readable field of ``serializer``, listed once per
+    serializer instance."""
+    plan = serializer.__dict__.get("_represent_plan")
+    if plan is None:
+        plan = []
+        for field in serializer._readable_fields:
+            if isinstance(field, serializers.BaseSerializer):
+                kind = "nested"
+            elif type(field) is serializers.CharField:
+                kind = "char"
+            elif type(field) is serializers.IntegerField:
+                kind = "int"
+            else:
+                kind = "field"
+            plan.append((field.field_name, field, kind, field.source_attrs == [field.field_name]))
+        serializer.__dict__["_represent_plan"] = plan
+    return plan
