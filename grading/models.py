@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models.fields.json import KT, KeyTransform
 from django.utils import timezone
+from django.utils.deconstruct import deconstructible
 
 from singularity.fields import MoneyField
 
@@ -25,6 +26,32 @@ from singularity.fields import MoneyField
 LOOP_GROUPED = (
     models.Q(terms__loop__has_key="group") & ~models.Q(terms__loop__group=[]) & ~models.Q(terms__loop__groups={})
 )
+
+#: ``grading.people.human_rated`` of any metric of an entity's ``evaluation.metrics``, as a Postgres JSON path:
+#: strict, so a block that is not an object, or a spec without ``kind`` (or ``human``), matches nothing.
+RATED_PATH = 'strict $.evaluation.metrics.* ? (@.kind == "reported" || (@.kind == "judged" && @.human == true))'
+
+
+@deconstructible(path="grading.models.HumanRated")
+class HumanRated(models.Func):
+    """Whether ``terms`` declare a metric people rate (``RATED_PATH``), for ``Entity.rateable``.
+
+    Postgres only (false where the strict path errs, as on a ``metrics`` that is not an object, never NULL):
+    ``jsonb_path_exists`` is immutable, so a stored generated column can hold it. SQLite cannot
+    walk an object's values without ``json_each``, a table-valued function no generated column may use: there
+    the column is NULL and ``grading.views.rateable`` reads the metrics blocks instead.
+    """
+
+    template = "NULL"
+    arity = 1
+
+    def __init__(self, expression: Any = "terms", **extra: Any) -> None:
+        super().__init__(expression, output_field=models.BooleanField(), **extra)
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        path = RATED_PATH.replace("'", "''")
+        template = f"COALESCE(jsonb_path_exists(%(expressions)s, '{path}'::jsonpath, '{{}}'::jsonb, true), false)"
+        return self.as_sql(compiler, connection, template=template, **extra)
 
 
 class Entity(models.Model):
@@ -89,6 +116,13 @@ class Entity(models.Model):
     loop_autonomy = models.GeneratedField(
         expression=KeyTransform("autonomy", KeyTransform("loop", "terms")),
         output_field=models.JSONField(null=True),
+        db_persist=True,
+    )
+    #: Whether any metric of ``evaluation.metrics`` is one people rate (``people.human_rated``) — Rate runs'
+    #: ``rateable`` filters it. Postgres only; NULL on SQLite (``HumanRated``).
+    rateable = models.GeneratedField(
+        expression=HumanRated("terms"),
+        output_field=models.BooleanField(null=True),
         db_persist=True,
     )
 

@@ -18,7 +18,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db import connection, transaction
-from django.db.models import BooleanField, Count, F, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.expressions import RawSQL
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
@@ -524,11 +524,6 @@ def scale_choices(scale: dict[str, Any]) -> list[tuple[str, str]]:
     return choices
 
 
-#: ``grading.people.human_rated`` of any metric of an entity's ``evaluation.metrics``, as a Postgres JSON path:
-#: strict, so a block that is not an object, or a spec without ``kind`` (or ``human``), matches nothing.
-RATED_PATH = 'strict $.evaluation.metrics.* ? (@.kind == "reported" || (@.kind == "judged" && @.human == true))'
-
-
 def rateable_entities(entity: Entity | None = None) -> list[Entity]:
     """Entities with at least one human-rated metric and grading on, whole but for the definition's text, its
     frontmatter and provenance (``rateable`` and then their terms: one more statement)."""
@@ -539,25 +534,26 @@ def rateable(entity: Entity | None = None) -> list[Entity]:
     """The entities ``rateable_entities`` answers, by kind and id, without their terms (a fleet's resolved terms
     are kilobytes an entity; Rate runs reads them for the entities on its page only, ``with_terms``).
 
-    On Postgres one statement: the database keeps the rateable ones (``RATED_PATH``), so no entity's terms
-    leave it. Elsewhere two: every entity's ``evaluation.metrics`` block alone, then the rateable ones.
+    On Postgres one statement on the ``rateable`` column the database keeps from the terms (``RATED_PATH``),
+    so no entity's terms are read, not even in the database. Elsewhere two: every entity's
+    ``evaluation.metrics`` block alone, then the rateable ones.
     """
     entities = Entity.objects.filter(evaluation_enabled=True, load_error="")
     if entity is not None:
         entities = entities.filter(pk=entity.pk)
     unread = ("body", "description", "frontmatter", "provenance", "terms")
     if connection.vendor == "postgresql":
-        rated = RawSQL(
-            'jsonb_path_exists("grading_entity"."terms", %s::jsonpath, \'{}\', true)',
-            (RATED_PATH,),
-            output_field=BooleanField(),
-        )
-        return list(entities.alias(rated=rated).filter(rated=True).defer(*unread).order_by("kind", "slug"))
+        return list(entities.filter(rateable=True).defer(*unread).order_by("kind", "slug"))
     blocks = entities.values_list("pk", "terms__evaluation__metrics")
-    wanted = [pk for pk, metrics in blocks if isinstance(metrics, dict) and any(map(human_rated, metrics.values()))]
+    wanted = [pk for pk, metrics in blocks if isinstance(metrics, dict) and any(map(_rated_spec, metrics.values()))]
     if not wanted:
         return []
     return list(entities.filter(pk__in=wanted).defer(*unread).order_by("kind", "slug"))
+
+
+def _rated_spec(spec: Any) -> bool:
+    """``human_rated`` of one spec of a metrics block; a spec that is not an object is no metric (as in SQL)."""
+    return isinstance(spec, dict) and human_rated(spec)
 
 
 def with_terms(entities: list[Entity]) -> list[Entity]:
