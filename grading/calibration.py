@@ -17,7 +17,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import OuterRef, Subquery
+from django.db.models import OuterRef, Subquery, TextField
+from django.db.models.functions import Cast
 
 from grading.models import Entity, Grade, Rating
 from singularity.brain.defaults import EVALUATION
@@ -136,15 +137,23 @@ def calibration_many(entities: list[Entity]) -> dict[int, list[MetricCalibration
             "metric_id",
             "normalized",
             "execution__entity_id",
-            "execution__grade__metrics",
-            "execution__grade__judge",
+            # As JSON text, decoded here once per distinct text: a page's ratings share few judges (and vectors).
+            Cast("execution__grade__metrics", TextField()),
+            Cast("execution__grade__judge", TextField()),
         )
         # Newest graded first, as the pairs are taken (the database sorts: no instant is read back).
         .order_by("-execution__grade__graded_at", "-execution__grade__booked_at", "-execution_id")
     )
     rated: dict[tuple[int, str], dict[Any, list[Any]]] = {}
+    decoded: dict[str | None, Any] = {None: None}
     for execution_id, metric_id, normalized, entity_id, metrics, judge in rows:
-        run = rated.setdefault((entity_id, metric_id), {}).setdefault(execution_id, [metrics, judge, []])
+        if metrics not in decoded:
+            decoded[metrics] = json.loads(metrics)
+        if judge not in decoded:
+            decoded[judge] = json.loads(judge)
+        run = rated.setdefault((entity_id, metric_id), {}).setdefault(
+            execution_id, [decoded[metrics], decoded[judge], []]
+        )
         run[2].append(normalized)
     answers: dict[int, list[MetricCalibration]] = {}
     for pk, (entity, metrics) in wanted.items():
