@@ -200,10 +200,9 @@ def record_refusals_many(
         for entity, (reason, anchor, times) in firsts
         if entity.pk not in folded
     ]
-    if len(rows) == 1:
-        rows[0].save(force_insert=True)  # one row: its INSERT alone (bulk_create would wrap it in a transaction)
-    elif rows:
-        Cycle.objects.bulk_create(rows)
+    if rows:
+        # A row whose key is taken is this landing's refusal recorded already (a landing heard twice): it stands.
+        Cycle.objects.bulk_create(rows, ignore_conflicts=True)
     for entity, found in refusals.items():
         for reason, anchor, times in found[1:]:
             record_refusal(entity, origin=origin, reason=reason, now=now, anchor=anchor, times=times)

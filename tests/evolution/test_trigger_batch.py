@@ -176,3 +176,23 @@ def test_a_batch_folds_each_entity_into_its_own_newest_refusal_of_the_kind_and_i
     assert refusal_rows(folded) == [(cooldown, 5)]
     assert refusal_rows(other_kind) == [(held, 1), (cooldown.replace(folded.slug, other_kind.slug), 3)]
     assert refusal_rows(fresh) == [(cooldown.replace(folded.slug, fresh.slug), 3)]
+
+
+def test_a_refusal_already_recorded_under_its_key_is_not_recorded_twice_and_fails_nothing():
+    # A landing heard twice (a redelivered message, a second worker): its refusal row exists under the landing's
+    # key, of another kind than today's (so nothing folds). The batch's insert skips it instead of failing the
+    # whole batch; the row already there stands.
+    first, second = looped("heard-a"), looped("heard-b")
+    now = timezone.now()
+    anchors = {entity: graded(entity, bad=True, at=now).execution for entity in (first, second)}
+    for entity, anchor in anchors.items():
+        opening.record_refusal(
+            entity, origin=Cycle.Origin.GRADE, reason="cooldown: rests a while", now=now, anchor=anchor
+        )
+    again = {
+        entity: [("maxAnalysesPerDay: 3 analyses in the last 24 hours", anchor, 1)]
+        for entity, anchor in anchors.items()
+    }
+    opening.record_refusals_many(again, origin=Cycle.Origin.GRADE, now=now)
+    for entity in (first, second):
+        assert refusal_rows(entity) == [("cooldown: rests a while", 1)]
