@@ -23,6 +23,10 @@ from django.db.models.expressions import RawSQL
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.dateformat import format as date_format
+from django.utils.formats import localize
+from django.utils.html import format_html_join
+from django.utils.timezone import template_localtime
 from django.views.decorators.http import require_http_methods, require_POST
 
 from grading.calibration import calibration, calibration_many
@@ -499,6 +503,20 @@ class RateCell:
         mine = self.mine_value
         return [(value, label, value == mine) for value, label in self.choices]
 
+    @property
+    def buttons_html(self) -> str:
+        """``buttons`` as the row's submit buttons (built here: a template loop costs more than the row's rest)."""
+        return format_html_join(
+            "",
+            '<button type="submit" name="value" value="{}" class="{}" aria-pressed="{}">{}</button>',
+            ((v, "chosen" if on else "secondary", "true" if on else "false", label) for v, label, on in self.buttons),
+        )
+
+    @property
+    def range(self) -> str:
+        """``<kind> · <min>..<max>``, as the template would render the three (localized)."""
+        return f"{self.spec.get('kind', '')} · {localize(self.scale.get('min', ''))}..{localize(self.scale.get('max', ''))}"
+
 
 @dataclass
 class RateRow:
@@ -508,6 +526,8 @@ class RateRow:
     cells: list[RateCell]
     graded: bool
     answer: dict[str, Any] | None = None
+    #: What the row's header shows of the run, as the template would render it (``rate_rows``).
+    head: dict[str, str] = field(default_factory=dict)
 
 
 def scale_choices(scale: dict[str, Any]) -> list[tuple[str, str]]:
@@ -579,7 +599,22 @@ def rate_rows(user: Any, runs: list[Execution]) -> list[RateRow]:
         counts[(str(execution_id), metric_id)] = n
     mine = {(str(r.execution_id), r.metric_id): r for r in Rating.objects.filter(execution_id__in=ids, user=user)}
     rows = []
+    rate_url = reverse("grading:rate")
+    entity_urls: dict[int, str] = {}
     for run in runs:
+        entity = run.entity
+        if entity.pk not in entity_urls:
+            entity_urls[entity.pk] = entity.get_absolute_url()
+        ended = template_localtime(run.completed_at)
+        head = {
+            "entity_url": entity_urls[entity.pk],
+            "entity_label": entity.name or entity.slug,
+            "run_url": run.get_absolute_url(),
+            "short_id": str(run.id)[:8],
+            "ended_iso": date_format(ended, "c") if ended else "",
+            "ended_title": str(localize(ended)),
+            "rate_url": rate_url,
+        }
         grade = getattr(run, "grade", None) if _has_grade(run) else None
         vector = (grade.metrics or {}) if grade and grade.status == Grade.Status.GRADED else {}
         cells = []
@@ -599,7 +634,7 @@ def rate_rows(user: Any, runs: list[Execution]) -> list[RateRow]:
                     scale=scale,
                 )
             )
-        rows.append(RateRow(run=run, cells=cells, graded=bool(vector)))
+        rows.append(RateRow(run=run, cells=cells, graded=bool(vector), head=head))
     return rows
 
 
@@ -741,7 +776,7 @@ def rate_runs(request: HttpRequest) -> HttpResponse:
     context = {
         "rows": rate_rows(request.user, runs),
         "calibrations": [
-            {"entity": e, "calibration": calibrations[e.pk]}
+            {"entity": e, "calibration": calibrations[e.pk], "url": e.get_absolute_url(), "label": e.name or e.slug}
             for e in sorted(shown.values(), key=lambda e: (e.kind, e.slug))
             if calibrations.get(e.pk)
         ],
