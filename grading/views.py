@@ -26,6 +26,7 @@ from django.urls import reverse
 from django.utils.dateformat import format as date_format
 from django.utils.formats import localize
 from django.utils.html import format_html_join
+from django.utils.safestring import mark_safe
 from django.utils.timezone import template_localtime
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -748,6 +749,10 @@ def run_compare(request: HttpRequest) -> HttpResponse:
     return redirect(f"{first.get_absolute_url()}?compare={second.pk}")
 
 
+#: The attributes of the entity filter's link that is the page's.
+ACTIVE = mark_safe('class="active" aria-current="true"')
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def rate_runs(request: HttpRequest) -> HttpResponse:
@@ -773,6 +778,7 @@ def rate_runs(request: HttpRequest) -> HttpResponse:
         shown.setdefault(chosen.pk, entities[0])
     with_terms(list(shown.values()))  # the rows' metrics and the calibrations read them
     calibrations = calibration_many(list(shown.values()))
+    nav = [(f"{e.target_kind}:{e.slug}", e.name or e.slug, chosen is not None and chosen.pk == e.pk) for e in every]
     context = {
         "rows": rate_rows(request.user, runs),
         "calibrations": [
@@ -782,9 +788,10 @@ def rate_runs(request: HttpRequest) -> HttpResponse:
         ],
         "entities": every,
         # The filters' links, one an entity (built here: a template's lookups cost more than the rows).
-        "nav": [
-            (f"{e.target_kind}:{e.slug}", e.name or e.slug, chosen is not None and chosen.pk == e.pk) for e in every
-        ],
+        "nav": nav,
+        "nav_html": format_html_join(
+            "", '<a href="?entity={}" {}>{}</a>', ((key, ACTIVE if on else "", label) for key, label, on in nav)
+        ),
         "chosen": chosen,
         "chosen_key": f"{chosen.target_kind}:{chosen.slug}" if chosen else "",
         "older": older,
