@@ -546,9 +546,15 @@ def scale_choices(scale: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def rateable_entities(entity: Entity | None = None) -> list[Entity]:
-    """Entities with at least one human-rated metric and grading on, whole but for the definition's text, its
-    frontmatter and provenance (``rateable`` and then their terms: one more statement)."""
+    """Entities with at least one human-rated metric and grading on, with what Rate runs reads of them
+    (``RATE_READ``) and their terms (``rateable`` and then their terms: one more statement); any other field
+    is read when asked for."""
     return with_terms(rateable(entity))
+
+
+#: What Rate runs reads of an entity besides its terms (and only of the page's): the filters' links, a row's
+#: header (a link and a name). The fleet's rateable ones are read with these alone.
+RATE_READ = ("kind", "target_kind", "slug", "name")
 
 
 def rateable(entity: Entity | None = None) -> list[Entity]:
@@ -562,14 +568,13 @@ def rateable(entity: Entity | None = None) -> list[Entity]:
     entities = Entity.objects.filter(evaluation_enabled=True, load_error="")
     if entity is not None:
         entities = entities.filter(pk=entity.pk)
-    unread = ("body", "description", "frontmatter", "provenance", "terms")
     if connection.vendor == "postgresql":
-        return list(entities.filter(rateable=True).defer(*unread).order_by("kind", "slug"))
+        return list(entities.filter(rateable=True).only(*RATE_READ).order_by("kind", "slug"))
     blocks = entities.values_list("pk", "terms__evaluation__metrics")
     wanted = [pk for pk, metrics in blocks if isinstance(metrics, dict) and any(map(_rated_spec, metrics.values()))]
     if not wanted:
         return []
-    return list(entities.filter(pk__in=wanted).defer(*unread).order_by("kind", "slug"))
+    return list(entities.filter(pk__in=wanted).only(*RATE_READ).order_by("kind", "slug"))
 
 
 def _rated_spec(spec: Any) -> bool:
