@@ -95,3 +95,63 @@ def test_bounded_wraps_a_function_and_leaves_an_async_one_for_the_caller_to_refu
     wrapped = deadline.bounded(lambda: time.sleep(2), path="d.loop.py", name="compare")
     with pytest.raises(BrainDeadline, match=r"^d.loop.py: compare\(\) did not answer within 0.1 s$"):
         wrapped()
+
+
+def test_a_batch_runs_every_call_in_order_in_one_thread_each_answer_or_error_its_own():
+    threads = set()
+
+    def measure(n):
+        threads.add(threading.get_ident())
+        if n == 2:
+            raise ValueError("two is odd here")
+        return n * 10
+
+    answers = deadline.call_each(measure, [(0,), (1,), (2,), (3,)], path="e.loop.py", name="measure", seconds=5)
+    assert [value for value, _ in answers] == [0, 10, None, 30]
+    errors = [error for _, error in answers]
+    assert errors[:2] == [None, None] and errors[3] is None
+    assert isinstance(errors[2], ValueError) and str(errors[2]) == "two is odd here"
+    assert len(threads) == 1 and threading.get_ident() not in threads
+    assert deadline.call_each(measure, [], path="e.loop.py", name="measure") == []
+
+
+def test_a_batch_call_past_its_deadline_is_abandoned_and_the_rest_are_refused_unstarted():
+    release, started = threading.Event(), []
+
+    def measure(n):
+        started.append(n)
+        if n == 1:
+            release.wait(10)
+        return n
+
+    began = time.monotonic()
+    answers = deadline.call_each(measure, [(0,), (1,), (2,), (3,)], path="f.loop.py", name="measure", seconds=0.2)
+    assert time.monotonic() - began < 2  # one deadline waited out, not one a call
+    assert answers[0] == (0, None)
+    assert str(answers[1][1]) == "f.loop.py: measure() did not answer within 0.2 s"
+    assert all("still running" in str(error) for _, error in answers[2:])
+    assert deadline.still_running() >= 1
+    refused = deadline.call_each(measure, [(5,)], path="f.loop.py", name="measure", seconds=5)
+    assert "still running" in str(refused[0][1])
+    release.set()
+    for _ in range(100):
+        if deadline.still_running() == 0:
+            break
+        time.sleep(0.02)
+    assert started == [0, 1]  # the calls after the hung one never ran, even once it ended
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batchs_thread_has_its_own_connection_closed_after_its_last_call():
+    def reads(n):
+        from django.db import connections
+
+        theirs = connections["default"]
+        with theirs.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return theirs
+
+    answers = deadline.call_each(reads, [(1,), (2,)], path="g.loop.py", name="measure", seconds=5)
+    theirs = answers[-1][0]
+    assert answers[0][0] is theirs and theirs is not connection
+    assert theirs.connection is None
