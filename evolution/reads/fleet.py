@@ -30,6 +30,7 @@ from evolution.reads.status import (
     needs_you,
 )
 from evolution.steering import groups
+from evolution.steering import needs_you as wait_fields
 from grading.metrics import is_bad
 from grading.models import Entity
 
@@ -399,30 +400,11 @@ LIVE_CYCLE_FIELDS = (
 )
 #: What a live cycle's item names of its entity (``needs_you._item``).
 LIVE_ENTITY_FIELDS = ("entity__id", "entity__slug", "entity__target_kind", "entity__name")
-#: What the fleet reads of a live cycle's round and its card (the PR, the revert, the gates, ``core.due``).
+#: What the fleet reads of a live cycle's round and its card: what the waits read of them (``ROUND_WAIT_FIELDS``,
+#: ``CARD_WAIT_FIELDS``), its relations as their ids and the card's columns through the relation.
 LIVE_ROUND_FIELDS = (
-    "id",
-    "cycle_id",
-    "number",
-    "status",
-    "brief",
-    "merge_gate",
-    "pr_number",
-    "pr_url",
-    "merge_sha",
-    "revert_pr_number",
-    "revert_pr_url",
-    "revert_opened_at",
-    "revert_deadline",
-    "revert_outcome",
-    "revert_merge_gate",
-    "apply_claimed_at",
-    "card_id",
-    "card__id",
-    "card__kind",
-    "card__status",
-    "card__expires_at",
-    "card__created_at",
+    *(f"{name}_id" if name in ("cycle", "card") else name for name in wait_fields.ROUND_WAIT_FIELDS),
+    *(f"card__{name}" for name in wait_fields.CARD_WAIT_FIELDS),
 )
 
 
