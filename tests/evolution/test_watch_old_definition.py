@@ -21,7 +21,8 @@ from tests.evolution.demo_helpers import drive_until_card, press, run, tickets, 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.no_check]
 
 
-def test_a_run_on_the_old_definition_after_the_merge_does_not_count_toward_the_watch(embedded, alice):
+def merged_and_watched(alice):
+    """Triage's accepted change merged on the local forge, its watch open: (the cycle, its round, failing tickets)."""
     card, failed = drive_until_card(tickets())
     press(card, alice, "accept")
     cycle = Cycle.objects.get(entity=triage(), analysed=True)
@@ -30,6 +31,11 @@ def test_a_run_on_the_old_definition_after_the_merge_does_not_count_toward_the_w
     machine.on_pull_event(rnd.pr_number)
     cycle.refresh_from_db()
     rnd.refresh_from_db()
+    return cycle, rnd, failed
+
+
+def test_a_run_on_the_old_definition_after_the_merge_does_not_count_toward_the_watch(embedded, alice):
+    cycle, rnd, failed = merged_and_watched(alice)
     assert cycle.phase == Cycle.Phase.WATCHING and rnd.merge_sha
     # Two failing tickets that a worker started on the definition before the merge (its commit is the base).
     old = entity_at(triage(), rnd.base_sha, current_checkout())
@@ -55,13 +61,7 @@ def test_the_commits_since_the_merge_are_read_once_each_not_once_per_run(embedde
 
     from evolution.loop import watch
 
-    card, failed = drive_until_card(tickets())
-    press(card, alice, "accept")
-    cycle = Cycle.objects.get(entity=triage(), analysed=True)
-    rnd = cycle.rounds.get(number=1)
-    LocalForge().merge_pull(rnd.pr_number, by="alice")
-    machine.on_pull_event(rnd.pr_number)
-    cycle.refresh_from_db()
+    cycle, _, failed = merged_and_watched(alice)
     for ticket in (failed * 3)[:3]:
         run(ticket)
     with CaptureQueriesContext(connection) as seen:
