@@ -28,24 +28,15 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
-import random
 import statistics
 import sys
 import time
-import uuid
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-
-#: Who graded the worker's landings (as the data set's plain entities are graded: no judge).
-JUDGE = {"model": "none", "method": "none", "method_hash": "", "loop_hash": "", "role_hash": "none"}
-BAD_SHARE = 0.4
-#: What marks the worker's runs, so they (and only they) are deleted at the end.
-MARK = "bench-landing"
 
 
 def land(args: argparse.Namespace, ready: Any, stop: Any, report: Any) -> None:
@@ -56,14 +47,16 @@ def land(args: argparse.Namespace, ready: Any, stop: Any, report: Any) -> None:
 
     dashboard_scale.configure(args.db, args.pg_url, args.sqlite_path, False)
     from django.utils import timezone
+    from loop_trigger import Lander
 
     from evolution.loop import trigger
-    from grading.models import Entity, Execution, Grade
+    from grading.models import Entity
 
     entities = list(
         Entity.objects.filter(loop_enabled=True, slug__startswith="bench-").exclude(slug__startswith="bench-template")
     )
-    rng = random.Random(args.seed)
+    lander = Lander(entities, args.seed)  # the trigger bench's: graded now, two in five bad
+    ids: list[str] = []
     landed, busy, started = 0, 0.0, time.perf_counter()
     interval = args.batch / args.rate
     next_at = started
@@ -73,58 +66,22 @@ def land(args: argparse.Namespace, ready: Any, stop: Any, report: Any) -> None:
             ready.set()
             landed, busy, started = 0, 0.0, time.perf_counter()
             next_at = started
-        at = timezone.now()
-        executions, grades = [], []
-        for i in range(args.batch):
-            entity = rng.choice(entities)
-            bad = rng.random() < BAD_SHARE
-            graded_at = at + timedelta(microseconds=i)
-            duration = 90_000 if bad else 1_200
-            execution = Execution(
-                id=uuid.uuid4(),
-                entity=entity,
-                run_kind="workflow",
-                status=Execution.Status.SUCCEEDED,
-                source=Execution.Source.API,
-                input={"text": MARK},
-                output={"result": "billing"},
-                duration_ms=duration,
-                sampling=Execution.Sampling.SAMPLED,
-                started_at=graded_at - timedelta(milliseconds=duration + 10),
-                completed_at=graded_at - timedelta(milliseconds=10),
-            )
-            executions.append(execution)
-            grades.append(
-                Grade(
-                    execution=execution,
-                    entity=entity,
-                    status=Grade.Status.GRADED,
-                    day=graded_at.date(),
-                    booked_at=graded_at,
-                    due_at=graded_at,
-                    started_at=graded_at,
-                    graded_at=graded_at,
-                    passed=not bad,
-                    metrics={"cost_usd": "0", "duration_ms": duration, "tool_failures": 0},
-                    judge=JUDGE,
-                )
-            )
         began = time.perf_counter()
-        Execution.objects.bulk_create(executions)
-        Grade.objects.bulk_create(grades)
-        trigger.on_landed([g.pk for g in grades], now=at)
+        batch = [run for run, _ in lander.land(args.batch)]
+        trigger.on_landed(batch, now=timezone.now())
+        ids += batch
         if warming > 0:
-            warming -= len(grades)
+            warming -= len(batch)
             continue
         busy += time.perf_counter() - began
-        landed += len(grades)
+        landed += len(batch)
         next_at += interval
         pause = next_at - time.perf_counter()
         if pause > 0:
             time.sleep(pause)
         else:
             next_at = time.perf_counter()  # behind: land the next batch at once, never in a burst to catch up
-    report.put({"landed": landed, "seconds": time.perf_counter() - started, "busy": busy})
+    report.put({"landed": landed, "seconds": time.perf_counter() - started, "busy": busy, "ids": ids})
 
 
 def time_table(client: Any, requests: int) -> dict[str, float]:
@@ -140,13 +97,13 @@ def time_table(client: Any, requests: int) -> dict[str, float]:
     return {"p50": statistics.median(spent), "p95": spent[min(len(spent) - 1, round(0.95 * len(spent)) - 1)]}
 
 
-def clean_up(first_cycle: int) -> dict[str, int]:
-    """Delete what the worker landed: its runs (their grades go with them) and the cycles opened since it started."""
+def clean_up(first_cycle: int, run_ids: list[str]) -> dict[str, int]:
+    """Delete what the worker landed: the cycles opened since it started, then its runs (their grades with them)."""
     from evolution.models import Cycle
     from grading.models import Execution
 
     cycles, _ = Cycle.objects.filter(pk__gte=first_cycle).delete()
-    runs, _ = Execution.objects.filter(input__text=MARK).delete()
+    runs = sum(Execution.objects.filter(pk__in=run_ids[i : i + 1000]).delete()[0] for i in range(0, len(run_ids), 1000))
     return {"cycles": cycles, "runs": runs}
 
 
@@ -203,7 +160,7 @@ def main() -> None:
         worker.join(timeout=60)
     after = time_table(client, args.requests)  # the same data the worker left, nothing landing
     live = Cycle.objects.filter(status="").count()
-    removed = clean_up(first_cycle)
+    removed = clean_up(first_cycle, landed["ids"])
     rate = landed["landed"] / landed["seconds"]
     print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print(f"login page (floor): p50 {floor['p50']:.1f} ms, p95 {floor['p95']:.1f} ms")
