@@ -301,6 +301,21 @@ class Grade(models.Model):
     def __str__(self) -> str:
         return f"grade of {self.execution_id} ({self.status})"
 
+    @classmethod
+    def read_only(cls, fields: dict[str, Any], *, entity: Any = None) -> Grade:
+        """A grade of the columns ``fields`` names, as read (never saved), built without the model's per-field
+        construction: a window or a replay builds thousands. Columns left out are absent, not defaulted;
+        ``entity`` is cached as its relation when given."""
+        from django.db.models.base import ModelState
+
+        grade = cls.__new__(cls)
+        state = ModelState()
+        state.adding, state.db = False, "default"
+        if entity is not None:
+            state.fields_cache["entity"] = entity
+        grade.__dict__.update(fields, _state=state)
+        return grade
+
 
 class SampleDay(models.Model):
     """How many ``sample.maxPerDay`` slots an entity has booked on one calendar day."""

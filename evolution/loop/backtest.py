@@ -31,7 +31,6 @@ from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Q, TextField
-from django.db.models.base import ModelState
 from django.db.models.functions import Cast
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
@@ -306,24 +305,21 @@ def _instant(text: str) -> datetime:
 def _replayed(row: tuple[Any, ...], metrics: Any, judge: Any, policy: Entity) -> Grade:
     """A Grade of the stream without the model's per-field construction (100,000 of them per backtest): the
     fields the trigger reads set (the run id as text), the entity the policy, the rest never read."""
-    grade = Grade.__new__(Grade)
-    state = ModelState()
-    state.adding, state.db = False, "default"
-    state.fields_cache["entity"] = policy
     entity_id, status, score, passed, category, run, instant = row[:7]
-    grade.__dict__.update(
-        _state=state,
-        entity_id=entity_id,
-        status=status,
-        score=score,
-        passed=passed,
-        failure_category=category,
-        execution_id=_run_id(run),
-        graded_at=_instant(instant),
-        metrics=metrics,
-        judge=judge,
+    return Grade.read_only(
+        {
+            "entity_id": entity_id,
+            "status": status,
+            "score": score,
+            "passed": passed,
+            "failure_category": category,
+            "execution_id": _run_id(run),
+            "graded_at": _instant(instant),
+            "metrics": metrics,
+            "judge": judge,
+        },
+        entity=policy,
     )
-    return grade
 
 
 def _before(entity: Entity, since: datetime, size: int) -> list[Grade]:

@@ -26,7 +26,6 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
-from django.db.models.base import ModelState
 
 from grading.models import Entity, Grade
 
@@ -107,20 +106,18 @@ def _grades(rows: list[tuple[Any, ...]]) -> list[Grade]:
 
     answer = []
     for execution_id, entity_id, status, graded_at, score, passed, category, metrics, judge in rows:
-        grade = Grade.__new__(Grade)
-        state = ModelState()
-        state.adding, state.db = False, "default"
-        grade.__dict__.update(
-            _state=state,
-            execution_id=execution_id if isinstance(execution_id, uuid.UUID) else uuid.UUID(str(execution_id)),
-            entity_id=entity_id,
-            status=status,
-            graded_at=graded_at,
-            score=score,
-            passed=passed,
-            failure_category=category,
-            metrics=value(metrics),
-            judge=value(judge),
+        grade = Grade.read_only(
+            {
+                "execution_id": execution_id if isinstance(execution_id, uuid.UUID) else uuid.UUID(str(execution_id)),
+                "entity_id": entity_id,
+                "status": status,
+                "graded_at": graded_at,
+                "score": score,
+                "passed": passed,
+                "failure_category": category,
+                "metrics": value(metrics),
+                "judge": value(judge),
+            }
         )
         answer.append(grade)
     return answer
