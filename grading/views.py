@@ -242,19 +242,24 @@ def metric_plots(entity: Entity) -> list[dict[str, Any]]:
     people = people_values(execution_id for execution_id, *_ in grades) if humans else {}
     starts = [started for _, _, started, _ in grades]
     vlines = _change_lines(entity, starts)
+    # What each run's hover says before its value, and people's numbers, once a run (not once a metric).
+    runs = [
+        (number, vector or {}, people.get(str(execution_id), {}), _run_words(execution_id, started, commit))
+        for number, (execution_id, vector, started, commit) in enumerate(grades, start=1)
+    ]
     plots = []
     for metric_id, spec in specs.items():
         y_format = _y_format(spec)
         judged, rated, judged_titles, rated_titles = [], [], [], []
-        for number, (execution_id, vector, started, commit) in enumerate(grades, start=1):
-            value = _decimal((vector or {}).get(metric_id))
+        for number, vector, rated_by, words in runs:
+            value = _decimal(vector.get(metric_id))
             if value is not None:
                 judged.append((number, value))
-                judged_titles.append(_point_title(execution_id, y_format(value), started, commit))
-            median = _decimal(people.get(str(execution_id), {}).get(metric_id))
+                judged_titles.append(f"{words}: {y_format(value)}")
+            median = _decimal(rated_by.get(metric_id))
             if median is not None:
                 rated.append((number, median))
-                rated_titles.append(_point_title(execution_id, f"people {y_format(median)}", started, commit))
+                rated_titles.append(f"{words}: people {y_format(median)}")
         series = []
         if spec.get("kind") != "reported":
             name = "Judge" if metric_id in humans else metric_id
@@ -287,12 +292,12 @@ def metric_plots(entity: Entity) -> list[dict[str, Any]]:
     return plots
 
 
-def _point_title(execution_id: Any, value: str, started: datetime, commit: str) -> str:
-    """A point's hover: "run 1a2b3c4d · 2026-12-01 14:05 CET · commit abc1234: 0.75" (the value last)."""
+def _run_words(execution_id: Any, started: datetime, commit: str) -> str:
+    """A point's hover before its value: "run 1a2b3c4d · 2026-12-01 14:05 CET · commit abc1234" (": 0.75" follows)."""
     words = [f"run {str(execution_id)[:8]}", display.instant_text(started)]
     if commit:
         words.append(f"commit {commit[:7]}")
-    return " · ".join(words) + f": {value}"
+    return " · ".join(words)
 
 
 def _change_lines(entity: Entity, starts: list[datetime]) -> list[VLine]:
