@@ -225,6 +225,7 @@ def make_ratings(rated: list[Any], user: Any) -> None:
             rows.append(
                 Rating(
                     execution_id=execution_id,
+                    entity=entity,
                     metric_id="tone",
                     user=user,
                     value=Decimal(value),

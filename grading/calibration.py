@@ -102,9 +102,11 @@ def calibration_many(entities: list[Entity]) -> dict[int, list[MetricCalibration
     Two queries for any number of entities: each entity's current judge (its
     newest own grade), and every rating of those metrics on the entities' own
     graded runs with the run's grade, newest graded first. Pairs are read from
-    the ratings, never by walking the grades: the entities' own run ids come
-    from an index alone (``execution_own``), no run row and no instant is read,
-    and the rest follows what people rated.
+    the ratings, never by walking the grades or the runs: a rating carries its
+    run's entity, so the entities' ratings of those metrics come from an index
+    (``rating_entity_metric``), each joined to its run and grade by key, and no
+    instant is read back. What is read grows with what people rated, never
+    with the runs.
     """
     wanted = {e.pk: (e, calibrated_metrics(e)) for e in entities}
     wanted = {pk: pair for pk, pair in wanted.items() if pair[1]}
@@ -127,8 +129,8 @@ def calibration_many(entities: list[Entity]) -> dict[int, list[MetricCalibration
     metric_ids = sorted({m for _, metrics in wanted.values() for m in metrics})
     rows = (
         Rating.objects.filter(
+            entity_id__in=list(wanted),
             metric_id__in=metric_ids,
-            execution__entity_id__in=list(wanted),
             execution__loop_launched=False,
             execution__grade__status=Grade.Status.GRADED,
         )
@@ -136,7 +138,7 @@ def calibration_many(entities: list[Entity]) -> dict[int, list[MetricCalibration
             "execution_id",
             "metric_id",
             "normalized",
-            "execution__entity_id",
+            "entity_id",
             # As JSON text, decoded here once per distinct text: a page's ratings share few judges (and vectors).
             Cast("execution__grade__metrics", TextField()),
             Cast("execution__grade__judge", TextField()),

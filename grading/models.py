@@ -332,6 +332,9 @@ class Rating(models.Model):
     """One person's number for one metric of one run; a later rating by the same person replaces it."""
 
     execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="ratings")
+    #: The run's entity, kept beside it (a run never changes entity; ``save`` fills it from the run) so that
+    #: calibration reads an entity's ratings by index, without walking the entity's runs.
+    entity = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="ratings", db_index=False)
     metric_id = models.CharField(max_length=100)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="ratings")
     #: The value on the metric's own scale, as given (exact).
@@ -346,7 +349,15 @@ class Rating(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["execution", "metric_id", "user"], name="one_rating_per_person_metric_run")
         ]
-        indexes = [models.Index(fields=["execution", "metric_id"])]
+        indexes = [
+            models.Index(fields=["execution", "metric_id"]),
+            models.Index(fields=["entity", "metric_id"], name="rating_entity_metric"),
+        ]
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.entity_id is None and self.execution_id is not None:
+            self.entity_id = self.execution.entity_id
+        super().save(*args, **kwargs)
 
 
 class RatingSubmission(models.Model):

@@ -124,3 +124,41 @@ def test_the_triggers_batch_reads_and_the_freeze_at_an_opening_use_an_index():
     statements = [q["sql"] for q in read.captured_queries if any(t in q["sql"] for t in TABLES)]
     assert len(statements) >= 2
     assert not scans(statements), "\n".join(scans(statements))
+
+
+def plan_of(sql: str, params) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SET enable_seqscan = off")
+        try:
+            cursor.execute(f"EXPLAIN {sql}", params)
+            return "\n".join(row[0] for row in cursor.fetchall())
+        finally:
+            cursor.execute("SET enable_seqscan = on")
+
+
+def test_the_entity_pages_read_a_bounded_slice_of_the_history_by_index(web, alice):
+    """The entity page's plots and recent runs read the newest rows by index under a LIMIT; calibration reads the
+    entity's ratings by their own index (``rating_entity_metric``), never the entity's runs to find the rated
+    ones (``execution_own``); nothing scans the grades, the runs or the ratings."""
+    pages(alice)
+    for path in ("/evolution/entities/scenario/rated/", "/evolution/entities/scenario/e1/"):
+        with CaptureQueriesContext(connection) as read:
+            assert web.get(path).status_code == 200
+        plans = {
+            q["sql"]: plan_of(q["sql"], None)
+            for q in read.captured_queries
+            if "grading_" in q["sql"] and q["sql"].lstrip().upper().startswith("SELECT")
+        }
+        assert len(plans) >= 3, path
+        for sql, plan in plans.items():
+            for table in ("grading_grade", "grading_execution", "grading_rating"):
+                assert f"Seq Scan on {table}" not in plan, f"{path}: {sql[:200]}\n{plan}"
+            assert "execution_own" not in plan, f"{path}: {sql[:200]}\n{plan}"
+        plot = next(s for s in plans if '"grading_grade"."metrics" AS "metrics"' in s)
+        runs = next(s for s in plans if s.startswith('SELECT "grading_execution"."id"') and "LIMIT" in s)
+        for sql in (plot, runs):
+            assert plans[sql].startswith("Limit"), f"{path}: {sql[:200]}\n{plans[sql]}"
+        if "rated" in path:  # the pairs read filters the ratings by their entity, which an index of theirs serves
+            assert any('"grading_rating"."entity_id" IN' in s for s in plans), path
+            served = plan_of("SELECT 1 FROM grading_rating WHERE entity_id = 1 AND metric_id = 'layout_fit'", None)
+            assert "rating_entity_metric" in served, served

@@ -12,7 +12,8 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F
 from django.template import Context, Template
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -167,3 +168,51 @@ def test_the_entity_pages_send_as_many_statements_at_300_runs_as_at_10(web, alic
     at_300 = {e.slug: len(statements(web, e)) for e in (plain, rated)}
     assert at_300 == at_10
     assert at_300["plain"] <= 20 and at_300["rated"] <= 20
+
+
+# --- A rating carries its run's entity (calibration reads ratings by entity) --------------------------
+
+
+def test_a_rating_carries_its_runs_entity_whatever_writes_it(alice, bob) -> None:
+    from grading.ratings import rate
+
+    entity, other = make_entity("digest"), make_entity("other")
+    run = make_run(entity)
+    make_grade(run, metrics={"layout_fit": 0.5})
+    answer = rate(
+        actor_user=alice,
+        is_agent=False,
+        run_kind=run.run_kind,
+        run_id=str(run.pk),
+        idempotency_key="k1",
+        ratings=[{"metric_id": "layout_fit", "value": 4, "note": ""}],
+    )
+    assert answer.ok, answer
+    by_create = Rating.objects.create(
+        execution=make_run(other), metric_id="layout_fit", user=bob, value=2, normalized=0.25
+    )
+    by_id = Rating(execution_id=make_run(other).pk, metric_id="layout_fit", user=bob, value=2, normalized=0.25)
+    by_id.save()
+    assert Rating.objects.get(execution=run, user=alice).entity_id == entity.pk
+    assert by_create.entity_id == other.pk and Rating.objects.get(pk=by_id.pk).entity_id == other.pk
+    assert not Rating.objects.exclude(entity_id=F("execution__entity_id")).exists()
+
+
+def test_a_rating_written_in_bulk_without_its_entity_is_refused(bob) -> None:
+    run = make_run(make_entity())
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Rating.objects.bulk_create([Rating(execution=run, metric_id="layout_fit", user=bob, value=2, normalized=0.25)])
+
+
+def test_calibrations_pairs_are_read_by_the_entity_on_the_rating_not_through_its_runs(alice) -> None:
+    from grading.calibration import calibration
+
+    entity = make_entity()
+    runs = graded_runs(entity, 6, start=timezone.now() - timedelta(days=1))
+    for run in runs[:4]:
+        Rating.objects.create(execution=run, metric_id="layout_fit", user=alice, value=2, normalized=0.25)
+    with CaptureQueriesContext(connection) as read:
+        [answer] = calibration(entity)
+    pairs = read.captured_queries[-1]["sql"]
+    assert '"grading_rating"."entity_id" IN' in pairs and '"grading_execution"."entity_id"' not in pairs
+    assert answer.pairs == 4

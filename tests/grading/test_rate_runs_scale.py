@@ -157,8 +157,8 @@ def test_rate_runs_reads_a_runs_entity_from_the_entities_it_was_given_and_not_it
 
 
 def test_calibrations_pairs_come_newest_first_from_the_database_without_their_instants(bob):
-    """The pairs statement sorts (newest graded first) and reads back no instant; the run ids come from the
-    ``execution_own`` index (issue 18)."""
+    """The pairs statement sorts (newest graded first) and reads back no instant; the ratings come by their
+    entity (``rating_entity_metric``, issue 18)."""
     entities = fleet(2, 6, bob)
     with CaptureQueriesContext(connection) as read:
         many = calibration_many(entities)
