@@ -7,7 +7,7 @@ query, which of its changes to the entity landed since an instant.
 
 from __future__ import annotations
 
-import statistics
+import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -55,9 +55,23 @@ def trend_markers(entity: Entity, since: datetime) -> list[TrendMarker]:
 
 
 def rolling_median(points: Sequence[tuple[int, Decimal]], window: int = WINDOW) -> list[tuple[int, Decimal]]:
-    """Return, at each point's x, the median of that point's value and up to ``window - 1`` before it."""
+    """Return, at each point's x, the median of that point's value and up to ``window - 1`` before it.
+
+    The window is kept sorted as it slides (one value in, one out), not sorted
+    again at each point; the median is ``statistics.median``'s: the middle
+    value, or the mean of the two middle ones.
+    """
     values = [y for _, y in points]
-    return [(x, Decimal(statistics.median(values[max(0, i - window + 1) : i + 1]))) for i, (x, _) in enumerate(points)]
+    ordered: list[Decimal] = []
+    medians = []
+    for i, (x, y) in enumerate(points):
+        if i >= window:
+            del ordered[bisect.bisect_left(ordered, values[i - window])]
+        bisect.insort(ordered, y)
+        n = len(ordered)
+        middle = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+        medians.append((x, Decimal(middle)))
+    return medians
 
 
 def marker_x(starts: Sequence[datetime], at: datetime) -> Decimal | None:

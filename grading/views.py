@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -332,74 +332,83 @@ def _change_lines(entity: Entity, starts: list[datetime]) -> list[VLine]:
     return lines
 
 
-#: What the recent runs table shows of a run and its grade (not its input, output, trace or the grade's JSON).
-RECENT_RUN_FIELDS = (
-    "id",
-    "entity_id",
-    "status",
-    "source",
-    "sampling",
-    "cost_usd",
-    "started_at",
-    "completed_at",
-    "grade__execution_id",
-    "grade__status",
-    "grade__passed",
-    "grade__score",
-    "grade__error",
-)
+class RecentRun(NamedTuple):
+    """What the recent runs table shows of a run and its grade (the grade's four None when it has none)."""
+
+    id: uuid.UUID
+    status: str
+    source: str
+    sampling: str
+    cost_usd: Decimal | None
+    completed_at: datetime | None
+    grade_status: str | None
+    grade_passed: bool | None
+    grade_score: float | None
+    grade_error: str | None
 
 
-def recent_runs(entity: Entity) -> list[Execution]:
-    """The entity's newest runs with their grades, only the columns the table shows."""
-    newest = entity.executions.select_related("grade").only(*RECENT_RUN_FIELDS).order_by("-started_at")
-    return list(newest[:RECENT_RUNS])
+def recent_runs(entity: Entity) -> list[RecentRun]:
+    """The entity's newest runs with their grades: the columns the table shows, as tuples (no model row)."""
+    newest = entity.executions.order_by("-started_at").values_list(
+        "id",
+        "status",
+        "source",
+        "sampling",
+        "cost_usd",
+        "completed_at",
+        "grade__status",
+        "grade__passed",
+        "grade__score",
+        "grade__error",
+    )
+    return [RecentRun(*row) for row in newest[:RECENT_RUNS]]
 
 
-def grade_badge_html(grade: Grade | None) -> str:
+def grade_badge_html(run: RecentRun) -> str:
     """A run's grade as ``grading/partials/grade_badge.html`` renders it (escaped alike)."""
-    if not grade:
+    if run.grade_status is None:
         return '<span class="muted">not booked</span>'
-    if grade.status == "graded":
-        if grade.passed is True:
+    if run.grade_status == "graded":
+        if run.grade_passed is True:
             badge = '<span class="badge ok">passed</span>'
-        elif grade.passed is False:
+        elif run.grade_passed is False:
             badge = '<span class="badge failed">failed</span>'
         else:
             badge = '<span class="badge">graded</span>'
-        if grade.score is not None:
-            badge += f' <span class="muted">{conditional_escape(floatformat(grade.score, 2))}</span>'
+        if run.grade_score is not None:
+            badge += f' <span class="muted">{conditional_escape(floatformat(run.grade_score, 2))}</span>'
         return badge
-    if grade.status == "failed":
-        return f'<span class="badge failed" title="{conditional_escape(grade.error)}">grading failed</span>'
-    return f'<span class="badge warning">{conditional_escape(grade.status)}</span>'
+    if run.grade_status == "failed":
+        return f'<span class="badge failed" title="{conditional_escape(run.grade_error)}">grading failed</span>'
+    return f'<span class="badge warning">{conditional_escape(run.grade_status)}</span>'
 
 
-def recent_rows_html(runs: list[Execution]) -> str:
-    """The recent runs table's rows, as its template's loop rendered them (a row's cells built here, not a
-    template lookup and filter a cell: ~0.2 ms a row that way)."""
+def recent_rows_html(runs: list[RecentRun]) -> str:
+    """The recent runs table's rows, as its template's loop rendered them from the runs' models (a row's cells
+    built here, not a template lookup and filter a cell: ~0.2 ms a row that way)."""
     if not runs:
         return ""
-    sample = runs[0].pk
+    sample = runs[0].id
     run_url = reverse("grading:run", args=[sample]).replace(str(sample), "{}")
+    sources = {value: str(label) for value, label in Execution.Source.choices}
+    samplings = {value: str(label) for value, label in Execution.Sampling.choices}
+    esc = conditional_escape
     rows = []
     for run in runs:
-        grade = run.grade if hasattr(run, "grade") else None
         ended = template_localtime(run.completed_at)
         when = (
-            f'<time datetime="{date_format(ended, "c")}" title="{conditional_escape(localize(ended))}">'
-            f"{conditional_escape(naturaltime(run.completed_at))}</time>"
+            f'<time datetime="{date_format(ended, "c")}" title="{esc(localize(ended))}">'
+            f"{esc(naturaltime(run.completed_at))}</time>"
             if run.completed_at
             else "running"
         )
-        esc = conditional_escape
         rows.append(
             "\n    <tr>\n"
-            f'      <td><a href="{esc(run_url.format(run.pk))}"><code>{esc(str(run.pk)[:8])}</code></a></td>\n'
+            f'      <td><a href="{esc(run_url.format(run.id))}"><code>{esc(str(run.id)[:8])}</code></a></td>\n'
             f"      <td>{status_badge(run.status)}</td>\n"
-            f"      <td>{esc(run.get_source_display())}</td>\n"
-            f"      <td>{esc(run.get_sampling_display())}</td>\n"
-            f"      <td>{grade_badge_html(grade)}\n</td>\n"  # the partial's file ends with a newline
+            f"      <td>{esc(sources.get(run.source, run.source))}</td>\n"
+            f"      <td>{esc(samplings.get(run.sampling, run.sampling))}</td>\n"
+            f"      <td>{grade_badge_html(run)}\n</td>\n"  # the partial's file ends with a newline
             f'      <td class="num" title="{esc(money_exact(run.cost_usd))}">{esc(money(run.cost_usd))}</td>\n'
             f"      <td>{when}</td>\n"
             "    </tr>\n  "

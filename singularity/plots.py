@@ -236,17 +236,19 @@ def _series_svg(
 ) -> str:
     """Return one series as a polyline plus a titled marker per point."""
     color = escape(color)
-    coords = " ".join(f"{sx(x)},{sy(y)}" for x, y in one.points)
+    at = [(sx(x), sy(y)) for x, y in one.points]  # each point's pixels once, for the line and its marker
+    coords = " ".join(f"{cx},{cy}" for cx, cy in at)
     dash = ' stroke-dasharray="5 3"' if one.dashed else ""
     radius = 3 if len(one.points) <= 60 else 1.5
-    titles = list(one.titles) or [
-        f"{one.label} at {x_label or 'x'} {x_format(x)}: {y_format(y)}" for x, y in one.points
-    ]
-    markers = "".join(
-        f'<circle cx="{sx(x)}" cy="{sy(y)}" r="{radius}"><title>{escape(text)}</title></circle>'
-        for (x, y), text in zip(one.points, titles, strict=True)
-        if one.dots
-    )
+    markers = ""
+    if one.dots:  # a line without dots (a rolling median) has no marker to title
+        titles = list(one.titles) or [
+            f"{one.label} at {x_label or 'x'} {x_format(x)}: {y_format(y)}" for x, y in one.points
+        ]
+        markers = "".join(
+            f'<circle cx="{cx}" cy="{cy}" r="{radius}"><title>{escape(text)}</title></circle>'
+            for (cx, cy), text in zip(at, titles, strict=True)
+        )
     return (
         f'<g class="series" data-label="{escape(one.label)}">'
         f'<polyline fill="none" stroke="{color}" stroke-width="2"{dash} points="{coords}"/>'

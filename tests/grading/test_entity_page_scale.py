@@ -136,7 +136,9 @@ def test_the_recent_runs_rows_are_what_the_template_rendered_on_odd_runs() -> No
     make_grade(make_run(entity, completed_at=now - timedelta(days=400)), score=1)
     runs = views.recent_runs(entity)
     assert len(runs) == 7
-    assert views.recent_rows_html(runs) == Template(TEMPLATE_ROWS).render(Context({"runs": runs}))
+    models = list(entity.executions.select_related("grade").order_by("-started_at"))
+    assert [run.id for run in runs] == [run.pk for run in models]
+    assert views.recent_rows_html(runs) == Template(TEMPLATE_ROWS).render(Context({"runs": models}))
     assert views.recent_rows_html([]) == ""
 
 

@@ -50,3 +50,18 @@ def test_markers_come_from_every_source_oldest_first_and_not_before_since(monkey
         assert [m.label for m in trend_markers(None, T0)] == ["earlier", "later"]  # type: ignore[arg-type]
     finally:
         unregister_trend_markers(source)
+
+
+def test_the_rolling_median_equals_the_median_of_each_window_on_random_values() -> None:
+    import random
+    import statistics
+
+    rng = random.Random(18)
+    for _ in range(200):
+        window = rng.randint(1, 12)
+        values = [Decimal(rng.choice(["0", "1", "2.5", "-3", "0.1", "7"])) + rng.randint(0, 3) for _ in range(40)]
+        points = [(n, v) for n, v in enumerate(values, start=1)]
+        expected = [
+            (n, Decimal(statistics.median(values[max(0, i - window + 1) : i + 1]))) for i, (n, _) in enumerate(points)
+        ]
+        assert rolling_median(points, window=window) == expected
