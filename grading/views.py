@@ -397,7 +397,7 @@ def recent_rows_html(runs: list[RecentRun]) -> str:
     for run in runs:
         ended = template_localtime(run.completed_at)
         when = (
-            f'<time datetime="{date_format(ended, "c")}" title="{esc(localize(ended))}">'
+            f'<time datetime="{ended.isoformat()}" title="{esc(localize(ended))}">'
             f"{esc(naturaltime(run.completed_at))}</time>"
             if run.completed_at
             else "running"
