@@ -122,3 +122,30 @@ def test_the_ago_filter_keeps_the_instant_on_hover() -> None:
 
 def test_instants_of_nothing_are_empty() -> None:
     assert render("{{ t|instant }}{{ t|ago }}", t=None) == ""
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin", "America/St_Johns", "Asia/Kathmandu", "Australia/Lord_Howe"])
+def test_an_instant_reads_as_djangos_date_format_of_it_in_any_zone(zone: str) -> None:
+    """instant_text writes out what ``date_format`` gave for its two formats: random instants, the hours around
+    each daylight-saving change (ambiguous and skipped wall-clock times), naive ones, and years before 1000."""
+    import random
+    from zoneinfo import ZoneInfo
+
+    from django.utils import timezone
+    from django.utils.dateformat import format as date_format
+
+    from singularity.display import INSTANT_FORMAT, INSTANT_TITLE_FORMAT
+
+    rng = random.Random(zone)
+    instants = [datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=rng.randint(-(10**9), 10**9)) for _ in range(300)]
+    for year in (2025, 2026):  # every quarter hour of the days a zone changes its clock, in UTC and local
+        for month, day in ((3, 29), (3, 30), (3, 8), (4, 5), (10, 4), (10, 25), (10, 26), (11, 1)):
+            start = datetime(year, month, day, tzinfo=UTC) - timedelta(hours=14)
+            instants += [start + timedelta(minutes=15 * k) for k in range(28 * 4)]
+    instants += [datetime(987, 6, 5, 4, 3, 2, tzinfo=UTC), datetime(2026, 3, 29, 2, 30), datetime(2026, 10, 25, 2, 30)]
+    instants += [datetime(2026, 10, 25, 2, 30, tzinfo=ZoneInfo("Europe/Berlin"), fold=1)]
+    with override_settings(TIME_ZONE=zone), timezone.override(zone):
+        for instant in instants:
+            local = timezone.localtime(instant) if timezone.is_aware(instant) else instant
+            assert instant_text(instant) == date_format(local, INSTANT_FORMAT), instant
+            assert instant_text(instant, seconds=True) == date_format(local, INSTANT_TITLE_FORMAT), instant
