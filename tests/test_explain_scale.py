@@ -84,9 +84,9 @@ def scans(statements: list[str]) -> list[str]:
 
 
 def test_no_main_read_scans_the_grades_or_the_runs(web, alice, monkeypatch):
-    from grading import views
+    from grading.views import rate
 
-    monkeypatch.setattr(views, "FEW_ENTITIES", 0)  # Rate runs as for a fleet: the newest runs walked by index
+    monkeypatch.setattr(rate, "FEW_ENTITIES", 0)  # Rate runs as for a fleet: the newest runs walked by index
     scanned, explained = [], 0
     for path in pages(alice):
         with CaptureQueriesContext(connection) as read:

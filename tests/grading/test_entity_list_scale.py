@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from grading import views
+from grading.views import entities
 from tests.grading.rating_helpers import make_entity, make_run
 
 pytestmark = pytest.mark.django_db
@@ -18,7 +18,7 @@ def web(client: Client, alice) -> Client:
 
 
 def test_the_list_counts_runs_up_to_its_bound_and_says_more(web, monkeypatch):
-    monkeypatch.setattr(views, "RUNS_COUNTED_UP_TO", 3)
+    monkeypatch.setattr(entities, "RUNS_COUNTED_UP_TO", 3)
     busy, quiet = make_entity("busy"), make_entity("quiet")
     for _ in range(5):
         make_run(busy)
@@ -29,10 +29,10 @@ def test_the_list_counts_runs_up_to_its_bound_and_says_more(web, monkeypatch):
 
 
 def test_the_list_is_paged_and_costs_the_same_queries_for_a_page(web, django_assert_max_num_queries):
-    for i in range(views.ENTITIES_PER_PAGE + 5):
+    for i in range(entities.ENTITIES_PER_PAGE + 5):
         make_entity(f"e{i:03d}")
     with django_assert_max_num_queries(8):
         first = web.get("/evolution/entities/")
-    assert len(first.context["entities"]) == views.ENTITIES_PER_PAGE
+    assert len(first.context["entities"]) == entities.ENTITIES_PER_PAGE
     assert "Page 1 of 2" in first.content.decode()
     assert len(web.get("/evolution/entities/?page=2").context["entities"]) == 5

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from grading import views
 from grading.models import Execution, Grade, Rating
+from grading.views import entity_plots
 from tests.grading.rating_helpers import JUDGE, RELEVANCE, make_entity, make_grade, make_run
 
 pytestmark = pytest.mark.django_db
@@ -77,7 +78,7 @@ def graded_runs(entity, count: int, *, start, metric_id: str = "layout_fit") -> 
 
 
 def test_the_plots_draw_the_newest_runs_and_say_which_span_past_the_bound(web, monkeypatch) -> None:
-    monkeypatch.setattr(views, "PLOT_RUNS", 5)
+    monkeypatch.setattr(entity_plots, "PLOT_RUNS", 5)
     entity = make_entity()
     runs = graded_runs(entity, 7, start=timezone.now() - timedelta(days=2))
     html = web.get(entity.get_absolute_url()).content.decode()
@@ -94,7 +95,7 @@ def test_the_plots_draw_the_newest_runs_and_say_which_span_past_the_bound(web, m
 
 
 def test_the_plots_say_nothing_of_a_span_when_they_draw_every_graded_run(web, monkeypatch) -> None:
-    monkeypatch.setattr(views, "PLOT_RUNS", 5)
+    monkeypatch.setattr(entity_plots, "PLOT_RUNS", 5)
     entity = make_entity()
     runs = graded_runs(entity, 5, start=timezone.now() - timedelta(days=2))
     html = web.get(entity.get_absolute_url()).content.decode()

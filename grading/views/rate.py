@@ -1,0 +1,361 @@
+"""Rate runs: the newest runs with the judge and people side by side, and the viewer's own rating.
+
+The rating is given or changed inline with HTMX; every form also works without
+JavaScript (a POST, then a redirect back). Every rating goes through
+``grading.ratings.rate`` — the one door.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db import connection
+from django.db.models import Count, F, Q
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.dateformat import format as date_format
+from django.utils.formats import localize
+from django.utils.html import format_html_join
+from django.utils.safestring import mark_safe
+from django.utils.timezone import template_localtime
+from django.views.decorators.http import require_http_methods
+
+from grading.calibration import calibration, calibration_many
+from grading.models import Entity, Execution, Grade, Rating
+from grading.people import human_rated
+from grading.ratings import human_metrics, people_values, rate, scale_of
+from grading.views.values import _decimal, _plain, _uuid, rated_on_scale, scale_label
+
+#: Rate runs shows at most this many of the newest terminal runs.
+RATE_RUNS = 30
+#: A scale with at most this many steps is rated with one button per answer.
+MAX_BUTTONS = 8
+
+
+@dataclass
+class RateCell:
+    """One human-rated metric of one run on Rate runs: the judge's, people's and the viewer's own numbers."""
+
+    metric_id: str
+    spec: dict[str, Any]
+    judge: str
+    people: str
+    people_count: int
+    mine: Rating | None
+    choices: list[tuple[str, str]]
+    scale: dict[str, Any]
+    key: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    @property
+    def mine_value(self) -> str:
+        return _plain(self.mine.value) if self.mine else ""
+
+    @property
+    def buttons(self) -> list[tuple[str, str, bool]]:
+        """(value, label, whether it is the viewer's own rating) per step of ``choices``."""
+        mine = self.mine_value
+        return [(value, label, value == mine) for value, label in self.choices]
+
+    @property
+    def buttons_html(self) -> str:
+        """``buttons`` as the row's submit buttons (built here: a template loop costs more than the row's rest)."""
+        return format_html_join(
+            "",
+            '<button type="submit" name="value" value="{}" class="{}" aria-pressed="{}">{}</button>',
+            ((v, "chosen" if on else "secondary", "true" if on else "false", label) for v, label, on in self.buttons),
+        )
+
+    @property
+    def range(self) -> str:
+        """``<kind> · <min>..<max>``, as the template would render the three (localized)."""
+        return f"{self.spec.get('kind', '')} · {localize(self.scale.get('min', ''))}..{localize(self.scale.get('max', ''))}"
+
+
+@dataclass
+class RateRow:
+    """One run on Rate runs; ``graded`` is False for a run with no judge's numbers (e.g. the sampler passed it by)."""
+
+    run: Execution
+    cells: list[RateCell]
+    graded: bool
+    answer: dict[str, Any] | None = None
+    #: What the row's header shows of the run, as the template would render it (``rate_rows``).
+    head: dict[str, str] = field(default_factory=dict)
+
+
+def scale_choices(scale: dict[str, Any]) -> list[tuple[str, str]]:
+    """Return (value, label) per step when the scale has at most ``MAX_BUTTONS`` steps, else [] (a number input)."""
+    step = _decimal(scale.get("step"))
+    low, high = _decimal(scale["min"]), _decimal(scale["max"])
+    if not step or low is None or high is None or (high - low) / step + 1 > MAX_BUTTONS:
+        return []
+    choices, value = [], low
+    while value <= high:
+        words = scale_label(scale, value)
+        choices.append((_plain(value), f"{_plain(value)} · {words}" if words else _plain(value)))
+        value += step
+    return choices
+
+
+def rateable_entities(entity: Entity | None = None) -> list[Entity]:
+    """Entities with at least one human-rated metric and grading on, with what Rate runs reads of them
+    (``RATE_READ``) and their terms (``rateable`` and then their terms: one more statement); any other field
+    is read when asked for."""
+    return with_terms(rateable(entity))
+
+
+#: What Rate runs reads of an entity besides its terms (and only of the page's): the filters' links, a row's
+#: header (a link and a name). The fleet's rateable ones are read with these alone.
+RATE_READ = ("kind", "target_kind", "slug", "name")
+
+
+def rateable(entity: Entity | None = None) -> list[Entity]:
+    """The entities ``rateable_entities`` answers, by kind and id, without their terms (a fleet's resolved terms
+    are kilobytes an entity; Rate runs reads them for the entities on its page only, ``with_terms``).
+
+    On Postgres one statement on the ``rateable`` column the database keeps from the terms (``RATED_PATH``),
+    so no entity's terms are read, not even in the database. Elsewhere two: every entity's
+    ``evaluation.metrics`` block alone, then the rateable ones.
+    """
+    entities = Entity.objects.filter(evaluation_enabled=True, load_error="")
+    if entity is not None:
+        entities = entities.filter(pk=entity.pk)
+    if connection.vendor == "postgresql":
+        return list(entities.filter(rateable=True).only(*RATE_READ).order_by("kind", "slug"))
+    blocks = entities.values_list("pk", "terms__evaluation__metrics")
+    wanted = [pk for pk, metrics in blocks if isinstance(metrics, dict) and any(map(_rated_spec, metrics.values()))]
+    if not wanted:
+        return []
+    return list(entities.filter(pk__in=wanted).only(*RATE_READ).order_by("kind", "slug"))
+
+
+def _rated_spec(spec: Any) -> bool:
+    """``human_rated`` of one spec of a metrics block; a spec that is not an object is no metric (as in SQL)."""
+    return isinstance(spec, dict) and human_rated(spec)
+
+
+def with_terms(entities: list[Entity]) -> list[Entity]:
+    """``entities`` (read without their terms) with their terms, read in one statement (none for none)."""
+    if entities:
+        terms = dict(Entity.objects.filter(pk__in=[e.pk for e in entities]).values_list("pk", "terms"))
+        for e in entities:
+            e.terms = terms[e.pk]
+    return entities
+
+
+def rate_rows(user: Any, runs: list[Execution]) -> list[RateRow]:
+    """Build the Rate runs rows for ``runs``: two queries (people's medians, the viewer's own ratings)."""
+    ids = [run.pk for run in runs]
+    people = people_values(ids)
+    counts: dict[tuple[str, str], int] = {}
+    for execution_id, metric_id, n in (
+        Rating.objects.filter(execution_id__in=ids)
+        .values("execution_id", "metric_id")
+        .annotate(n=Count("id"))
+        .values_list("execution_id", "metric_id", "n")
+    ):
+        counts[(str(execution_id), metric_id)] = n
+    mine = {(str(r.execution_id), r.metric_id): r for r in Rating.objects.filter(execution_id__in=ids, user=user)}
+    rows = []
+    rate_url = reverse("grading:rate")
+    entity_urls: dict[int, str] = {}
+    for run in runs:
+        entity = run.entity
+        if entity.pk not in entity_urls:
+            entity_urls[entity.pk] = entity.get_absolute_url()
+        ended = template_localtime(run.completed_at)
+        head = {
+            "entity_url": entity_urls[entity.pk],
+            "entity_label": entity.name or entity.slug,
+            "run_url": run.get_absolute_url(),
+            "short_id": str(run.id)[:8],
+            "ended_iso": date_format(ended, "c") if ended else "",
+            "ended_title": str(localize(ended)),
+            "rate_url": rate_url,
+        }
+        grade = getattr(run, "grade", None) if _has_grade(run) else None
+        vector = (grade.metrics or {}) if grade and grade.status == Grade.Status.GRADED else {}
+        cells = []
+        for metric_id, spec in human_metrics(run.entity).items():
+            scale = scale_of(spec)
+            judge = rated_on_scale(spec, vector.get(metric_id)) if spec.get("kind") == "judged" else ""
+            median = people.get(str(run.pk), {}).get(metric_id)
+            cells.append(
+                RateCell(
+                    metric_id=metric_id,
+                    spec=spec,
+                    judge=judge,
+                    people=rated_on_scale(spec, median),
+                    people_count=counts.get((str(run.pk), metric_id), 0),
+                    mine=mine.get((str(run.pk), metric_id)),
+                    choices=scale_choices(scale),
+                    scale=scale,
+                )
+            )
+        rows.append(RateRow(run=run, cells=cells, graded=bool(vector), head=head))
+    return rows
+
+
+def _has_grade(run: Execution) -> bool:
+    """True when the run has a Grade row (read through select_related, so no query)."""
+    return hasattr(run, "grade")
+
+
+#: What a Rate runs row never shows of a run (its JSON and text): left unread.
+RUN_UNSHOWN = ("input", "output", "error", "trace")
+#: ... and of its grade (a row reads its status and metrics).
+GRADE_UNSHOWN = ("criteria", "feedback", "judge", "error")
+#: Up to this many entities, Rate runs reads each one's runs through its own index (a rare entity's are few).
+FEW_ENTITIES = 20
+
+
+def rate_runs_for(entities: list[Entity], *, before: tuple[datetime, uuid.UUID] | None = None) -> list[Execution]:
+    """The newest terminal runs (never loop replays) of ``entities``, older than ``before`` when given.
+
+    One query: ``RATE_RUNS + 1`` runs with their grade, newest first (the extra one says whether an older page
+    exists), walked from the newest through ``grading_execution_newest``. Each run's entity is the one of
+    ``entities`` (already read: not read again a run), and what no row shows of a run — its input, output,
+    error and trace — is left unread.
+    """
+    runs = Execution.objects.filter(loop_launched=False, completed_at__isnull=False).exclude(
+        status=Execution.Status.RUNNING
+    )
+    if len(entities) > FEW_ENTITIES:
+        # Many entities: walk the newest runs (``execution_newest``) and keep theirs. ``entity_id + 0`` keeps a
+        # planner (SQLite's) from reading every run of the entities through their own index and sorting them.
+        runs = runs.alias(entity_plus=F("entity_id") + 0).filter(entity_plus__in=[e.pk for e in entities])
+    else:
+        runs = runs.filter(entity__in=entities)
+    if before is not None:
+        at, run_id = before
+        runs = runs.filter(Q(completed_at__lt=at) | Q(completed_at=at, id__lt=run_id))
+    by_id = {e.pk: e for e in entities}
+    read = list(
+        runs.select_related("grade")
+        .defer(*RUN_UNSHOWN, *(f"grade__{name}" for name in GRADE_UNSHOWN))
+        .order_by("-completed_at", "-id")[: RATE_RUNS + 1]
+    )
+    for run in read:
+        run.entity = by_id[run.entity_id]
+    return read
+
+
+def _entity_filter(request: HttpRequest) -> Entity | None:
+    wanted = request.GET.get("entity") or request.POST.get("entity_filter") or ""
+    target_kind, _, slug = wanted.partition(":")
+    return Entity.objects.filter(target_kind=target_kind, slug=slug).first() if slug else None
+
+
+def rate_cursor(run: Execution) -> str:
+    """The ``before`` of the page after ``run``: its completion instant and id."""
+    return f"{run.completed_at.isoformat()}~{run.pk}"
+
+
+def parse_rate_cursor(text: str) -> tuple[datetime, uuid.UUID]:
+    """``before`` read back; ValueError naming what is wrong."""
+    at_text, _, id_text = text.partition("~")
+    try:
+        at = datetime.fromisoformat(at_text)
+        run_id = uuid.UUID(id_text)
+    except ValueError:
+        raise ValueError(f"before: {text!r} is not a page of Rate runs (an instant and a run id)") from None
+    if at.tzinfo is None:
+        raise ValueError(f"before: {text!r} has no time zone")
+    return at, run_id
+
+
+def _calibration_context(entity: Entity) -> dict[str, Any]:
+    return {"entity": entity, "calibration": calibration(entity)}
+
+
+#: The attributes of the entity filter's link that is the page's.
+ACTIVE = mark_safe('class="active" aria-current="true"')
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def rate_runs(request: HttpRequest) -> HttpResponse:
+    """Rate runs: the newest runs with the judge and people side by side, and the viewer's own rating.
+
+    A page of ``RATE_RUNS`` runs (``?before=`` pages back) and the calibration of the entities on it, in a
+    fixed number of queries whatever the fleet or its history holds.
+    """
+    if request.method == "POST":
+        return _rate_post(request)
+    try:
+        before = parse_rate_cursor(request.GET["before"]) if request.GET.get("before") else None
+    except ValueError as exc:
+        return HttpResponseBadRequest(str(exc))
+    every = rateable()  # their terms are read for the entities on the page only
+    chosen = _entity_filter(request)
+    entities = [e for e in every if chosen is not None and e.pk == chosen.pk] if chosen else every
+    runs = rate_runs_for(entities, before=before)
+    older = rate_cursor(runs[RATE_RUNS - 1]) if len(runs) > RATE_RUNS else ""
+    runs = runs[:RATE_RUNS]
+    shown = {run.entity_id: run.entity for run in runs}
+    if chosen is not None and entities:
+        shown.setdefault(chosen.pk, entities[0])
+    with_terms(list(shown.values()))  # the rows' metrics and the calibrations read them
+    calibrations = calibration_many(list(shown.values()))
+    nav = [(f"{e.target_kind}:{e.slug}", e.name or e.slug, chosen is not None and chosen.pk == e.pk) for e in every]
+    context = {
+        "rows": rate_rows(request.user, runs),
+        "calibrations": [
+            {"entity": e, "calibration": calibrations[e.pk], "url": e.get_absolute_url(), "label": e.name or e.slug}
+            for e in sorted(shown.values(), key=lambda e: (e.kind, e.slug))
+            if calibrations.get(e.pk)
+        ],
+        "entities": every,
+        # The filters' links, one an entity (built here: a template's lookups cost more than the rows).
+        "nav": nav,
+        "nav_html": format_html_join(
+            "", '<a href="?entity={}" {}>{}</a>', ((key, ACTIVE if on else "", label) for key, label, on in nav)
+        ),
+        "chosen": chosen,
+        "chosen_key": f"{chosen.target_kind}:{chosen.slug}" if chosen else "",
+        "older": older,
+        "paged": before is not None,
+    }
+    return render(request, "grading/rate.html", context)
+
+
+def _rate_post(request: HttpRequest) -> HttpResponse:
+    """One metric of one run rated through the one door; HTMX gets the run's row back, a browser a redirect."""
+    post = request.POST
+    answer = rate(
+        actor_user=request.user,
+        is_agent=False,
+        run_kind=post.get("run_kind", ""),
+        run_id=post.get("run_id", ""),
+        idempotency_key=post.get("idempotency_key", ""),
+        ratings=[
+            {"metric_id": post.get("metric_id", ""), "value": post.get("value", ""), "note": post.get("note", "")}
+        ],
+    )
+    status = {"ok": 200, "not_found": 404, "precondition": 409, "invalid": 400, "refused": 403}[answer.code]
+    if not request.htmx:
+        (messages.success if answer.ok else messages.error)(request, _said(answer.as_dict()))
+        back = reverse("grading:rate")
+        if post.get("entity_filter"):
+            back += f"?entity={post['entity_filter']}"
+        return redirect(f"{back}#run-{post.get('run_id', '')}")
+    run = Execution.objects.select_related("entity", "grade").filter(pk=_uuid(post.get("run_id"))).first()
+    if run is None:
+        return HttpResponse(_said(answer.as_dict()), status=status)
+    (row,) = rate_rows(request.user, [run])
+    row.answer = answer.as_dict()
+    context = {"row": row, "oob": _calibration_context(run.entity), "entity_filter": post.get("entity_filter", "")}
+    # An answer the page shows in place: HTMX swaps 2xx only, so a refusal is still 200 with its code in the row.
+    response = render(request, "grading/partials/rate_row.html", context)
+    response["X-Rate-Code"] = answer.code
+    return response
+
+
+def _said(answer: dict[str, Any]) -> str:
+    return "Saved." if answer["ok"] else f"Not saved ({answer['code']}): {answer['detail']}"
