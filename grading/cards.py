@@ -38,7 +38,7 @@ from kombu.exceptions import OperationalError as BrokerError
 
 from grading.calibration import calibration
 from grading.models import Execution, Grade, Rating
-from grading.people import human_metrics, scale_of
+from grading.people import human_metrics, rubric_words, scale_of
 from hitl.actions import MAX_RATING_BUTTONS, open_card
 from hitl.models import Card
 from singularity.brain.defaults import EVALUATION
@@ -194,19 +194,6 @@ def _plain(number: Decimal) -> str:
 
 def _json_number(number: Decimal) -> int | float:
     return int(number) if number == number.to_integral_value() else float(number)
-
-
-def rubric_words(scale: dict[str, Any], value: Decimal) -> str:
-    """Return the rubric's words for ``value``: a step ("3") or an inclusive band ("2..4"); "" when none says."""
-    for key, words in (scale.get("labels") or {}).items():
-        low, _, high = str(key).partition("..")
-        try:
-            lo, hi = Decimal(low), Decimal(high or low)
-        except ArithmeticError:
-            continue
-        if lo <= value <= hi:
-            return str(words)
-    return ""
 
 
 def steps(scale: dict[str, Any]) -> list[Decimal] | None:

@@ -63,3 +63,16 @@ def on_scale(spec: dict[str, Any], normalized: float | None) -> Decimal | None:
     low, high = Decimal(str(scale["min"])), Decimal(str(scale["max"]))
     shown = low + (high - low) * Decimal(repr(float(normalized)))
     return shown.quantize(Decimal("0.01")).normalize() if shown != shown.to_integral_value() else shown.quantize(1)
+
+
+def rubric_words(scale: dict[str, Any], value: Decimal) -> str:
+    """Return the rubric's words for ``value``: a step ("3") or an inclusive band ("2..4"); "" when none says."""
+    for key, words in (scale.get("labels") or {}).items():
+        low, _, high = str(key).partition("..")
+        try:
+            lo, hi = Decimal(low), Decimal(high or low)
+        except ArithmeticError:
+            continue
+        if lo <= value <= hi:
+            return str(words)
+    return ""

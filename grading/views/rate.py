@@ -28,9 +28,9 @@ from django.views.decorators.http import require_http_methods
 
 from grading.calibration import calibration, calibration_many
 from grading.models import Entity, Execution, Grade, Rating
-from grading.people import human_rated
+from grading.people import human_rated, rubric_words
 from grading.ratings import human_metrics, people_values, rate, scale_of
-from grading.views.values import _decimal, _plain, _uuid, rated_on_scale, scale_label
+from grading.views.values import _decimal, _plain, _uuid, rated_on_scale
 
 #: Rate runs shows at most this many of the newest terminal runs.
 RATE_RUNS = 30
@@ -97,7 +97,7 @@ def scale_choices(scale: dict[str, Any]) -> list[tuple[str, str]]:
         return []
     choices, value = [], low
     while value <= high:
-        words = scale_label(scale, value)
+        words = rubric_words(scale, value)
         choices.append((_plain(value), f"{_plain(value)} · {words}" if words else _plain(value)))
         value += step
     return choices

@@ -6,6 +6,7 @@ import uuid
 from decimal import Decimal
 from typing import Any
 
+from grading.people import rubric_words
 from grading.ratings import on_scale, scale_of
 from singularity.templatetags.singularity_tags import money
 
@@ -28,26 +29,13 @@ def _decimal(value: Any) -> Decimal | None:
         return None
 
 
-def scale_label(scale: dict[str, Any], value: Decimal) -> str:
-    """Return the rubric's words for ``value``: a step ("3") or an inclusive band ("2..4"); "" when none says."""
-    for key, words in (scale.get("labels") or {}).items():
-        low, _, high = str(key).partition("..")
-        try:
-            lo, hi = Decimal(low), Decimal(high or low)
-        except ArithmeticError:
-            continue
-        if lo <= value <= hi:
-            return str(words)
-    return ""
-
-
 def rated_on_scale(spec: dict[str, Any], normalized: Any) -> str:
     """Return a 0..1 value on the metric's own scale with its rubric words: "4 · Good"; "—" when absent."""
     if _decimal(normalized) is None:
         return "—"
     shown = on_scale(spec, float(normalized))
     assert shown is not None
-    words = scale_label(scale_of(spec), shown)
+    words = rubric_words(scale_of(spec), shown)
     return f"{_plain(shown)} · {words}" if words else _plain(shown)
 
 
