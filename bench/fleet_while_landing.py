@@ -17,7 +17,8 @@ asks every 10 s) is timed in the server through Django's test client, logged in,
 
 It prints the three timings (p50 and p95 of ``--requests``), the landing rate the worker kept, and the login
 page's floor. What the worker landed — its runs, grades and the cycles it opened — is deleted at the end, so the
-data set stays as it was built.
+data set stays as it was built; ``--keep`` leaves it (on a copy of the data set: a fleet of some 800 live cycles to
+profile the pages against).
 
     .venv/bin/python bench/fleet_while_landing.py --db postgres \\
         --pg-url postgres://postgres@127.0.0.1:5432/dash_1m --runs 1000 --rate 500
@@ -119,6 +120,9 @@ def main() -> None:
     parser.add_argument("--warm", type=int, default=3000, help="grades landed before the timing starts")
     parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--keep", action="store_true", help="keep what the worker landed (its runs and live cycles): on a copy only"
+    )
     args = parser.parse_args()
 
     import dashboard_scale
@@ -160,7 +164,7 @@ def main() -> None:
         worker.join(timeout=60)
     after = time_table(client, args.requests)  # the same data the worker left, nothing landing
     live = Cycle.objects.filter(status="").count()
-    removed = clean_up(first_cycle, landed["ids"])
+    removed = {"runs": 0, "cycles": 0} if args.keep else clean_up(first_cycle, landed["ids"])
     rate = landed["landed"] / landed["seconds"]
     print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print(f"login page (floor): p50 {floor['p50']:.1f} ms, p95 {floor['p95']:.1f} ms")
@@ -174,7 +178,10 @@ def main() -> None:
         f"fleet HTMX table after the worker stopped (its {live:,} live cycles kept, nothing landing): "
         f"p50 {after['p50']:.1f} ms, p95 {after['p95']:.1f} ms"
     )
-    print(f"cleaned up: {removed['runs']:,} rows of runs and grades, {removed['cycles']:,} rows of cycles")
+    if args.keep:
+        print(f"kept what the worker landed: {len(landed['ids']):,} runs, {live:,} live cycles")
+    else:
+        print(f"cleaned up: {removed['runs']:,} rows of runs and grades, {removed['cycles']:,} rows of cycles")
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@ Read from stored facts only, in a fixed number of queries whatever the fleet hol
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 from django.db.models import OuterRef, Q, QuerySet, Subquery
@@ -257,30 +258,45 @@ def state_of(
 
 
 def standing(
-    pk: int, enabled: bool, live: list[Cycle], needs: list[dict[str, Any]], paused: str = "", grouped: str = ""
-) -> tuple[str, Cycle | None, dict[str, Any] | None]:
+    pk: int, enabled: bool, live: list[Any], needs: list[dict[str, Any]], paused: str = "", grouped: str = ""
+) -> tuple[str, Any, dict[str, Any] | None]:
     """(the state, the cycle speaking for the entity, its pending card's wait) from the facts read for the fleet.
 
     The state is "" where only the entity's own rows can tell idle from a waiting window (``_idle``): what
-    ``state_of`` says, and what the fleet ranks every entity by without reading it.
+    ``state_of`` says, and what the fleet ranks every entity by without reading it (``rank_state``).
     """
+    card = next((item for item in needs if item["gate"] in CARD_GATES), None)
+    state, primary = rank_state(pk, enabled, live, card is not None, paused, grouped)
+    return state, primary, card if enabled and not paused else None
+
+
+def rank_state(
+    pk: int, enabled: bool, live: list[Any], carded: bool, paused: str = "", grouped: str = ""
+) -> tuple[str, Any]:
+    """(the state, the cycle speaking for the entity) of ``standing``, from whether a decide or retry card of its
+    waits on a person (``carded``): ``live`` are its live cycles, whole or the fleet's plain rows (``live_rows``)."""
     holder = next((c for c in live if c.claim == pk), None)
     primary = holder or (live[-1] if live else None)
     if not enabled:
-        return "off", primary, None
+        return "off", primary
     if paused:
-        return "paused", primary, None
-    card = next((item for item in needs if item["gate"] in CARD_GATES), None)
-    if card is not None:
-        return "waiting_on_you", primary, card
+        return "paused", primary
+    if carded:
+        return "waiting_on_you", primary
     if primary is not None:
         state = PHASE_STATE.get(primary.phase, "analysing")
-        if primary.phase == Cycle.Phase.ANALYSING and primary.window.get("ready") is False:
+        if primary.phase == Cycle.Phase.ANALYSING and _unready(primary):
             state = "window"
-        return state, primary, None
+        return state, primary
     if grouped:
-        return "held", None, None
-    return "", None, None
+        return "held", None
+    return "", None
+
+
+def _unready(cycle: Any) -> bool:
+    """Whether a live cycle's window said it is not ready: read as a flag of the fleet's plain rows (``unready``)."""
+    flag = getattr(cycle, "unready", None)
+    return bool(flag) if flag is not None else cycle.window.get("ready") is False
 
 
 #: The fleet's order, what needs a person first: a state's place here (then the name; states not named last).
@@ -368,13 +384,40 @@ def _waits(entity: Entity) -> dict[str, Any] | None:
 @dataclass
 class Facts:
     """What the fleet reads once for the entities it is about, none of them read whole: a row is built from
-    these for the entities shown."""
+    these for the entities shown.
 
-    live: dict[int, list[Cycle]]
+    ``live`` are each entity's live cycles as plain rows (``live_rows``), oldest first. ``mine`` are each
+    entity's waits, built: every one of them when ``built``; else (the fleet's page) all but its live cycles',
+    which ``waits`` hold unbuilt (a live cycle's id → ``needs_you.cycle_waits``) and a row builds for the
+    cycles it shows (``_build``).
+    """
+
+    live: dict[int, list[Any]]
     paused: dict[int, str]
     found: list[dict[str, Any]]
     mine: dict[int, list[dict[str, Any]]]
     grouped: dict[int, str]
+    built: bool = True
+    waits: dict[int, list[tuple[str, Any, Any]]] = field(default_factory=dict)
+
+    def needs(self, pk: int) -> tuple[bool, bool]:
+        """(whether anything of entity ``pk`` waits on a person, whether a decide or retry card of it does)."""
+        items = self.mine.get(pk, [])
+        carded = any(item["gate"] in CARD_GATES for item in items)
+        needed = bool(items)
+        if not self.built:
+            for cycle in self.live.get(pk, []):
+                for gate, _, _ in self.waits.get(cycle.pk, []):
+                    needed = True
+                    carded = carded or gate == "card"  # ``cycle_waits`` names only decide and retry cards
+        return needed, carded
+
+    def waiting(self) -> int:
+        """How many distinct cycles (and waits of no cycle, as one) of these entities wait on a person."""
+        found = {item["cycleId"] for items in self.mine.values() for item in items}
+        if not self.built:
+            found |= {cycle.pk for cycles in self.live.values() for cycle in cycles if self.waits.get(cycle.pk)}
+        return len(found)
 
 
 #: What the fleet reads of a live cycle (``standing``, ``_live_next``, ``_live_dict``, ``needs_you.cycle_items``,
@@ -437,21 +480,66 @@ def live_cycles(scope: QuerySet[Entity] | None) -> list[Cycle]:
     return read
 
 
-def _facts(scope: QuerySet[Entity], *, now: datetime, whole: bool) -> Facts:
+#: The round columns and the card columns every live cycle's waits read (``needs_you.cycle_waits``).
+_ROUND_PLAIN = tuple(name for name in wait_fields.ROUND_WAIT_FIELDS if name not in ("cycle", "card"))
+
+
+def live_rows(scope: QuerySet[Entity] | None, *, named: bool = False) -> list[SimpleNamespace]:
+    """Every live cycle (of ``scope``'s entities; None: all), oldest first, as a plain row of the columns its
+    waits read (``needs_you.CYCLE_WAIT_FIELDS``, ``pk`` for its id) and ``unready`` (its window said it is not
+    ready: ``rank_state``), with ``rounds`` by number, each a plain row of ``ROUND_WAIT_FIELDS`` with its
+    ``card`` (of ``CARD_WAIT_FIELDS``, or None): two statements, no model row, none of the cycles' JSON.
+
+    What the fleet reads of every live cycle, to rank and count: its rows read whole the cycles they show
+    (``live_cycles``). ``named`` (to build their items: ``needs_you.cycle_items``) gives each its ``entity``
+    (a plain row of ``needs_you.NAMED``, in the same statement) and each card as a ``Card`` of those columns.
+    """
+    from django.db.models import BooleanField, Case, Value, When
+
+    from evolution.models import Round
+    from hitl.models import Card
+
+    cycles = Cycle.objects.exclude(phase=Cycle.Phase.SETTLED)
+    if scope is not None:
+        cycles = cycles.filter(entity__in=scope.values("pk"))
+    unready = Case(When(window__ready=False, then=Value(True)), default=Value(False), output_field=BooleanField())
+    columns = [f"{name}_id" if name == "entity" else name for name in wait_fields.CYCLE_WAIT_FIELDS]
+    names = [f"entity__{name}" for name in wait_fields.NAMED] if named else []
+    read: dict[int, SimpleNamespace] = {}
+    for row in cycles.annotate(unready=unready).order_by("started_at", "id").values(*columns, *names, "unready"):
+        if named:
+            entity = {name: row.pop(f"entity__{name}") for name in wait_fields.NAMED}
+            row["entity"] = SimpleNamespace(pk=entity.pop("id"), **entity)
+        read[row["id"]] = SimpleNamespace(pk=row["id"], **row, rounds=[])
+    if not read:
+        return []
+    carded = [f"card__{name}" for name in wait_fields.CARD_WAIT_FIELDS]
+    rounds = Round.objects.filter(cycle_id__in=list(read)).order_by("cycle_id", "number")
+    for row in rounds.values("cycle_id", "card_id", *_ROUND_PLAIN, *carded):
+        card = {name: row.pop(f"card__{name}") for name in wait_fields.CARD_WAIT_FIELDS}
+        made = (Card(**card) if named else SimpleNamespace(**card)) if row.pop("card_id") is not None else None
+        read[row.pop("cycle_id")].rounds.append(SimpleNamespace(**row, card=made))
+    return list(read.values())
+
+
+def _facts(
+    scope: QuerySet[Entity], *, now: datetime, whole: bool, build: bool = True, rows: list[Any] | None = None
+) -> Facts:
     """The facts of ``scope``'s entities in a fixed number of queries, none reading a grade or every entity.
 
-    The live cycles (rounds and cards), the pauses and holds, the waits on a person (``needs_you.fleet_collect``:
-    only the entities that can raise one are read) and the lock groups a sibling's change holds (only
-    entities that name a group are read).
+    The live cycles as plain rows (``live_rows``; ``rows`` when the caller read them, whole or plain), the
+    pauses and holds, the waits on a person (``needs_you.fleet_collect``: only the entities that can raise one
+    are read) and the lock groups a sibling's change holds (only entities that name a group are read).
+    ``build`` False (the fleet's page) builds no live cycle's wait: each is counted from its plain rows
+    (``Facts.waits``).
     """
     from evolution.steering import needs_you as waits_on
 
-    live: dict[int, list[Cycle]] = {}
-    for cycle in live_cycles(None if whole else scope):
-        live.setdefault(cycle.entity_id, []).append(cycle)
-    every = [c for cycles in live.values() for c in cycles]
-    checks.progress_many(every)  # "checking (3 of 5 pairs graded)": one query for every check in flight
-    read = waits_on.fleet_collect(now, scope, live=every, whole=whole)
+    if rows is None:
+        rows = live_rows(None if whole else scope, named=build)
+    live = _by_entity(rows)
+    read = waits_on.fleet_collect(now, scope, live=rows, whole=whole, items_of_live=build)
+    waits = {} if build else {cycle.pk: waits_on.cycle_waits(cycle, cycle.rounds, now) for cycle in rows}
     mine: dict[int, list[dict[str, Any]]] = {}
     for item in read.found:
         if item["_entity"] is not None:
@@ -460,7 +548,7 @@ def _facts(scope: QuerySet[Entity], *, now: datetime, whole: bool) -> Facts:
     grouped = groups.holders_many(idle) if idle else {}
     # The monthly spend ceiling pauses an idle entity until the month turns (its needs-you item says so).
     spent = {i["_entity"]: i["clause"] for i in read.found if i["gate"] == "budget" and i["_entity"] is not None}
-    return Facts(live, {**spent, **read.held, **read.breaker}, read.found, mine, grouped)
+    return Facts(live, {**spent, **read.held, **read.breaker}, read.found, mine, grouped, build, waits)
 
 
 def _shown(scope: QuerySet[Entity], ids: list[int], *, now: datetime) -> list[Entity]:
@@ -476,30 +564,54 @@ def _shown(scope: QuerySet[Entity], ids: list[int], *, now: datetime) -> list[En
     return with_months([read[pk] for pk in ids if pk in read], now=now)
 
 
-def _build(shown: list[Entity], facts: Facts, *, now: datetime) -> list[dict[str, Any]]:
-    """The rows of ``shown`` (read by ``_shown``): their recent outcomes read for them only."""
+def _build(
+    shown: list[Entity], facts: Facts, *, now: datetime, live: dict[int, list[Cycle]] | None = None
+) -> list[dict[str, Any]]:
+    """The rows of ``shown`` (read by ``_shown``): their live cycles read whole (``live_cycles``; ``live`` when
+    the caller read them) and their recent outcomes, for them only."""
     from evolution.steering import needs_you as waits_on
 
+    running = [e.pk for e in shown if e.pk in facts.live]
+    if live is None:
+        live = _by_entity(live_cycles(Entity.objects.filter(pk__in=running)) if running else [])
+    checks.progress_many([c for pk in running for c in live.get(pk, [])])  # "checking (3 of 5 pairs graded)"
     idle = [e for e in shown if e.loop_enabled and e.pk not in facts.live]
     outcomes = recent_outcomes(idle, now=now)
     looks = next_looks(idle, now=now)
     for e in idle:
         e.next_look = looks.get(e.pk)  # type: ignore[attr-defined]
-    rows = [
-        _row(
-            e,
-            facts.live.get(e.pk, []),
-            outcomes.get(e.pk),
-            now,
-            facts.paused.get(e.pk, ""),
-            waits_on.public(facts.mine.get(e.pk, [])),
-            facts.grouped.get(e.pk, ""),
-        )
-        for e in shown
-    ]
-    for row in rows:
-        row["month"] = economics.month_of_row(row["entity"])  # read with the row (``_shown``), no query
+    rows = []
+    for e in shown:
+        needs = facts.mine.get(e.pk, [])
+        if not facts.built and e.pk in live:  # its live cycles' waits, built from their whole rows
+            needs = _oldest_first(
+                [item for c in live[e.pk] for item in waits_on.cycle_items(c, _live_rounds(c), now)] + needs, now
+            )
+        paused, grouped = facts.paused.get(e.pk, ""), facts.grouped.get(e.pk, "")
+        row = _row(e, live.get(e.pk, []), outcomes.get(e.pk), now, paused, waits_on.public(needs), grouped)
+        row["month"] = economics.month_of_row(e)  # read with the row (``_shown``), no query
+        rows.append(row)
     return rows
+
+
+def _by_entity(cycles: list[Any]) -> dict[int, list[Any]]:
+    """``cycles`` by their entity's id, in their order."""
+    answer: dict[int, list[Any]] = {}
+    for cycle in cycles:
+        answer.setdefault(cycle.entity_id, []).append(cycle)
+    return answer
+
+
+def _oldest_first(items: list[dict[str, Any]], now: datetime) -> list[dict[str, Any]]:
+    """``items`` in ``needs_you.collect``'s order: the oldest wait first, then by gate (a stable sort: an entity's
+    live cycles' items, then its others in the order ``collect`` gave them, keep that order among equals)."""
+    from evolution.steering import needs_you as waits_on
+
+    far = now + timedelta(days=36500)
+    gates = waits_on.GATES
+    return sorted(
+        items, key=lambda i: (i["since"] or far, gates.index(i["gate"]) if i["gate"] in gates else len(gates))
+    )
 
 
 def _gather(
@@ -511,12 +623,13 @@ def _gather(
     """
     from evolution.steering import needs_you as waits_on
 
-    facts = _facts(entities, now=now, whole=whole)
+    cycles = live_cycles(None if whole else entities)  # every entity is shown: its live cycles read whole once
+    facts = _facts(entities, now=now, whole=whole, rows=cycles)
     rows = entities.select_related("waiting_window").defer(*waits_on.UNREAD).order_by("target_kind", "slug")
     shown = list(economics.with_month(_with_last_settle(rows), now=now))
     if not shown and not whole:
         return [], []
-    return _build(shown, facts, now=now), waits_on.public(facts.found)
+    return _build(shown, facts, now=now, live=_by_entity(cycles)), waits_on.public(facts.found)
 
 
 @dataclass
@@ -542,14 +655,15 @@ def ranked(scope: QuerySet[Entity], facts: Facts) -> list[int]:
     Ranked from the facts and one read of every entity's id, name and slug (three short columns): an entity
     nothing stands on ranks with the idle and the waiting windows, which only its own rows tell apart.
     """
+    places = {state: attention(state or "window", [])[1] for state in (*STATES, "")}  # each state's place
 
     def key(row: tuple[int, str, str, bool]) -> tuple[int, int, str, str]:
         pk, name, slug, enabled = row
-        needs = facts.mine.get(pk, [])
-        state, _, _ = standing(
-            pk, enabled, facts.live.get(pk, []), needs, facts.paused.get(pk, ""), facts.grouped.get(pk, "")
+        needed, carded = facts.needs(pk)
+        state, _ = rank_state(
+            pk, enabled, facts.live.get(pk, []), carded, facts.paused.get(pk, ""), facts.grouped.get(pk, "")
         )
-        return (*attention(state or "window", needs), (name or slug).lower(), slug)
+        return (0 if needed else 1, places[state], (name or slug).lower(), slug)
 
     rows = list(scope.values_list("pk", "name", "slug", "loop_enabled"))
     return [row[0] for row in sorted(rows, key=key)]
@@ -559,22 +673,20 @@ def fleet_page(*, query: str = "", page: int = 1, per_page: int = PER_PAGE, now:
     """One page of the fleet: the entities in the loop matching ``query`` (name or id), attention first.
 
     Every matched entity is ranked (``ranked``) from facts that read only what stands on some entity (live
-    cycles, waits, pauses, holds, lock groups); the rows are built for the page only, so the cost of a page
-    follows what waits and the page's size, never the fleet's history nor every entity's terms.
+    cycles as plain rows, waits counted unbuilt, pauses, holds, lock groups); the rows are built for the page
+    only, so the cost of a page follows what waits and the page's size, never the fleet's history nor every
+    entity's terms, nor how many cycles are live.
     """
-    from evolution.steering import needs_you as waits_on
-
     now = now or timezone.now()
     entities = Entity.objects.filter(loop_enabled=True, present=True)
     if query:
         entities = entities.filter(Q(name__icontains=query) | Q(slug__icontains=query))
-    facts = _facts(entities, now=now, whole=False)
+    facts = _facts(entities, now=now, whole=False, build=False)
     order = ranked(entities, facts)
     pages = max(1, -(-len(order) // per_page))
     page = min(max(1, page), pages)
     shown = _shown(entities, order[(page - 1) * per_page : page * per_page], now=now)
-    waiting = {item["cycleId"] for items in facts.mine.values() for item in waits_on.public(items)}
-    return FleetPage(_build(shown, facts, now=now), len(order), page, pages, per_page, len(waiting))
+    return FleetPage(_build(shown, facts, now=now), len(order), page, pages, per_page, facts.waiting())
 
 
 def fleet(*, now: datetime | None = None) -> list[dict[str, Any]]:

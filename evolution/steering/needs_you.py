@@ -581,16 +581,29 @@ class Fleet:
 
 
 def fleet_collect(
-    now: datetime, scope: QuerySet[Entity], *, live: list[Cycle] | None = None, whole: bool = True
+    now: datetime,
+    scope: QuerySet[Entity],
+    *,
+    live: list[Any] | None = None,
+    whole: bool = True,
+    items_of_live: bool = True,
 ) -> Fleet:
     """The waits of ``scope``'s entities (a queryset) without reading every entity, in a fixed number of reads.
 
     The breaker's settles of the whole scope and the policy of the entities with one (two statements), then
     only the entities ``candidates`` names (one), the holds (one), the live cycles (``live``, read here when None), the pending cards and the
     failures. ``whole`` keeps the waits of no entity of ``scope`` too, as ``collect`` does.
+
+    ``items_of_live`` False builds no item of the ``live`` cycles (each need carry only its ``entity_id``, ``claim``
+    and ``phase``): they still claim and run their entities (no window or budget item stands beside them), and
+    their own waits are the caller's to count (``cycle_waits``) or build (``cycle_items``): the fleet's page
+    builds those of the rows it shows only. Handed over without its rounds a cycle raises nothing: each of its
+    waits is a round's.
     """
     from evolution.steering import autonomy, supervision
 
+    if not items_of_live and live is not None:
+        live = [SimpleNamespace(entity_id=c.entity_id, claim=c.claim, phase=c.phase, rounds=[]) for c in live]
     breaker = autonomy.pauses_of(autonomy.settles_in(scope))
     budget = spend.month_refusals_in(scope, now=now)  # one statement: the monthly ceiling (issue 16)
     read = candidates(scope, [*breaker, *budget])
