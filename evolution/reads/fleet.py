@@ -480,19 +480,25 @@ def live_cycles(scope: QuerySet[Entity] | None) -> list[Cycle]:
     return read
 
 
-#: The round columns and the card columns every live cycle's waits read (``needs_you.cycle_waits``).
-_ROUND_PLAIN = tuple(name for name in wait_fields.ROUND_WAIT_FIELDS if name not in ("cycle", "card"))
+#: What the fleet's page reads of every live cycle, its rounds and their cards (``live_rows``): what their waits
+#: read (``needs_you.cycle_waits``, ``core.due``) and its rank (the claim), not what only an item says (when the
+#: change was applied, since when a card or a revert waits, the PRs' addresses): each instant read costs a parse.
+RANK_CYCLE_FIELDS = tuple(name for name in wait_fields.CYCLE_WAIT_FIELDS if name not in ("started_at", "applied_at"))
+RANK_ROUND_FIELDS = tuple(name for name in wait_fields.ROUND_WAIT_FIELDS if name not in ("pr_url", "revert_pr_url",
+                                                                                       "revert_opened_at"))  # fmt: skip
+RANK_CARD_FIELDS = ("id", "kind", "status", "expires_at")
 
 
 def live_rows(scope: QuerySet[Entity] | None, *, named: bool = False) -> list[SimpleNamespace]:
     """Every live cycle (of ``scope``'s entities; None: all), oldest first, as a plain row of the columns its
-    waits read (``needs_you.CYCLE_WAIT_FIELDS``, ``pk`` for its id) and ``unready`` (its window said it is not
-    ready: ``rank_state``), with ``rounds`` by number, each a plain row of ``ROUND_WAIT_FIELDS`` with its
-    ``card`` (of ``CARD_WAIT_FIELDS``, or None): two statements, no model row, none of the cycles' JSON.
+    waits read (``RANK_CYCLE_FIELDS``, ``pk`` for its id) and ``unready`` (its window said it is not ready:
+    ``rank_state``), with ``rounds`` by number, each a plain row of ``RANK_ROUND_FIELDS`` with its ``card`` (of
+    ``RANK_CARD_FIELDS``, or None): two statements, no model row, none of the cycles' JSON.
 
     What the fleet reads of every live cycle, to rank and count: its rows read whole the cycles they show
-    (``live_cycles``). ``named`` (to build their items: ``needs_you.cycle_items``) gives each its ``entity``
-    (a plain row of ``needs_you.NAMED``, in the same statement) and each card as a ``Card`` of those columns.
+    (``live_cycles``). ``named`` (to build their items: ``needs_you.cycle_items``) reads what an item says too
+    (``needs_you.CYCLE_WAIT_FIELDS``, ``ROUND_WAIT_FIELDS``), gives each cycle its ``entity`` (a plain row of
+    ``needs_you.NAMED``, in the same statement) and each card as a ``Card`` of ``CARD_WAIT_FIELDS``.
     """
     from django.db.models import BooleanField, Case, Value, When
 
@@ -503,7 +509,8 @@ def live_rows(scope: QuerySet[Entity] | None, *, named: bool = False) -> list[Si
     if scope is not None:
         cycles = cycles.filter(entity__in=scope.values("pk"))
     unready = Case(When(window__ready=False, then=Value(True)), default=Value(False), output_field=BooleanField())
-    columns = [f"{name}_id" if name == "entity" else name for name in wait_fields.CYCLE_WAIT_FIELDS]
+    fields = wait_fields.CYCLE_WAIT_FIELDS if named else RANK_CYCLE_FIELDS
+    columns = [f"{name}_id" if name == "entity" else name for name in fields]
     names = [f"entity__{name}" for name in wait_fields.NAMED] if named else []
     read: dict[int, SimpleNamespace] = {}
     for row in cycles.annotate(unready=unready).order_by("started_at", "id").values(*columns, *names, "unready"):
@@ -513,12 +520,16 @@ def live_rows(scope: QuerySet[Entity] | None, *, named: bool = False) -> list[Si
         read[row["id"]] = SimpleNamespace(pk=row["id"], **row, rounds=[])
     if not read:
         return []
-    carded = [f"card__{name}" for name in wait_fields.CARD_WAIT_FIELDS]
-    rounds = Round.objects.filter(cycle_id__in=list(read)).order_by("cycle_id", "number")
-    for row in rounds.values("cycle_id", "card_id", *_ROUND_PLAIN, *carded):
-        card = {name: row.pop(f"card__{name}") for name in wait_fields.CARD_WAIT_FIELDS}
+    plain = [name for name in (wait_fields.ROUND_WAIT_FIELDS if named else RANK_ROUND_FIELDS) if name != "card"]
+    plain = ["cycle_id" if name == "cycle" else name for name in plain]
+    carded = [f"card__{name}" for name in (wait_fields.CARD_WAIT_FIELDS if named else RANK_CARD_FIELDS)]
+    rounds = Round.objects.filter(cycle__in=cycles.values("pk")).order_by("cycle_id", "number")
+    for row in rounds.values("card_id", *plain, *carded):
+        card = {name.removeprefix("card__"): row.pop(name) for name in carded}
         made = (Card(**card) if named else SimpleNamespace(**card)) if row.pop("card_id") is not None else None
-        read[row.pop("cycle_id")].rounds.append(SimpleNamespace(**row, card=made))
+        cycle = read.get(row["cycle_id"])
+        if cycle is not None:  # a cycle that went live between the two statements is not ranked
+            cycle.rounds.append(SimpleNamespace(**row, card=made))
     return list(read.values())
 
 
