@@ -443,23 +443,18 @@ LIVE_CYCLE_FIELDS = (
 )
 #: What a live cycle's item names of its entity (``needs_you._item``).
 LIVE_ENTITY_FIELDS = ("entity__id", "entity__slug", "entity__target_kind", "entity__name")
-#: What the fleet reads of a live cycle's round and its card: what the waits read of them (``ROUND_WAIT_FIELDS``,
-#: ``CARD_WAIT_FIELDS``), its relations as their ids and the card's columns through the relation.
-LIVE_ROUND_FIELDS = (
-    *(f"{name}_id" if name in ("cycle", "card") else name for name in wait_fields.ROUND_WAIT_FIELDS),
-    *(f"card__{name}" for name in wait_fields.CARD_WAIT_FIELDS),
-)
 
 
 def live_cycles(scope: QuerySet[Entity] | None) -> list[Cycle]:
     """Every live cycle (of ``scope``'s entities; None: all), oldest first, with its rounds and their cards:
-    only the columns the fleet's rows and waits read, a checking cycle's frozen set too (three statements)."""
-    from django.db.models import Case, JSONField, Prefetch, When
+    only the columns the fleet's rows and waits read, a checking cycle's frozen set too (two statements).
+
+    The rounds are plain rows of ``needs_you.ROUND_WAIT_FIELDS`` with their cards (a ``Card`` of
+    ``CARD_WAIT_FIELDS``), listed on each cycle as ``rounds_read`` (``status._live_rounds``): not model rows
+    and their related managers, which cost a row of the page more than the rest of it."""
+    from django.db.models import Case, JSONField, When
     from django.db.models.fields.json import KT
 
-    from evolution.models import Round
-
-    rounds = Round.objects.select_related("card").only(*LIVE_ROUND_FIELDS).order_by("number")
     cycles = (
         Cycle.objects.exclude(phase=Cycle.Phase.SETTLED)
         .select_related("entity")
@@ -469,7 +464,6 @@ def live_cycles(scope: QuerySet[Entity] | None) -> list[Cycle]:
             frozen_if_checking=Case(When(phase=Cycle.Phase.CHECKING, then="frozen"), output_field=JSONField()),
         )
         .order_by("started_at", "id")
-        .prefetch_related(Prefetch("rounds", queryset=rounds))
     )
     if scope is not None:
         cycles = cycles.filter(entity__in=scope.values("pk"))
@@ -477,7 +471,30 @@ def live_cycles(scope: QuerySet[Entity] | None) -> list[Cycle]:
     for cycle in read:
         if cycle.phase == Cycle.Phase.CHECKING:  # "checking (3 of 5 pairs graded)" counts the frozen set's slots
             cycle.frozen = cycle.frozen_if_checking  # type: ignore[attr-defined]
+    rounds = _plain_rounds([c.pk for c in read], named=True) if read else {}
+    for cycle in read:
+        cycle.rounds_read = rounds.get(cycle.pk, [])  # type: ignore[attr-defined]
     return read
+
+
+def _plain_rounds(cycles: list[int] | QuerySet[Any], *, named: bool) -> dict[int, list[SimpleNamespace]]:
+    """The rounds of ``cycles`` (ids, or a ``values("pk")`` subquery) by their cycle's id, by number, as plain rows:
+    ``named``, of ``needs_you.ROUND_WAIT_FIELDS`` with their card a ``Card`` of ``CARD_WAIT_FIELDS`` (to build
+    items); else of ``RANK_ROUND_FIELDS`` with their card of ``RANK_CARD_FIELDS`` (to count waits). One statement.
+    """
+    from evolution.models import Round
+    from hitl.models import Card
+
+    fields = wait_fields.ROUND_WAIT_FIELDS if named else RANK_ROUND_FIELDS
+    plain = ["cycle_id" if name == "cycle" else name for name in fields if name != "card"]
+    carded = [f"card__{name}" for name in (wait_fields.CARD_WAIT_FIELDS if named else RANK_CARD_FIELDS)]
+    answer: dict[int, list[SimpleNamespace]] = {}
+    rounds = Round.objects.filter(cycle_id__in=cycles).order_by("cycle_id", "number")
+    for row in rounds.values("card_id", *plain, *carded):
+        card = {name.removeprefix("card__"): row.pop(name) for name in carded}
+        made = (Card(**card) if named else SimpleNamespace(**card)) if row.pop("card_id") is not None else None
+        answer.setdefault(row["cycle_id"], []).append(SimpleNamespace(**row, card=made))
+    return answer
 
 
 #: What the fleet's page reads of every live cycle, its rounds and their cards (``live_rows``): what their waits
@@ -502,9 +519,6 @@ def live_rows(scope: QuerySet[Entity] | None, *, named: bool = False) -> list[Si
     """
     from django.db.models import BooleanField, Case, Value, When
 
-    from evolution.models import Round
-    from hitl.models import Card
-
     cycles = Cycle.objects.exclude(phase=Cycle.Phase.SETTLED)
     if scope is not None:
         cycles = cycles.filter(entity__in=scope.values("pk"))
@@ -520,17 +534,20 @@ def live_rows(scope: QuerySet[Entity] | None, *, named: bool = False) -> list[Si
         read[row["id"]] = SimpleNamespace(pk=row["id"], **row, rounds=[])
     if not read:
         return []
-    plain = [name for name in (wait_fields.ROUND_WAIT_FIELDS if named else RANK_ROUND_FIELDS) if name != "card"]
-    plain = ["cycle_id" if name == "cycle" else name for name in plain]
-    carded = [f"card__{name}" for name in (wait_fields.CARD_WAIT_FIELDS if named else RANK_CARD_FIELDS)]
-    rounds = Round.objects.filter(cycle__in=cycles.values("pk")).order_by("cycle_id", "number")
-    for row in rounds.values("card_id", *plain, *carded):
-        card = {name.removeprefix("card__"): row.pop(name) for name in carded}
-        made = (Card(**card) if named else SimpleNamespace(**card)) if row.pop("card_id") is not None else None
-        cycle = read.get(row["cycle_id"])
-        if cycle is not None:  # a cycle that went live between the two statements is not ranked
-            cycle.rounds.append(SimpleNamespace(**row, card=made))
+    rounds = _plain_rounds(cycles.values("pk"), named=named)
+    for cycle in read.values():
+        cycle.rounds = rounds.get(cycle.pk, [])
     return list(read.values())
+
+
+def _as_row(cycle: Cycle) -> SimpleNamespace:
+    """A live cycle read whole (``live_cycles``) as the plain row ``live_rows(named=True)`` reads of it."""
+    columns = {f"{n}_id" if n == "entity" else n: getattr(cycle, f"{n}_id" if n == "entity" else n) for n in
+               wait_fields.CYCLE_WAIT_FIELDS}  # fmt: skip
+    entity = SimpleNamespace(
+        pk=cycle.entity.pk, **{n: getattr(cycle.entity, n) for n in wait_fields.NAMED if n != "id"}
+    )
+    return SimpleNamespace(pk=cycle.pk, **columns, entity=entity, unready=_unready(cycle), rounds=_live_rounds(cycle))
 
 
 def _facts(
@@ -635,7 +652,7 @@ def _gather(
     from evolution.steering import needs_you as waits_on
 
     cycles = live_cycles(None if whole else entities)  # every entity is shown: its live cycles read whole once
-    facts = _facts(entities, now=now, whole=whole, rows=cycles)
+    facts = _facts(entities, now=now, whole=whole, rows=[_as_row(cycle) for cycle in cycles])
     rows = entities.select_related("waiting_window").defer(*waits_on.UNREAD).order_by("target_kind", "slug")
     shown = list(economics.with_month(_with_last_settle(rows), now=now))
     if not shown and not whole:

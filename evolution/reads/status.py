@@ -114,8 +114,12 @@ def _rounds_prefetch() -> Prefetch:
 
 
 def _live_rounds(cycle: Cycle) -> list[Round]:
-    """The cycle's rounds; prefetched ones (the fleet's live cycles) listed once a cycle, not once a call (a row
-    asks for them four or five times: its newest round, its PR round, its waits, each in-flight entry)."""
+    """The cycle's rounds: the plain rows the fleet read with it (``fleet.live_cycles``: ``rounds_read``), or its
+    prefetched ones listed once a cycle, not once a call (a row asks for them four or five times: its newest
+    round, its PR round, its waits, each in-flight entry)."""
+    read = cycle.__dict__.get("rounds_read")
+    if read is not None:
+        return list(read)
     cached = getattr(cycle, "_prefetched_objects_cache", None)
     if not cached or "rounds" not in cached:
         return list(cycle.rounds.all())
