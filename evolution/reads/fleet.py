@@ -32,7 +32,7 @@ from evolution.reads.status import (
 )
 from evolution.steering import groups
 from evolution.steering import needs_you as wait_fields
-from grading.metrics import is_bad
+from grading.metrics import human_rated, is_bad, specs
 from grading.models import Entity
 
 
@@ -105,7 +105,10 @@ def recent_outcomes(entities: Iterable[Entity], *, now: datetime) -> dict[int, l
         return {}
     sizes = {pk: int(_trigger(e)["windowRuns"]) for pk, e in by_id.items()}
     newest = recent.newest_graded(sizes, now=now)
-    ids = [g.execution_id for grades in newest.values() for g in grades]
+    # People's ratings stand over a run's value only on a human-rated metric (``metrics.run_value``): the runs of
+    # entities with none are counted without reading theirs.
+    rated = {pk for pk, e in by_id.items() if any(human_rated(spec) for spec in specs(e.terms or {}).values())}
+    ids = [g.execution_id for pk, grades in newest.items() if pk in rated for g in grades]
     people = people_values(ids) if ids else {}
     answer: dict[int, list[bool]] = {}
     for pk, entity in by_id.items():

@@ -26,6 +26,7 @@ from tests.evolution.loop_helpers import graded, looped
 pytestmark = pytest.mark.django_db
 
 RATED_JUDGE = {"model": "m", "method": "judge", "method_hash": "h", "loop_hash": "", "role_hash": "r"}
+ACCURACY = {"kind": "judged", "direction": "max", "role": "objective", "target": 0.9}
 TONE = {"kind": "judged", "direction": "max", "unit": "score", "human": True, "role": "guard", "target": 0.6}
 
 
@@ -64,17 +65,24 @@ def random_history(entity: Entity, rng: random.Random, user, start) -> None:
             Execution.objects.filter(pk=grade.execution_id).update(
                 awaiting_rating_until=timezone.now() + timedelta(hours=rng.choice([-1, 1]))
             )
-        if rng.random() < 0.2 and "tone" in entity.terms["evaluation"]["metrics"]:
-            value = rng.choice([1, 5])
-            Rating.objects.create(
-                execution_id=grade.execution_id, metric_id="tone", user=user, value=Decimal(value), normalized=value / 5
-            )
+        if "accuracy" in entity.terms["evaluation"]["metrics"]:
+            grade.metrics = {"accuracy": rng.choice([0.5, 0.95])}
+            grade.save(update_fields=["metrics"])
+        for metric_id in ("tone", "accuracy"):  # a rating of a metric people do not rate changes nothing
+            if rng.random() < 0.2 and metric_id in entity.terms["evaluation"]["metrics"]:
+                value = rng.choice([1, 5])
+                Rating.objects.create(execution_id=grade.execution_id, metric_id=metric_id, user=user,
+                                      value=Decimal(value), normalized=value / 5)  # fmt: skip
 
 
 def test_the_batch_read_gives_every_entity_the_trigger_window_after_random_histories(alice):
     rng = random.Random(18)
     start = timezone.now() - timedelta(hours=3)
     entities = [looped(f"plain-{i}") for i in range(8)] + [rated_entity(f"rated-{i}") for i in range(4)]
+    entities += [
+        looped(f"targeted-{i}", evaluation={"metrics": {"accuracy": ACCURACY}}, loop={"threshold": 0.5})
+        for i in range(4)
+    ]
     for entity in entities:
         random_history(entity, rng, alice, start)
     now = timezone.now()
