@@ -339,6 +339,8 @@ def _row(
     """One entity's loop_status entry (see ``loop_status``); ``waits`` are its needs-you items."""
     needs = [item for cycle in live for item in needs_you(cycle)] if waits is None else waits
     state, following, primary = state_of(entity, live, needs, outcomes, now, paused, grouped)
+    in_flight = [_live_dict(c) for c in live]
+    speaking = next((dict(d) for c, d in zip(live, in_flight, strict=True) if c is primary), None)
     return {
         "entity": entity,
         "targetKind": entity.target_kind,
@@ -347,8 +349,8 @@ def _row(
         "enabled": entity.loop_enabled,
         "state": state,
         "stateLabel": STATES[state],
-        "live": _live_dict(primary) if primary is not None else None,
-        "inFlight": [_live_dict(c) for c in live],
+        "live": speaking if speaking is not None or primary is None else _live_dict(primary),
+        "inFlight": in_flight,
         "next": following,
         "needsYou": needs,
         "waits": _waits(entity),
