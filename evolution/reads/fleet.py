@@ -495,9 +495,12 @@ def _plain_rounds(cycles: list[int] | QuerySet[Any], *, named: bool) -> dict[int
     carded = [f"card__{name}" for name in (wait_fields.CARD_WAIT_FIELDS if named else RANK_CARD_FIELDS)]
     answer: dict[int, list[SimpleNamespace]] = {}
     rounds = Round.objects.filter(cycle_id__in=cycles).order_by("cycle_id", "number")
-    for row in rounds.values("card_id", *plain, *carded):
-        card = {name.removeprefix("card__"): row.pop(name) for name in carded}
-        made = (Card(**card) if named else SimpleNamespace(**card)) if row.pop("card_id") is not None else None
+    cards = [name.removeprefix("card__") for name in carded]
+    split = len(plain)
+    for values in rounds.values_list(*plain, *carded, "card_id"):  # tuples: Django's value dicts cost more
+        row = dict(zip(plain, values[:split], strict=True))
+        card = dict(zip(cards, values[split:-1], strict=True))
+        made = (Card(**card) if named else SimpleNamespace(**card)) if values[-1] is not None else None
         answer.setdefault(row["cycle_id"], []).append(SimpleNamespace(**row, card=made))
     return answer
 
@@ -532,7 +535,9 @@ def live_rows(scope: QuerySet[Entity] | None, *, named: bool = False) -> list[Si
     columns = [f"{name}_id" if name == "entity" else name for name in fields]
     names = [f"entity__{name}" for name in wait_fields.NAMED] if named else []
     read: dict[int, SimpleNamespace] = {}
-    for row in cycles.annotate(unready=unready).order_by("started_at", "id").values(*columns, *names, "unready"):
+    keys = [*columns, *names, "unready"]
+    for values in cycles.annotate(unready=unready).order_by("started_at", "id").values_list(*keys):
+        row = dict(zip(keys, values, strict=True))
         if named:
             entity = {name: row.pop(f"entity__{name}") for name in wait_fields.NAMED}
             row["entity"] = SimpleNamespace(pk=entity.pop("id"), **entity)
