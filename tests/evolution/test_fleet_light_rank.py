@@ -187,13 +187,13 @@ def cost(read) -> tuple[int, int]:
 
 
 def test_a_page_of_the_fleet_builds_the_cycles_it_shows_only_at_the_same_statements_as_live_cycles_grow():
-    many_live("few", 6)
+    many_live("few", 12)
     few_page = cost(lambda: fleet.fleet_page(per_page=5))
     few_status = cost(lambda: fleet.loop_status(limit=5))
-    many_live("many", 48)
+    many_live("many", 84)  # eight times the live cycles, as 100 to 800
     many_page = cost(lambda: fleet.fleet_page(per_page=5))
     many_status = cost(lambda: fleet.loop_status(limit=5))
     assert many_page[0] == few_page[0] <= 20 and many_status[0] == few_status[0] <= 20
-    assert many_page[1] <= 5 and many_status[1] <= 5  # the page's live cycles, never the 54 live
+    assert many_page[1] <= 5 and many_status[1] <= 5  # the page's live cycles, never the 96 live
     waiting = {item["cycleId"] for row in fleet.fleet() for item in row["needsYou"]}
-    assert fleet.fleet_page(per_page=5).need_you == len(waiting) == 36  # 18 decide cards, 18 analyses nobody took
+    assert fleet.fleet_page(per_page=5).need_you == len(waiting) == 64  # 32 decide cards, 32 analyses nobody took
