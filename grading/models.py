@@ -302,19 +302,27 @@ class Grade(models.Model):
         return f"grade of {self.execution_id} ({self.status})"
 
     @classmethod
-    def read_only(cls, fields: dict[str, Any], *, entity: Any = None) -> Grade:
+    def read_only(cls, fields: dict[str, Any], *, entity: Any = None, execution: Any = None) -> Grade:
         """A grade of the columns ``fields`` names, as read (never saved), built without the model's per-field
-        construction: a window or a replay builds thousands. Columns left out are absent, not defaulted;
-        ``entity`` is cached as its relation when given."""
-        from django.db.models.base import ModelState
+        construction: a window or a replay builds thousands. Columns left out are absent, not defaulted (read
+        from the database on first use, as a deferred field is); ``entity`` and ``execution`` are cached as its
+        relations when given."""
+        return read_only(cls, fields, entity=entity, execution=execution)
 
-        grade = cls.__new__(cls)
-        state = ModelState()
-        state.adding, state.db = False, "default"
-        if entity is not None:
-            state.fields_cache["entity"] = entity
-        grade.__dict__.update(fields, _state=state)
-        return grade
+
+def read_only(model: type[models.Model], fields: dict[str, Any], **related: Any) -> Any:
+    """A ``model`` row of the columns ``fields`` names, as read, built without the model's per-field construction
+    (see ``Grade.read_only``); each of ``related`` given (not None) is cached as that relation."""
+    from django.db.models.base import ModelState
+
+    row = model.__new__(model)
+    state = ModelState()
+    state.adding, state.db = False, "default"
+    for name, value in related.items():
+        if value is not None:
+            state.fields_cache[name] = value
+    row.__dict__.update(fields, _state=state)
+    return row
 
 
 class SampleDay(models.Model):

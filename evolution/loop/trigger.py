@@ -45,7 +45,7 @@ from evolution.presets.resolve import (
 from evolution.steering import groups
 from evolution.steering.cadence import drop_stale, due, record_window
 from grading.metrics import is_bad
-from grading.models import Entity, Grade
+from grading.models import Entity, Execution, Grade, read_only
 
 log = logging.getLogger(__name__)
 
@@ -142,10 +142,6 @@ def decide_evolve(
     return (window if answer["open"] else None), answer["reason"]
 
 
-#: What the trigger never reads of a landed run (its input, output and trace can be large).
-UNREAD_RUN = ("execution__input", "execution__output", "execution__trace", "execution__error")
-
-
 def on_landed(grade_ids: list[Any], *, now: datetime | None = None) -> int:
     """Hear grades that just settled: hand watched entities' to the watch, open cycles where the rule says.
 
@@ -162,13 +158,41 @@ def on_landed(grade_ids: list[Any], *, now: datetime | None = None) -> int:
         return _on_landed(grade_ids, now=now or timezone.now())
 
 
-def _on_landed(grade_ids: list[Any], *, now: datetime) -> int:
-    grades = list(
+#: What the trigger reads of a landed grade and of its run (the rest is read on first use, as a deferred field).
+LANDED_GRADE = (
+    "execution_id",
+    "entity_id",
+    "status",
+    "graded_at",
+    "score",
+    "passed",
+    "failure_category",
+    "metrics",
+    "judge",
+)
+LANDED_RUN = ("entity_id", "status", "loop_launched", "started_at", "completed_at")
+
+
+def landed_grades(grade_ids: list[Any]) -> list[Grade]:
+    """The graded ones of ``grade_ids`` whose entity is in the loop, oldest graded first, each with its run: the
+    columns the trigger reads (``LANDED_GRADE``, ``LANDED_RUN``) in one statement, built without the models'
+    per-field construction (a batch is a hundred grades and their runs, read on every landing)."""
+    rows = (
         Grade.objects.filter(pk__in=grade_ids, status=Grade.Status.GRADED, entity__loop_enabled=True)
-        .select_related("execution")
-        .defer(*UNREAD_RUN)
         .order_by("graded_at")
+        .values_list(*LANDED_GRADE, *(f"execution__{name}" for name in LANDED_RUN))
     )
+    grades = []
+    width = len(LANDED_GRADE)
+    for row in rows:
+        fields = dict(zip(LANDED_GRADE, row[:width], strict=True))
+        run = read_only(Execution, {"id": fields["execution_id"], **dict(zip(LANDED_RUN, row[width:], strict=True))})
+        grades.append(Grade.read_only(fields, execution=run))
+    return grades
+
+
+def _on_landed(grade_ids: list[Any], *, now: datetime) -> int:
+    grades = landed_grades(grade_ids)
     if not grades:
         return 0  # nothing of an entity in the loop: nothing else is read
     entities = Entity.objects.in_bulk(sorted({g.entity_id for g in grades}))

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from evolution.loop import opening, trigger
 from evolution.models import Cycle, Supervision
+from grading.models import Grade
 from tests.evolution.loop_helpers import graded, history, looped, settled_cycle
 
 pytestmark = pytest.mark.django_db
@@ -196,3 +197,45 @@ def test_a_refusal_already_recorded_under_its_key_is_not_recorded_twice_and_fail
     opening.record_refusals_many(again, origin=Cycle.Origin.GRADE, now=now)
     for entity in (first, second):
         assert refusal_rows(entity) == [("cooldown: rests a while", 1)]
+
+
+def test_the_landed_grades_are_the_rows_the_models_read_and_their_other_columns_are_read_on_first_use():
+    # Issue 18: the trigger builds a batch's grades and their runs without the models' per-field construction.
+    # What it reads equals the model's value; a column it leaves out is read when asked, equal too.
+    entity, other = looped("read"), looped("off", loop={"enabled": False})
+    landed = [graded(entity, bad=k % 2 == 0, at=timezone.now() - timedelta(seconds=5 - k)) for k in range(4)]
+    landed += [graded(other, bad=True), graded(entity, bad=True, status=Grade.Status.FAILED)]
+    landed[1].metrics = {"accuracy": 0.25, "nested": {"a": [1, "2"]}}
+    landed[1].score = 0.5
+    landed[1].failure_category = "wrong label"
+    landed[1].save()
+
+    read = trigger.landed_grades([str(g.pk) for g in reversed(landed)])
+
+    assert [g.pk for g in read] == [g.pk for g in landed[:4]]  # in the loop, graded, oldest graded first
+    for grade in read:
+        model = Grade.objects.select_related("execution").get(pk=grade.pk)
+        for name in (*trigger.LANDED_GRADE, "booked_at", "reason", "criteria", "cost_usd"):
+            assert getattr(grade, name) == getattr(model, name), name
+        for name in ("id", *trigger.LANDED_RUN, "input", "output", "cost_usd", "commit"):
+            assert getattr(grade.execution, name) == getattr(model.execution, name), name
+        assert grade.entity == entity
+
+
+def test_the_batch_windows_are_the_grades_each_landing_reads_alone_with_every_column_it_reads():
+    from evolution.presets.base import outcomes
+    from evolution.presets.repair import graded_window, windows_for
+
+    entity = looped()
+    history(entity, "bgbgg", start=timezone.now() - timedelta(hours=1))
+    batch = [graded(entity, bad=k % 3 == 0, at=timezone.now() - timedelta(seconds=20 - k)) for k in range(8)]
+    batch[0].metrics = {"duration_ms": 90000, "x": [1, {"y": None}]}
+    batch[0].save()
+    now = timezone.now()
+    read = windows_for(trigger.landed_grades([g.pk for g in batch]), {entity.pk: entity}, now=now)
+    for grade in batch:
+        alone = graded_window(entity, through=grade, size=5, now=now)
+        assert outcomes(read[grade.pk], entity.terms) == outcomes(alone, entity.terms)
+        assert [(g.graded_at, g.judge, g.entity_id) for g in read[grade.pk]] == [
+            (g.graded_at, g.judge, g.entity_id) for g in alone
+        ]
