@@ -16,8 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count, F, OuterRef, Q, Subquery, Value
-from django.db.models.functions import Coalesce
+from django.db.models import F, Q, Value
 from django.utils import timezone
 
 from evolution.core import outcomes
@@ -105,34 +104,45 @@ def ceiling_refusal(entity: Entity, *, now: datetime) -> str | None:
     return ceilings_many([entity], now=now).get(entity.pk)
 
 
+#: Each entity's newest settled analysis (when, how) and its analyses started after an instant, in one statement:
+#: correlated subqueries over ``(entity, -started_at)`` and ``(entity, status, -completed_at)`` (``{ids}``: a
+#: placeholder an entity).
+CEILINGS = """
+SELECT e.id,
+    (SELECT c.completed_at FROM evolution_cycle c
+     WHERE c.analysed AND c.entity_id = e.id AND c.completed_at IS NOT NULL ORDER BY c.completed_at DESC LIMIT 1),
+    (SELECT c.status FROM evolution_cycle c
+     WHERE c.analysed AND c.entity_id = e.id AND c.completed_at IS NOT NULL ORDER BY c.completed_at DESC LIMIT 1),
+    (SELECT COUNT(*) FROM evolution_cycle c WHERE c.analysed AND c.entity_id = e.id AND c.started_at > %s)
+FROM grading_entity e WHERE e.id IN ({ids})
+"""
+
+
 def ceilings_many(entities: list[Entity], *, now: datetime) -> dict[int, str]:
     """``ceiling_refusal`` of each of ``entities`` (only the refused are keys), in one query for them all.
 
     Each entity's newest settled analysis and its analyses of the last 24 hours are correlated subqueries
     over ``(entity, -started_at)`` and ``(entity, status, -completed_at)``: the cost follows the entities
-    asked about, not their history.
+    asked about, not their history. The statement is written out (``CEILINGS``), not built by the ORM: a
+    batch of landings asks it every time, and building its three subqueries cost more than running it.
     """
+    from django.db import connection
+
     if not entities:
         return {}
-    analysed = Cycle.objects.filter(entity=OuterRef("pk"), analysed=True)
-    last = analysed.exclude(completed_at=None).order_by("-completed_at")
-    ran = (
-        analysed.filter(started_at__gt=now - timedelta(hours=24))
-        .order_by()
-        .values("entity")
-        .annotate(n=Count("id"))
-        .values("n")
-    )
-    rows = (
-        Entity.objects.filter(pk__in=[e.pk for e in entities])
-        .annotate(
-            last_at=Subquery(last.values("completed_at")[:1]),
-            last_status=Subquery(last.values("status")[:1]),
-            ran=Coalesce(Subquery(ran), 0),
-        )
-        .values_list("pk", "last_at", "last_status", "ran")
-    )
-    facts = {pk: (at, status, n) for pk, at, status, n in rows}
+    ids = sorted({e.pk for e in entities})
+    field = Cycle._meta.get_field("completed_at")
+    column = field.get_col(Cycle._meta.db_table)
+    converters = connection.ops.get_db_converters(column) + field.get_db_converters(connection)
+    since = connection.ops.adapt_datetimefield_value(now - timedelta(hours=24))
+    with connection.cursor() as cursor:
+        cursor.execute(CEILINGS.format(ids=", ".join(["%s"] * len(ids))), [since, *ids])
+        rows = cursor.fetchall()
+    facts = {}
+    for pk, at, status, n in rows:
+        for convert in converters:
+            at = convert(at, column, connection)
+        facts[pk] = (at, status or "", n or 0)
     answers: dict[int, str] = {}
     for entity in entities:
         at, status, n = facts.get(entity.pk, (None, "", 0))

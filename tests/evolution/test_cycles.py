@@ -10,6 +10,7 @@ import time_machine
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from evolution.core import cycles
 from evolution.loop import machine, trigger
 from evolution.models import Cycle
 from tests.evolution.loop_helpers import cycles_of, graded, history, looped, settled_cycle
@@ -141,3 +142,45 @@ def test_two_workers_racing_to_open_make_one_cycle():
     assert sorted(r.opened for r in results) == [False, True]
     assert Cycle.objects.filter(entity=entity, analysed=True).count() == 1
     assert Cycle.objects.filter(claim=entity.pk).count() == 1
+
+
+def test_the_ceilings_of_many_entities_are_each_entitys_own_facts_read_from_its_cycles():
+    # Issue 18: ceilings_many is one written-out statement (the trigger asks it every batch). Its answer is what
+    # each entity's cycles say: the newest settled analysis (a refusal row or an unsettled one never counts) and
+    # the analyses started in the last 24 hours, through ceiling_words.
+    import random
+
+    from evolution.core.cycles import ceiling_words, ceilings_many, loop_terms
+
+    rng = random.Random(18)
+    now = timezone.now()
+    entities = [
+        looped(f"c{i}", loop={"maxAnalysesPerDay": rng.choice([1, 2, 3, None]), "cooldownHours": rng.choice([0, 1, 5])})
+        for i in range(12)
+    ]
+    for entity in entities:
+        for k in range(rng.randrange(5)):
+            started = now - timedelta(hours=rng.uniform(0, 40))
+            settled = rng.random() < 0.7
+            Cycle.objects.create(
+                entity=entity,
+                key=f"r:{entity.pk}:{k}",
+                origin=Cycle.Origin.GRADE,
+                phase=Cycle.Phase.SETTLED if settled else Cycle.Phase.ANALYSING,
+                status=rng.choice([Cycle.Status.VALIDATED, Cycle.Status.REGRESSED]) if settled else "",
+                analysed=rng.random() < 0.8,
+                started_at=started,
+                completed_at=started + timedelta(minutes=rng.randrange(1, 300)) if settled else None,
+                moved_at=started,
+            )
+    answers = ceilings_many(entities, now=now)
+    assert answers  # the draw refuses some
+    for entity in entities:
+        analysed = Cycle.objects.filter(entity=entity, analysed=True)
+        last = analysed.exclude(completed_at=None).order_by("-completed_at").first()
+        ran = analysed.filter(started_at__gt=now - timedelta(hours=24)).count()
+        expected = ceiling_words(
+            loop_terms(entity), last.completed_at if last else None, last.status if last else "", ran, now
+        )
+        assert answers.get(entity.pk, "") == expected
+        assert (cycles.ceiling_refusal(entity, now=now) or "") == expected
