@@ -191,6 +191,37 @@ def landed_grades(grade_ids: list[Any]) -> list[Grade]:
     return grades
 
 
+#: Of each entity (``{ids}``: a placeholder an entity): whether a cycle of it watches a shipped change, whether an
+#: approved idea of it is queued, and the cycle holding its claim.
+LOOP_FACTS = """
+SELECT e.id,
+    EXISTS (SELECT 1 FROM evolution_cycle c WHERE c.entity_id = e.id AND c.phase = %s),
+    EXISTS (SELECT 1 FROM evolution_idea i WHERE i.entity_id = e.id AND i.status = %s AND i.approved),
+    (SELECT c.id FROM evolution_cycle c WHERE c.claim = e.id)
+FROM grading_entity e WHERE e.id IN ({ids})
+"""
+
+
+def loop_facts(entity_ids: list[int]) -> tuple[set[int], set[int], dict[int, int]]:
+    """What a batch asks of its entities' cycles and ideas, in one statement: (the entities whose cycle is watching
+    a shipped change, those with an approved idea queued, {entity: the id of the cycle holding its claim})."""
+    from django.db import connection
+
+    from evolution.models import Idea
+
+    if not entity_ids:
+        return set(), set(), {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            LOOP_FACTS.format(ids=", ".join(["%s"] * len(entity_ids))),
+            [Cycle.Phase.WATCHING.value, Idea.Status.QUEUED.value, *entity_ids],
+        )
+        rows = cursor.fetchall()
+    watched = {pk for pk, watching, _queued, _claim in rows if watching}
+    queued = {pk for pk, _watching, queued, _claim in rows if queued}
+    return watched, queued, {pk: claim for pk, _watching, _queued, claim in rows if claim is not None}
+
+
 def _on_landed(grade_ids: list[Any], *, now: datetime) -> int:
     grades = landed_grades(grade_ids)
     if not grades:
@@ -199,16 +230,9 @@ def _on_landed(grade_ids: list[Any], *, now: datetime) -> int:
     looped = {pk for pk, e in entities.items() if e.loop_enabled}
     if not looped:
         return 0
-    watched = cycles.watching(sorted(looped))
+    watched, queued, claimed = loop_facts(sorted(looped))
     if watched:
         machine.on_grades([g.pk for g in grades if g.entity_id in watched])
-    from evolution.models import Idea
-
-    queued = set(
-        Idea.objects.filter(entity_id__in=sorted(looped), status=Idea.Status.QUEUED, approved=True).values_list(
-            "entity_id", flat=True
-        )
-    )
     considered = [
         g for g in grades if g.entity_id in looped and g.entity_id not in watched and not g.execution.loop_launched
     ]
@@ -236,8 +260,10 @@ def _on_landed(grade_ids: list[Any], *, now: datetime) -> int:
     }
     ready = ready_many(cadenced, now=now) if cadenced else {}
     counted += [g for g in considered if g.entity_id in ready and _is_ready(g, ready[g.entity_id])]
+    # The claims' holders of the counted entities, read whole only when some entity's claim is held.
+    held = sorted({claimed[g.entity_id] for g in counted if g.entity_id in claimed})
     holders: dict[int, Cycle | None] = (
-        {c.claim: c for c in Cycle.objects.filter(claim__in=sorted({g.entity_id for g in counted}))} if counted else {}
+        {c.claim: c for c in Cycle.objects.filter(pk__in=held) if c.claim is not None} if held else {}
     )
     gates: dict[int, str | None] | None = None
     refused: dict[int, list[tuple[str, Any, int]]] = {}

@@ -239,3 +239,40 @@ def test_the_batch_windows_are_the_grades_each_landing_reads_alone_with_every_co
         assert [(g.graded_at, g.judge, g.entity_id) for g in read[grade.pk]] == [
             (g.graded_at, g.judge, g.entity_id) for g in alone
         ]
+
+
+def test_the_batch_reads_its_entities_watches_queued_ideas_and_claims_in_one_statement_as_each_read_says():
+    import random
+
+    from evolution.models import Idea
+
+    rng = random.Random(6)
+    entities = [looped(f"f{i}") for i in range(10)]
+    for i, entity in enumerate(entities):
+        if rng.random() < 0.4:
+            Cycle.objects.create(entity=entity, key=f"w{i}", origin="grade", phase=Cycle.Phase.WATCHING)
+        if rng.random() < 0.4:
+            Cycle.objects.create(
+                entity=entity, key=f"l{i}", origin="grade", phase=Cycle.Phase.ANALYSING, claim=entity.pk
+            )
+        for k in range(rng.randrange(3)):
+            Idea.objects.create(
+                entity=entity,
+                text=f"idea {k}",
+                approved=rng.random() < 0.6,
+                status=rng.choice([Idea.Status.QUEUED, Idea.Status.TAKEN]),
+            )
+    ids = [e.pk for e in entities]
+    with CaptureQueriesContext(connection) as read:
+        watched, queued, claimed = trigger.loop_facts(ids)
+    assert len(read.captured_queries) == 1
+    assert watched == set(
+        Cycle.objects.filter(entity_id__in=ids, phase=Cycle.Phase.WATCHING).values_list("entity_id", flat=True)
+    )
+    assert queued == set(
+        Idea.objects.filter(entity_id__in=ids, status=Idea.Status.QUEUED, approved=True).values_list(
+            "entity_id", flat=True
+        )
+    )
+    assert claimed == {c.claim: c.pk for c in Cycle.objects.filter(claim__in=ids)}
+    assert watched and queued and claimed and len(queued) < len(entities)
