@@ -62,11 +62,15 @@ def decide(
     ready: Any = UNREAD,
     changed: Any = UNREAD_CHANGE,
     past: Any = None,
+    bad: bool | None = None,
+    memo: dict[Any, dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any] | None, str]:
     """Ask whether ``grade`` opens a cycle; return (the window to open on, or None, and the reason).
 
     ``runs`` and ``changed`` are the window a batch read and the lock group's clean base it read it from.
     ``past`` is a replayed history (``evolution.loop.backtest``): the entity's own window() reads it, not the tables.
+    ``bad`` is whether the landed grade is bad when the batch asked already; ``memo`` the batch's outcomes by run
+    id, shared between the windows the preset's own rule reads (``outcomes``).
     """
     terms = cycles.terms_of(entity)
     loop = terms.get("loop") or {}
@@ -81,7 +85,8 @@ def decide(
         return window, "an idea is queued"
     own_rule = entity.loop_module_path and module_function(entity, "should_open") is not None
     own_window = entity.loop_module_path and module_function(entity, "window") is not None
-    if not own_rule and not own_window and not project_rule() and not is_bad(grade, terms):
+    preset_rule = not own_rule and not own_window and not project_rule()
+    if preset_rule and not (is_bad(grade, terms) if bad is None else bad):
         return None, "the run that landed is not bad"
     window = repair_window(entity, terms, anchor=grade, now=now, runs=runs, changed=changed)
     grades = window.pop("_grades")
@@ -93,7 +98,9 @@ def decide(
         return None, "the window names no graded run"
     if not own_window and grades[0].execution_id != grade.execution_id:
         return None, "the landed run is not the newest graded run of its window"
-    answer = ask_should_open(entity, outcomes(grades, terms), trigger_terms(loop))
+    # The batch's outcomes are shared only between windows sliced from the batch's one read (``runs``).
+    shown = outcomes(grades, terms, memo=memo if preset_rule and grades is runs else None)
+    answer = ask_should_open(entity, shown, trigger_terms(loop))
     window["reason"] = answer["reason"] or window["reason"]
     return (window if answer["open"] else None), answer["reason"]
 
@@ -241,12 +248,12 @@ def _on_landed(grade_ids: list[Any], *, now: datetime) -> int:
     # The windows of the bad landings the preset's count decides, and the claims' holders: one read each.
     # A landing the repair preset counts is decided on its window when it is bad; one whose entity (or the
     # project) answers should_open or window() itself is decided on its window whatever it came to.
+    bad: dict[Any, bool] = {}  # whether a landing the preset counts is bad, asked once
+    for g in considered:
+        if g.entity_id not in queued and preset_of(g.entity) == "repair" and preset_counts(g.entity):
+            bad[g.pk] = is_bad(g, g.entity.terms)
     counted = [
-        g
-        for g in considered
-        if g.entity_id not in queued
-        and preset_of(g.entity) == "repair"
-        and (not preset_counts(g.entity) or is_bad(g, g.entity.terms))
+        g for g in considered if g.entity_id not in queued and preset_of(g.entity) == "repair" and bad.get(g.pk, True)
     ]
     # A lock group's clean base, read once per entity of the batch (not per landing).
     bases = {pk: groups.changed_at(entities[pk]) for pk in sorted({g.entity_id for g in counted})}
@@ -267,6 +274,7 @@ def _on_landed(grade_ids: list[Any], *, now: datetime) -> int:
     )
     gates: dict[int, str | None] | None = None
     refused: dict[int, list[tuple[str, Any, int]]] = {}
+    memo: dict[int, dict[Any, dict[str, Any]]] = {}  # each entity's window outcomes by run id, for the preset's rule
     opened = 0
     for grade in considered:
         entity = entities[grade.entity_id]
@@ -289,6 +297,8 @@ def _on_landed(grade_ids: list[Any], *, now: datetime) -> int:
                 runs=runs.get(grade.pk),
                 ready=ready.get(entity.pk, UNREAD),
                 changed=bases[entity.pk] if grade.pk in runs else UNREAD_CHANGE,
+                bad=bad.get(grade.pk),
+                memo=memo.setdefault(entity.pk, {}),
             )
         except Exception as exc:  # noqa: BLE001 - the brain's rule failed: the grade stands, the next one asks again
             log.warning("loop: %s: the trigger withheld run %s: %s", entity, grade.execution_id, exc)

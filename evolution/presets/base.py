@@ -38,19 +38,34 @@ def trigger_terms(loop: dict[str, Any]) -> dict[str, Any]:
     return trigger
 
 
-def outcomes(grades: Iterable[Grade], terms: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each grade as the trigger rule reads it: run id, score, passed, bad, metrics (newest first as given)."""
-    return [
-        {
-            "runId": str(g.execution_id),
-            "overallScore": g.score,
-            "passed": g.passed,
-            "bad": is_bad(g, terms),
-            "metrics": g.metrics,
-            "failureCategory": g.failure_category,
-        }
-        for g in grades
-    ]
+def outcomes(
+    grades: Iterable[Grade], terms: dict[str, Any], *, memo: dict[Any, dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Each grade as the trigger rule reads it: run id, score, passed, bad, metrics (newest first as given).
+
+    ``memo`` (by run id) shares one grade's outcome between the windows of a batch that hold it; only for a rule
+    that reads its window without changing it (the engine's own).
+    """
+    if memo is None:
+        return [_outcome(g, terms) for g in grades]
+    answer = []
+    for g in grades:
+        known = memo.get(g.execution_id)
+        if known is None:
+            known = memo[g.execution_id] = _outcome(g, terms)
+        answer.append(known)
+    return answer
+
+
+def _outcome(g: Grade, terms: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "runId": str(g.execution_id),
+        "overallScore": g.score,
+        "passed": g.passed,
+        "bad": is_bad(g, terms),
+        "metrics": g.metrics,
+        "failureCategory": g.failure_category,
+    }
 
 
 @dataclass

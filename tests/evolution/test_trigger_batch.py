@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from evolution.loop import opening, trigger
 from evolution.models import Cycle, Supervision
+from grading.metrics import is_bad
 from grading.models import Grade
 from tests.evolution.loop_helpers import graded, history, looped, settled_cycle
 
@@ -276,3 +277,46 @@ def test_the_batch_reads_its_entities_watches_queued_ideas_and_claims_in_one_sta
     )
     assert claimed == {c.claim: c.pk for c in Cycle.objects.filter(claim__in=ids)}
     assert watched and queued and claimed and len(queued) < len(entities)
+
+
+def test_each_landing_of_a_batch_is_decided_as_alone_when_the_batch_shares_its_outcomes():
+    # Issue 18: a batch asks is_bad of a landing once and shares each window run's outcome between the windows
+    # that hold it (the preset's own rule). Every landing's answer is the one decide gives it with nothing shared.
+    import random
+
+    from evolution.presets.repair import windows_for
+
+    rng = random.Random(18)
+    entities = [
+        looped(f"m{i}", loop={"trigger": {"windowRuns": rng.choice([3, 5]), "minFailures": 2}}) for i in range(4)
+    ]
+    start = timezone.now() - timedelta(hours=2)
+    for entity in entities:
+        history(entity, "".join(rng.choice("bg") for _ in range(6)), start=start)
+    at = timezone.now() - timedelta(seconds=100)
+    landed = [
+        graded(rng.choice(entities), bad=rng.random() < 0.6, at=at + timedelta(milliseconds=k)).pk for k in range(60)
+    ]
+    grades = trigger.landed_grades(landed)
+    by_pk = {e.pk: e for e in entities}
+    for grade in grades:
+        grade.entity = by_pk[grade.entity_id]
+    now = timezone.now()
+    runs = windows_for(grades, by_pk, now=now, after={e.pk: None for e in entities})
+    memo: dict = {}
+    answers = []
+    for grade in grades:
+        shared = trigger.decide(
+            grade.entity,
+            grade,
+            now=now,
+            runs=runs.get(grade.pk),
+            changed=None,
+            bad=is_bad(grade, grade.entity.terms),
+            memo=memo.setdefault(grade.entity_id, {}),
+        )
+        alone = trigger.decide(grade.entity, grade, now=now, runs=runs.get(grade.pk), changed=None)
+        assert shared == alone
+        answers.append(shared[0] is not None)
+    assert any(answers) and not all(answers)
+    assert any(len(m) for m in memo.values())
