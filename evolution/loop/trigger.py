@@ -165,6 +165,10 @@ def on_landed(grade_ids: list[Any], *, now: datetime | None = None) -> int:
         return _on_landed(grade_ids, now=now or timezone.now())
 
 
+#: What the trigger and an opening never read of a landed grade's entity (its terms are what they read): the
+#: definition's text, its own frontmatter and the provenance of its terms (read on first use if ever asked).
+UNREAD_ENTITY = ("body", "frontmatter", "provenance")
+
 #: What the trigger reads of a landed grade and of its run (the rest is read on first use, as a deferred field).
 LANDED_GRADE = (
     "execution_id",
@@ -233,7 +237,7 @@ def _on_landed(grade_ids: list[Any], *, now: datetime) -> int:
     grades = landed_grades(grade_ids)
     if not grades:
         return 0  # nothing of an entity in the loop: nothing else is read
-    entities = Entity.objects.in_bulk(sorted({g.entity_id for g in grades}))
+    entities = Entity.objects.defer(*UNREAD_ENTITY).in_bulk(sorted({g.entity_id for g in grades}))
     looped = {pk for pk, e in entities.items() if e.loop_enabled}
     if not looped:
         return 0

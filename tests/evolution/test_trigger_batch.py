@@ -320,3 +320,26 @@ def test_each_landing_of_a_batch_is_decided_as_alone_when_the_batch_shares_its_o
         answers.append(shared[0] is not None)
     assert any(answers) and not all(answers)
     assert any(len(m) for m in memo.values())
+
+
+def test_neither_a_refusal_nor_an_opening_reads_what_the_trigger_leaves_unread_of_an_entity(monkeypatch):
+    # Issue 18: the batch reads its entities without their body, frontmatter and provenance (most of a row). An
+    # opening (the judge pin, the freeze, the claim) and a refusal never ask for them: no statement reads them late.
+    from grading.models import Entity
+
+    asked = []
+    real = Entity.refresh_from_db
+
+    def refresh(self, using=None, fields=None, from_queryset=None):
+        asked.append(fields)
+        return real(self, using=using, fields=fields, from_queryset=from_queryset)
+
+    monkeypatch.setattr(Entity, "refresh_from_db", refresh)
+    opens, resting = looped("opens", loop={"group": ["support"]}), looped("resting")
+    for entity in (opens, resting):
+        history(entity, "bggg", start=timezone.now() - timedelta(hours=3))
+    settled_cycle(resting, Cycle.Status.VALIDATED, at=timezone.now() - timedelta(hours=1))
+    assert trigger.on_landed(bad_landings([opens, resting], 2)) == 1
+    assert Cycle.objects.filter(entity=opens, claim=opens.pk).exists()
+    assert refusal_rows(resting)[0][1] == 2
+    assert asked == []
