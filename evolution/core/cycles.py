@@ -105,8 +105,8 @@ def ceiling_refusal(entity: Entity, *, now: datetime) -> str | None:
 
 
 #: Each entity's newest settled analysis (when, how) and its analyses started after an instant, in one statement:
-#: correlated subqueries over ``(entity, -started_at)`` and ``(entity, status, -completed_at)`` (``{ids}``: a
-#: placeholder an entity).
+#: correlated subqueries over ``(entity, -started_at)`` and ``(entity, status, -completed_at)`` (``{ids}``: the
+#: entities, ``among``).
 CEILINGS = """
 SELECT e.id,
     (SELECT c.completed_at FROM evolution_cycle c
@@ -114,8 +114,18 @@ SELECT e.id,
     (SELECT c.status FROM evolution_cycle c
      WHERE c.analysed AND c.entity_id = e.id AND c.completed_at IS NOT NULL ORDER BY c.completed_at DESC LIMIT 1),
     (SELECT COUNT(*) FROM evolution_cycle c WHERE c.analysed AND c.entity_id = e.id AND c.started_at > %s)
-FROM grading_entity e WHERE e.id IN ({ids})
+FROM grading_entity e WHERE e.id {ids}
 """
+
+
+def among(ids: list[Any]) -> tuple[str, list[Any]]:
+    """A written-out statement's "is one of ``ids``" and its parameters: ``= ANY(%s)`` of one array on Postgres (one
+    statement text whatever their number, so the driver converts it once), ``IN (%s, …)`` elsewhere."""
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        return "= ANY(%s)", [list(ids)]
+    return f"IN ({', '.join(['%s'] * len(ids))})", list(ids)
 
 
 def ceilings_many(entities: list[Entity], *, now: datetime) -> dict[int, str]:
@@ -136,7 +146,8 @@ def ceilings_many(entities: list[Entity], *, now: datetime) -> dict[int, str]:
     converters = connection.ops.get_db_converters(column) + field.get_db_converters(connection)
     since = connection.ops.adapt_datetimefield_value(now - timedelta(hours=24))
     with connection.cursor() as cursor:
-        cursor.execute(CEILINGS.format(ids=", ".join(["%s"] * len(ids))), [since, *ids])
+        among_ids, params = among(ids)
+        cursor.execute(CEILINGS.format(ids=among_ids), [since, *params])
         rows = cursor.fetchall()
     facts = {}
     for pk, at, status, n in rows:

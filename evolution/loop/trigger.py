@@ -169,6 +169,10 @@ def on_landed(grade_ids: list[Any], *, now: datetime | None = None) -> int:
 #: definition's text, its own frontmatter and the provenance of its terms (read on first use if ever asked).
 UNREAD_ENTITY = ("body", "frontmatter", "provenance")
 
+#: What the trigger reads of the cycle holding an entity's claim (its refusal's words, a landing's own cycle): the
+#: rest of the row (its window, frozen set, terms and watch, tens of kilobytes) is read on first use if ever asked.
+HOLDER = ("id", "entity_id", "key", "claim", "phase", "status")
+
 #: What the trigger reads of a landed grade and of its run (the rest is read on first use, as a deferred field).
 LANDED_GRADE = (
     "execution_id",
@@ -202,14 +206,14 @@ def landed_grades(grade_ids: list[Any]) -> list[Grade]:
     return grades
 
 
-#: Of each entity (``{ids}``: a placeholder an entity): whether a cycle of it watches a shipped change, whether an
+#: Of each entity (``{ids}``: the entities, ``cycles.among``): whether a cycle of it watches a shipped change, whether an
 #: approved idea of it is queued, and the cycle holding its claim.
 LOOP_FACTS = """
 SELECT e.id,
     EXISTS (SELECT 1 FROM evolution_cycle c WHERE c.entity_id = e.id AND c.phase = %s),
     EXISTS (SELECT 1 FROM evolution_idea i WHERE i.entity_id = e.id AND i.status = %s AND i.approved),
     (SELECT c.id FROM evolution_cycle c WHERE c.claim = e.id)
-FROM grading_entity e WHERE e.id IN ({ids})
+FROM grading_entity e WHERE e.id {ids}
 """
 
 
@@ -223,9 +227,9 @@ def loop_facts(entity_ids: list[int]) -> tuple[set[int], set[int], dict[int, int
     if not entity_ids:
         return set(), set(), {}
     with connection.cursor() as cursor:
+        among_ids, params = cycles.among(entity_ids)
         cursor.execute(
-            LOOP_FACTS.format(ids=", ".join(["%s"] * len(entity_ids))),
-            [Cycle.Phase.WATCHING.value, Idea.Status.QUEUED.value, *entity_ids],
+            LOOP_FACTS.format(ids=among_ids), [Cycle.Phase.WATCHING.value, Idea.Status.QUEUED.value, *params]
         )
         rows = cursor.fetchall()
     watched = {pk for pk, watching, _queued, _claim in rows if watching}
@@ -274,7 +278,7 @@ def _on_landed(grade_ids: list[Any], *, now: datetime) -> int:
     # The claims' holders of the counted entities, read whole only when some entity's claim is held.
     held = sorted({claimed[g.entity_id] for g in counted if g.entity_id in claimed})
     holders: dict[int, Cycle | None] = (
-        {c.claim: c for c in Cycle.objects.filter(pk__in=held) if c.claim is not None} if held else {}
+        {c.claim: c for c in Cycle.objects.filter(pk__in=held).only(*HOLDER) if c.claim is not None} if held else {}
     )
     gates: dict[int, str | None] | None = None
     refused: dict[int, list[tuple[str, Any, int]]] = {}
