@@ -9,6 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from evolution.core import cycles
 from evolution.loop import opening, trigger
 from evolution.models import Cycle, Supervision
 from grading.metrics import is_bad
@@ -335,11 +336,16 @@ def test_neither_a_refusal_nor_an_opening_reads_what_the_trigger_leaves_unread_o
         return real(self, using=using, fields=fields, from_queryset=from_queryset)
 
     monkeypatch.setattr(Entity, "refresh_from_db", refresh)
-    opens, resting = looped("opens", loop={"group": ["support"]}), looped("resting")
-    for entity in (opens, resting):
+    monkeypatch.setattr(Cycle, "refresh_from_db", refresh)  # nor of the cycle holding a claim
+    opens, resting, live = looped("opens", loop={"group": ["support"]}), looped("resting"), looped("live")
+    for entity in (opens, resting, live):
         history(entity, "bggg", start=timezone.now() - timedelta(hours=3))
     settled_cycle(resting, Cycle.Status.VALIDATED, at=timezone.now() - timedelta(hours=1))
-    assert trigger.on_landed(bad_landings([opens, resting], 2)) == 1
+    holder = Cycle.objects.create(
+        entity=live, key="live", origin="grade", phase=Cycle.Phase.MERGE_WAIT, claim=live.pk, window={"runIds": []}
+    )
+    assert trigger.on_landed(bad_landings([opens, resting, live], 2)) == 1
     assert Cycle.objects.filter(entity=opens, claim=opens.pk).exists()
     assert refusal_rows(resting)[0][1] == 2
+    assert refusal_rows(live) == [(cycles.live_refusal(live, holder=holder), 2)]
     assert asked == []
