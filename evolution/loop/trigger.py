@@ -188,21 +188,49 @@ LANDED_GRADE = (
 LANDED_RUN = ("entity_id", "status", "loop_launched", "started_at", "completed_at")
 
 
+#: ``LANDED_GRADE`` and ``LANDED_RUN`` of the graded ones among some grades (``{ids}``: ``cycles.among``) whose entity
+#: is in the loop, oldest graded first.
+LANDED = """
+SELECT {columns}
+FROM grading_grade g JOIN grading_entity n ON n.id = g.entity_id JOIN grading_execution r ON r.id = g.execution_id
+WHERE g.execution_id {ids} AND g.status = %s AND n.loop_enabled
+ORDER BY g.graded_at
+"""
+
+
 def landed_grades(grade_ids: list[Any]) -> list[Grade]:
     """The graded ones of ``grade_ids`` whose entity is in the loop, oldest graded first, each with its run: the
-    columns the trigger reads (``LANDED_GRADE``, ``LANDED_RUN``) in one statement, built without the models'
-    per-field construction (a batch is a hundred grades and their runs, read on every landing)."""
-    rows = (
-        Grade.objects.filter(pk__in=grade_ids, status=Grade.Status.GRADED, entity__loop_enabled=True)
-        .order_by("graded_at")
-        .values_list(*LANDED_GRADE, *(f"execution__{name}" for name in LANDED_RUN))
-    )
+    columns the trigger reads (``LANDED_GRADE``, ``LANDED_RUN``) in one written-out statement, each value through
+    its field's own conversion, built without the models' per-field construction (a batch is a hundred grades
+    and their runs, read on every landing)."""
+    from django.db import connection
+
+    if not grade_ids:
+        return []
+    key = Grade._meta.pk
+    ids = [key.get_db_prep_value(key.to_python(pk), connection) for pk in grade_ids]
+    fields = [(f"g.{name}", Grade._meta.get_field(name)) for name in LANDED_GRADE]
+    fields += [(f"r.{name}", Execution._meta.get_field(name)) for name in LANDED_RUN]
+    converters = []  # (index, column, its conversions) of the columns whose values the database does not give as is
+    for index, (_name, field) in enumerate(fields):
+        column = field.get_col(field.model._meta.db_table)
+        convert = connection.ops.get_db_converters(column) + field.get_db_converters(connection)
+        if convert:
+            converters.append((index, column, convert))
+    among_ids, params = cycles.among(ids)
+    statement = LANDED.format(columns=", ".join(column for column, _ in fields), ids=among_ids)
+    with connection.cursor() as cursor:
+        cursor.execute(statement, [*params, Grade.Status.GRADED.value])
+        rows = cursor.fetchall()
     grades = []
     width = len(LANDED_GRADE)
     for row in rows:
-        fields = dict(zip(LANDED_GRADE, row[:width], strict=True))
-        run = read_only(Execution, {"id": fields["execution_id"], **dict(zip(LANDED_RUN, row[width:], strict=True))})
-        grades.append(Grade.read_only(fields, execution=run))
+        values = list(row)
+        for index, column, convert in converters:
+            for step in convert:
+                values[index] = step(values[index], column, connection)
+        run = read_only(Execution, {"id": values[0], **dict(zip(LANDED_RUN, values[width:], strict=True))})
+        grades.append(Grade.read_only(dict(zip(LANDED_GRADE, values[:width], strict=True)), execution=run))
     return grades
 
 
