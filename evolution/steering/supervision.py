@@ -170,42 +170,52 @@ def _sentence(row: Supervision, group: str = "") -> str:
     return f"held by {row.actor}{where}: {row.reason}"
 
 
+#: The hold standing on each of some entities (``{ids}``: ``cycles.among``): its newest hold-or-release row is a hold.
+OWN_HOLDS = """
+SELECT s.entity_id, s.actor, s.reason FROM evolution_supervision s
+WHERE s.entity_id {ids} AND s.kind = %s AND s.id = (
+    SELECT u.id FROM evolution_supervision u WHERE u.entity_id = s.entity_id AND u.kind IN (%s, %s)
+    ORDER BY u.created_at DESC, u.id DESC LIMIT 1
+)
+"""
+#: The same of some lock groups (rows naming no entity; ``{groups}``: ``cycles.among``).
+GROUP_HOLDS = """
+SELECT s."group", s.actor, s.reason FROM evolution_supervision s
+WHERE s.entity_id IS NULL AND s."group" {groups} AND s.kind = %s AND s.id = (
+    SELECT u.id FROM evolution_supervision u WHERE u.entity_id IS NULL AND u."group" = s."group" AND u.kind IN (%s, %s)
+    ORDER BY u.created_at DESC, u.id DESC LIMIT 1
+)
+"""
+
+
 def holds_many(entities: Iterable[Entity]) -> dict[int, str]:
     """{entity id: "held by <actor>: <reason>"} for each of ``entities`` a hold stands on, in at most two queries.
 
     An entity's own hold comes first; else the first held group it is in
     ("held by <actor> (lock group <id>): <reason>"). Membership is read from
-    the entities' terms as given (the last sync's).
+    the entities' terms as given (the last sync's). Both statements are written out (``OWN_HOLDS``,
+    ``GROUP_HOLDS``): the trigger asks them every batch of landings.
     """
+    from django.db import connection
+
+    from evolution.core.cycles import among
+
     entities = list(entities)
     if not entities:
         return {}
-    newest_of_entity = (
-        Supervision.objects.filter(entity_id=OuterRef("entity_id"), kind__in=_STANDING)
-        .order_by("-created_at", "-id")
-        .values("pk")[:1]
-    )
-    own = {
-        row.entity_id: row
-        for row in Supervision.objects.filter(
-            entity_id__in=[e.pk for e in entities], kind=Supervision.Kind.HOLD, pk=Subquery(newest_of_entity)
-        )
-    }
+    kinds = [Supervision.Kind.HOLD.value, Supervision.Kind.HOLD.value, Supervision.Kind.RELEASE.value]
+    ids, params = among(sorted({e.pk for e in entities}))
+    with connection.cursor() as cursor:
+        cursor.execute(OWN_HOLDS.format(ids=ids), [*params, *kinds])
+        own = {pk: Supervision(actor=actor, reason=reason) for pk, actor, reason in cursor.fetchall()}
     joined = {e.pk: groups_of(e) for e in entities if e.pk not in own}
     wanted = sorted({g for groups in joined.values() for g in groups})
     held_groups: dict[str, Supervision] = {}
     if wanted:
-        newest_of_group = (
-            Supervision.objects.filter(entity__isnull=True, group=OuterRef("group"), kind__in=_STANDING)
-            .order_by("-created_at", "-id")
-            .values("pk")[:1]
-        )
-        held_groups = {
-            row.group: row
-            for row in Supervision.objects.filter(
-                entity__isnull=True, group__in=wanted, kind=Supervision.Kind.HOLD, pk=Subquery(newest_of_group)
-            )
-        }
+        names, params = among(wanted)
+        with connection.cursor() as cursor:
+            cursor.execute(GROUP_HOLDS.format(groups=names), [*params, *kinds])
+            held_groups = {group: Supervision(actor=actor, reason=reason) for group, actor, reason in cursor.fetchall()}
     answer = {pk: _sentence(row) for pk, row in own.items()}
     for pk, groups in joined.items():
         group = next((g for g in groups if g in held_groups), None)
