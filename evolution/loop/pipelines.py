@@ -38,6 +38,29 @@ def served_pipeline(pipeline: str) -> Entity | None:
     return None
 
 
+#: The path and frontmatter of each present, loading pipeline scenario of one slug, by id (``served_pipeline``'s).
+CANDIDATES = """
+SELECT pipeline_path, frontmatter FROM grading_entity
+WHERE kind = %s AND target_kind = %s AND present AND load_error = '' AND pipeline_path <> '' AND slug = %s
+ORDER BY id
+"""
+
+
+def serves(pipeline: str) -> bool:
+    """Whether ``served_pipeline(pipeline)`` finds a pipeline, without building its entity (the gates ask it every
+    batch of landings): one written-out statement of the candidates' path and frontmatter."""
+    from django.db import connection
+
+    decode = Entity._meta.get_field("frontmatter").from_db_value
+    with connection.cursor() as cursor:
+        cursor.execute(CANDIDATES, [Entity.Kind.PIPELINE.value, Entity.TargetKind.SCENARIO.value, pipeline])
+        rows = cursor.fetchall()
+    return any(
+        stem_of(path) == pipeline and (decode(frontmatter, None, None) or {}).get("enabled") is not False
+        for path, frontmatter in rows
+    )
+
+
 def refusal_sentence(pipeline: str) -> str:
     return f"loop.proposer.pipeline: {pipeline} names no pipeline this brain serves"
 
@@ -45,6 +68,6 @@ def refusal_sentence(pipeline: str) -> str:
 def refusal(entity: Entity) -> str | None:
     """Return the sentence when ``loop.proposer.pipeline`` names no pipeline the brain serves; None when it does or is null."""
     pipeline = pipeline_id(entity)
-    if pipeline is None or served_pipeline(pipeline) is not None:
+    if pipeline is None or serves(pipeline):
         return None
     return refusal_sentence(pipeline)

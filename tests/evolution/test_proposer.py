@@ -297,3 +297,30 @@ def test_the_entity_taking_the_agent_back_with_null_is_asked_as_the_agent(agent)
     subject = looped(manifest={"loop": {"proposer": {"pipeline": "writer"}}}, loop={"proposer": {"pipeline": None}})
     cycle, rnd = cycle_and_round(subject)
     assert propose(cycle, rnd, brief()).author == "agent:engine-model"
+
+
+@pytest.mark.parametrize(
+    ("fields", "frontmatter", "served"),
+    [
+        ({}, {}, True),
+        ({}, {"enabled": False}, False),
+        ({}, {"enabled": True}, True),
+        ({"load_error": "broken"}, {}, False),
+        ({"present": False}, {}, False),
+        ({"pipeline_path": "features/writer/other.pipeline.py"}, {}, False),
+        ({"pipeline_path": ""}, {}, False),
+    ],
+)
+def test_the_gates_cheap_serves_answers_as_served_pipeline(fields, frontmatter, served):
+    # Issue 18: the gates ask whether a pipeline is served every batch of landings, through one written-out read.
+    from evolution.loop.pipelines import served_pipeline, serves
+
+    make_entity(
+        "writer",
+        kind="pipeline",
+        evaluation={"enabled": False},
+        **{"pipeline_path": "features/writer/writer.pipeline.py", **fields},
+    )
+    Entity.objects.filter(slug="writer").update(frontmatter={"name": "writer", **frontmatter})
+    assert serves("writer") is (served_pipeline("writer") is not None) is served
+    assert serves("ghost") is False
