@@ -303,7 +303,7 @@ def _on_landed(grade_ids: list[Any], *, now: datetime) -> int:
     }
     ready = ready_many(cadenced, now=now) if cadenced else {}
     counted += [g for g in considered if g.entity_id in ready and _is_ready(g, ready[g.entity_id])]
-    # The claims' holders of the counted entities, read whole only when some entity's claim is held.
+    # The claims' holders of the counted entities (the columns the trigger asks of them), read only when one is held.
     held = sorted({claimed[g.entity_id] for g in counted if g.entity_id in claimed})
     holders: dict[int, Cycle | None] = (
         {c.claim: c for c in Cycle.objects.filter(pk__in=held).only(*HOLDER) if c.claim is not None} if held else {}
