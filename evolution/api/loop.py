@@ -60,7 +60,9 @@ class LoopStatus(APIView):
         parameters=[
             *TARGET,
             OpenApiParameter(
-                "limit", OpenApiTypes.INT, description="Entities per page of the fleet: 1-100, default 100."
+                "limit",
+                OpenApiTypes.INT,
+                description="Entities per page of the fleet: 1-100, default 50 (the dashboard's page).",
             ),
             OpenApiParameter("cursor", OpenApiTypes.STR, description="A previous page's nextCursor."),
         ],

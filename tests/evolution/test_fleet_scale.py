@@ -94,3 +94,10 @@ def test_loop_status_pages_the_fleet_by_its_cursor_and_refuses_a_bad_page(web):
     for query, named in (("limit=0", "limit: "), ("limit=101", "limit: "), ("cursor=nonsense", "cursor: ")):
         response = web.get(f"/api/loop/status/?{query}")
         assert response.status_code == 400 and response.json()["detail"].startswith(named), query
+
+
+def test_loop_status_answers_the_fleet_a_page_of_the_dashboards_size_unless_asked_for_more(web):
+    idle_fleet(fleet.PER_PAGE + 1, 0)
+    body = web.get("/api/loop/status/").json()
+    assert len(body["entities"]) == fleet.PER_PAGE and body["nextCursor"]
+    assert len(web.get("/api/loop/status/?limit=100").json()["entities"]) == fleet.PER_PAGE + 1
