@@ -76,12 +76,12 @@ def test_the_thread_has_its_own_database_connection_closed_when_it_returns():
         theirs = connections["default"]
         with theirs.cursor() as cursor:
             cursor.execute("SELECT 1")
-        seen["connection"] = id(theirs.connection)
+        seen["connection"] = theirs.connection  # held, so its address is not reused by the next connection
         return theirs
 
     theirs = deadline.call(reads, path="c.loop.py", name="measure", seconds=5)
     connection.ensure_connection()
-    assert seen["connection"] != id(connection.connection)
+    assert seen["connection"] is not connection.connection
     assert theirs.connection is None  # closed at the end of the call
 
 
