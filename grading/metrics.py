@@ -199,6 +199,11 @@ def missed_targets(grade: Grade, terms: Mapping[str, Any], ratings: Mapping[str,
     ]
 
 
+#: What ``is_bad`` reads of a grade (with the entity's terms and people's ratings): the loop's windows, the trigger
+#: and the fleet read these columns alone.
+OUTCOME_FIELDS = ("entity_id", "status", "graded_at", "score", "passed", "failure_category", "metrics", "judge")
+
+
 def is_bad(grade: Grade, terms: Mapping[str, Any], ratings: Mapping[str, float] | None = None) -> bool:
     """Return True when a graded run is bad for the repair trigger and watch.
 

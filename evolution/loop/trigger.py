@@ -31,7 +31,7 @@ from evolution.models import Cycle
 from evolution.presets import evolve
 from evolution.presets.base import RuleError, outcomes, trigger_terms
 from evolution.presets.ready import ready_at as ready_many
-from evolution.presets.repair import UNREAD_CHANGE, repair_window, windows_for
+from evolution.presets.repair import UNREAD_CHANGE, WINDOW_COLUMNS, repair_window, windows_for
 from evolution.presets.resolve import (
     ask_should_open,
     ask_window,
@@ -174,17 +174,7 @@ UNREAD_ENTITY = ("body", "frontmatter", "provenance")
 HOLDER = ("id", "entity_id", "key", "claim", "phase", "status")
 
 #: What the trigger reads of a landed grade and of its run (the rest is read on first use, as a deferred field).
-LANDED_GRADE = (
-    "execution_id",
-    "entity_id",
-    "status",
-    "graded_at",
-    "score",
-    "passed",
-    "failure_category",
-    "metrics",
-    "judge",
-)
+LANDED_GRADE = WINDOW_COLUMNS
 LANDED_RUN = ("entity_id", "status", "loop_launched", "started_at", "completed_at")
 
 

@@ -31,13 +31,14 @@ from evolution.presets import readings as R
 from evolution.presets.base import EVOLVE, UNIT, Answer, ComparatorFault, Observed, trigger_terms
 from evolution.steering import groups
 from grading.cards import observed
+from grading.metrics import OUTCOME_FIELDS
 from grading.models import Entity, Grade
 from grading.pin import comparable_text, judge_text
 
 #: The most graded runs one evolve window holds (the seed's "engine's window bound"; docs/decisions.md).
 WINDOW_BOUND = 1000
 #: What the trigger and the brief read of a window's grades.
-WINDOW_FIELDS = ("entity_id", "status", "graded_at", "score", "passed", "failure_category", "metrics", "judge")
+WINDOW_FIELDS = OUTCOME_FIELDS
 
 
 # --- The window ------------------------------------------------------------------------------

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import json
+import uuid
 from bisect import bisect_right
 from datetime import datetime
 from typing import Any
@@ -21,24 +23,14 @@ from evolution.presets.base import COUNT, UNIT, Answer, Observed, record, trigge
 from evolution.steering import groups
 from evolution.steering.supervision import groups_of
 from grading.cards import observed
-from grading.metrics import is_bad
+from grading.metrics import OUTCOME_FIELDS, is_bad
 from grading.models import Entity, Grade
 
 #: ``repair_window`` not told the clean base the batch read from: it reads it.
 UNREAD_CHANGE: Any = object()
 
 #: What the rule reads of a window's grades (``outcomes``, ``is_bad``): the rest of the rows is left unread.
-WINDOW_FIELDS = (
-    "entity_id",
-    "status",
-    "graded_at",
-    "score",
-    "passed",
-    "failure_category",
-    "metrics",
-    "judge",
-    "execution__loop_launched",
-)
+WINDOW_FIELDS = (*OUTCOME_FIELDS, "execution__loop_launched")
 
 
 def graded_window(
@@ -162,36 +154,39 @@ def _lateral_windows(
 
 
 #: The columns a window's grade is read with, in ``LATERAL_WINDOWS``'s order.
-WINDOW_COLUMNS = (
-    "execution_id",
-    "entity_id",
-    "status",
-    "graded_at",
-    "score",
-    "passed",
-    "failure_category",
-    "metrics",
-    "judge",
-)
+WINDOW_COLUMNS = ("execution_id", *OUTCOME_FIELDS)
 
 
-def window_grades(rows: list[tuple[Any, ...]]) -> list[Grade]:
-    """Grades of ``WINDOW_COLUMNS`` rows as Postgres returns them (JSON as text), built without the model's
-    per-field construction (``Grade.read_only``): a batch's windows hold a hundred rows or more. The other
-    columns are read on first use, as the deferred fields of the ``Grade.objects.raw`` this replaced were."""
-    decode = Grade._meta.get_field("metrics").from_db_value
+def window_grades(rows: list[tuple[Any, ...]], *, share_text: bool = False) -> list[Grade]:
+    """Grades of ``WINDOW_COLUMNS`` rows (JSON as text, a run id as the database gives it), built without the
+    model's per-field construction (``Grade.read_only``): a batch's windows, or a page's, hold hundreds of rows.
+    The other columns are read on first use, as deferred fields. With ``share_text`` each distinct metrics or
+    judge text is decoded once (most runs share their judge) and grades with the same text share one value: only
+    for a reader that never hands them on (the fleet's ``is_bad``); a window a brain's code may be given decodes
+    its own."""
+    decoded: dict[str, Any] = {}
+
+    def value(raw: Any) -> Any:
+        if not isinstance(raw, str):
+            return raw
+        if not share_text:
+            return json.loads(raw)
+        if raw not in decoded:
+            decoded[raw] = json.loads(raw)
+        return decoded[raw]
+
     return [
         Grade.read_only(
             {
-                "execution_id": execution_id,
+                "execution_id": execution_id if isinstance(execution_id, uuid.UUID) else uuid.UUID(str(execution_id)),
                 "entity_id": entity_id,
                 "status": status,
                 "graded_at": graded_at,
                 "score": score,
                 "passed": passed,
                 "failure_category": category,
-                "metrics": decode(metrics, None, None),
-                "judge": decode(judge, None, None),
+                "metrics": value(metrics),
+                "judge": value(judge),
             }
         )
         for execution_id, entity_id, status, graded_at, score, passed, category, metrics, judge in rows

@@ -19,20 +19,16 @@ window read per entity).
 
 from __future__ import annotations
 
-import json
-import uuid
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
 
 from django.db import connection
 
+from evolution.presets.repair import WINDOW_COLUMNS, window_grades
 from grading.models import Entity, Grade
 
 #: The columns ``is_bad`` reads (with the entity's terms and people's ratings).
-COLUMNS = "gg.execution_id, gg.entity_id, gg.status, gg.graded_at, gg.score, gg.passed, gg.failure_category, " + (
-    "gg.metrics, gg.judge"
-)
+COLUMNS = ", ".join(f"gg.{name}" for name in WINDOW_COLUMNS)
 
 #: One entity's runs the window counts (the rules of ``evolution.presets.repair.graded_window``).
 WHERE = (
@@ -74,7 +70,7 @@ def newest_graded(sizes: dict[int, int], *, now: datetime) -> dict[int, list[Gra
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(LATERAL, [ids, [sizes[pk] for pk in ids], graded, now])
-            rows = _grades(cursor.fetchall())
+            rows = window_grades(cursor.fetchall(), share_text=True)
     else:
         for start in range(0, len(ids), CHUNK):
             chunk = ids[start : start + CHUNK]
@@ -88,38 +84,6 @@ def newest_graded(sizes: dict[int, int], *, now: datetime) -> dict[int, list[Gra
         answer[grade.entity_id].append(grade)
     for grades in answer.values():
         grades.sort(key=lambda g: (g.graded_at, str(g.execution_id)), reverse=True)
-    return answer
-
-
-def _grades(rows: list[tuple[Any, ...]]) -> list[Grade]:
-    """Grades from the ``COLUMNS`` of ``rows`` without the model's per-field construction (a page's windows hold
-    hundreds): each distinct metrics or judge text decoded once (most runs share their judge), so grades
-    with the same text share one value: they are read (``is_bad``), never written back."""
-    decoded: dict[str, Any] = {}
-
-    def value(raw: Any) -> Any:
-        if not isinstance(raw, str):
-            return raw
-        if raw not in decoded:
-            decoded[raw] = json.loads(raw)
-        return decoded[raw]
-
-    answer = []
-    for execution_id, entity_id, status, graded_at, score, passed, category, metrics, judge in rows:
-        grade = Grade.read_only(
-            {
-                "execution_id": execution_id if isinstance(execution_id, uuid.UUID) else uuid.UUID(str(execution_id)),
-                "entity_id": entity_id,
-                "status": status,
-                "graded_at": graded_at,
-                "score": score,
-                "passed": passed,
-                "failure_category": category,
-                "metrics": value(metrics),
-                "judge": value(judge),
-            }
-        )
-        answer.append(grade)
     return answer
 
 
