@@ -129,3 +129,25 @@ def test_the_admin_lists_cards_read_only(client, alice):
     page = client.get(f"/admin/hitl/card/{card.pk}/change/").content.decode()
     assert 'name="title"' not in page, "not editable"
     assert client.get("/admin/hitl/telegramuser/add/").status_code == 200
+
+
+def test_the_inbox_count_is_counted_only_where_a_page_shows_it(signed_in, handler):
+    """The navigation's count is read when a template shows it: the fleet's HTMX table (every 10 s) sends no
+    count of the pending cards; its whole page shows the count as before."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    make_card(key="decide:k1")
+
+    def counts(**headers):
+        with CaptureQueriesContext(connection) as seen:
+            response = signed_in.get("/evolution/", **headers)
+        assert response.status_code == 200
+        return response.content.decode(), [q["sql"] for q in seen if "COUNT(*)" in q["sql"] and "hitl_card" in q["sql"]]
+
+    page, sent = counts()
+    assert 'Inbox<span id="inbox-count"> (1)</span>' in page
+    assert len(sent) == 1
+    table, sent = counts(HTTP_HX_REQUEST="true")
+    assert "inbox-count" not in table
+    assert sent == []
