@@ -37,12 +37,20 @@ class Columns:
         return converted
 
 
-def columns(fields: list[tuple[str, type[Model], str]], *, extra: tuple[str, ...] = ()) -> Columns:
+def columns(
+    fields: list[tuple[str, type[Model], str]], *, extra: tuple[str, ...] = (), instead: dict[str, str] | None = None
+) -> Columns:
     """The select list of ``fields``, each (a table's alias in the statement, its model, a field's name), then
-    ``extra`` (expressions read as the database gives them), with the conversions of the fields that need one."""
+    ``extra`` (expressions read as the database gives them), with the conversions of the fields that need one.
+
+    ``instead`` reads an expression in a field's place (by the field's name), as the database gives it: what a
+    reader asks of a column without reading it whole (whether a JSON document is empty, say)."""
     quote = connection.ops.quote_name
     parts, steps = [], []
     for index, (alias, model, name) in enumerate(fields):
+        if instead and name in instead:
+            parts.append(instead[name])
+            continue
         field: Field[Any, Any] = model._meta.get_field(name)  # type: ignore[assignment]
         parts.append(f"{alias}.{quote(field.column)}")
         column = field.get_col(model._meta.db_table)

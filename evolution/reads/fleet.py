@@ -492,6 +492,7 @@ def _plain_rounds(cycles: list[int] | QuerySet[Any], *, named: bool) -> dict[int
     items); else of ``RANK_ROUND_FIELDS`` with their card of ``RANK_CARD_FIELDS`` (to count waits). One written-out
     statement (``ROUNDS``): ids are one array on Postgres (``cycles.among``), a subquery is read as written.
 
+    A round's ``brief`` is whether it is written (``BRIEF_WRITTEN``), not the documents: the waits read no more.
     Each round is a named tuple (``_row_type``) of its columns (``cycle_id`` for its cycle) and ``card``: a row of
     the fleet's page for every live cycle, where a model row or a namespace built from a dict cost more than the
     read."""
@@ -505,7 +506,8 @@ def _plain_rounds(cycles: list[int] | QuerySet[Any], *, named: bool) -> dict[int
     read = written.columns(
         [("r", Round, "cycle" if name == "cycle_id" else name) for name in plain]
         + [("k", Card, name) for name in carded]
-        + [("r", Round, "card")]
+        + [("r", Round, "card")],
+        instead={"brief": BRIEF_WRITTEN.get(connection.vendor, BRIEF_WRITTEN["sqlite"])},
     )
     if isinstance(cycles, QuerySet):
         subquery, params = cycles.order_by().query.sql_with_params()
@@ -530,6 +532,12 @@ def _plain_rounds(cycles: list[int] | QuerySet[Any], *, named: bool) -> dict[int
     return answer
 
 
+#: Whether a round's brief is written (not the empty document a round starts with, ``Round.brief``'s default):
+#: all that is read of it (``core.due``: an analysis is due while it is empty), not the documents themselves.
+BRIEF_WRITTEN = {
+    "postgresql": "COALESCE(r.brief <> '{}'::jsonb, FALSE)",
+    "sqlite": "COALESCE(json(r.brief) <> '{}', 0)",
+}
 #: Rounds of some cycles (``{cycles}``) with their cards, by cycle and number (``_plain_rounds``).
 ROUNDS = """
 SELECT {columns} FROM evolution_round r LEFT OUTER JOIN hitl_card k ON k.id = r.card_id

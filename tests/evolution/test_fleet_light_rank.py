@@ -49,7 +49,9 @@ def live_shapes(rng: random.Random, prefix: str, n: int) -> None:
             cycle = make_cycle(entity, phase=Cycle.Phase.ANALYSING, at=now - timedelta(minutes=rng.randint(1, 300)))
             Cycle.objects.filter(pk=cycle.pk).update(window={"ready": rng.random() < 0.5, "reason": "2 of 5 runs"})
             if rng.random() < 0.5:
-                make_round(cycle, status=Round.Status.ANALYSING, summary="", files=[])
+                rnd = make_round(cycle, status=Round.Status.ANALYSING, summary="", files=[])
+                brief = rng.choice([{}, {"_claimed": now.isoformat()}, {"summary": "a brief", "files": ["a.md"]}])
+                Round.objects.filter(pk=rnd.pk).update(brief=brief)  # an analysis due, claimed, or written
         elif shape == "stuck":
             cycle = make_cycle(entity, phase=Cycle.Phase.APPLYING)
             make_round(cycle, status=Round.Status.ACCEPTED)
@@ -111,7 +113,9 @@ def test_the_plain_rows_of_the_live_cycles_equal_them_read_whole_with_their_wait
             for plain, model in zip(row.rounds, rounds, strict=True):
                 for name in needs_you.ROUND_WAIT_FIELDS if named else fleet.RANK_ROUND_FIELDS:
                     column = {"cycle": "cycle_id", "card": "card_id"}.get(name, name)
-                    if name != "card":
+                    if name == "brief":  # whether it is written: all the waits read of it
+                        assert plain.brief is bool(model.brief) or plain.brief == bool(model.brief), model.pk
+                    elif name != "card":
                         assert getattr(plain, column) == getattr(model, column), (model.pk, name)
                 assert (plain.card is None) == (model.card is None)
                 for name in needs_you.CARD_WAIT_FIELDS if named else fleet.RANK_CARD_FIELDS:
