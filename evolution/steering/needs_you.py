@@ -316,7 +316,7 @@ def window_item(entity: Entity, row: Any, now: datetime) -> dict[str, Any] | Non
     return None
 
 
-def _failure_item(cycle: Cycle) -> dict[str, Any]:
+def _failure_item(cycle: Any) -> dict[str, Any]:
     url = absolute(cycle_path(cycle.pk))
     return _item(
         "failure",
@@ -451,13 +451,19 @@ def _unread_failures() -> QuerySet[Cycle]:
     return unread() if unread is not None else Cycle.objects.filter(status=Cycle.Status.FAILED)
 
 
-def _failures(entity_ids: list[int] | QuerySet[Any] | None) -> list[Cycle]:
-    """Failed cycles nobody dismissed (``supervision.failures_unread``), with their entities."""
+def _failures(entity_ids: list[int] | QuerySet[Any] | None) -> list[SimpleNamespace]:
+    """Failed cycles nobody dismissed (``supervision.failures_unread``), with their entities: plain rows of what
+    a failure's item reads (``pk``, ``completed_at``, ``reason``; the entity's ``NAMED``, ``pk`` for its id), in
+    one statement and no model row (every page of the fleet lists them)."""
     failed = _unread_failures()
     if entity_ids is not None:
         failed = failed.filter(entity_id__in=entity_ids)
-    named = (f"entity__{name}" for name in NAMED)
-    return list(failed.select_related("entity").only("id", "entity", "completed_at", "reason", *named))
+    named = [f"entity__{name}" for name in NAMED]
+    rows = []
+    for pk, completed_at, reason, entity_id, *entity in failed.values_list("pk", "completed_at", "reason", *named):
+        named_entity = SimpleNamespace(pk=entity_id, **dict(zip(NAMED[1:], entity, strict=True)))
+        rows.append(SimpleNamespace(pk=pk, completed_at=completed_at, reason=reason, entity=named_entity))
+    return rows
 
 
 def collect(
