@@ -476,6 +476,7 @@ def collect(
     whole: bool = True,
     scope: QuerySet[Entity] | None = None,
     budget: dict[int, str] | None = None,
+    unbuilt: Iterable[Any] = (),
 ) -> list[dict[str, Any]]:
     """The items for ``entities`` (read with ``select_related("waiting_window")``), oldest wait first.
 
@@ -487,7 +488,9 @@ def collect(
     the answer is about, a queryset) ``entities`` need only be those of it
     that can raise a wait of their own (``candidates``): a card, a cycle or
     a failure of any entity of ``scope`` is kept. ``budget`` are the monthly ceiling's refusals
-    (``spend.month_refusals``, read here for ``entities`` when None).
+    (``spend.month_refusals``, read here for ``entities`` when None). ``unbuilt`` are live cycles whose items
+    are the caller's (each need carry only its ``entity_id`` and ``claim``): they claim and run their entities
+    here, and raise nothing.
     """
     by_id = {e.pk: e for e in entities}
     ids: list[int] | QuerySet[Any] | None = None
@@ -500,8 +503,8 @@ def collect(
     if budget is None:
         budget = spend.month_refusals([e for e in entities if e.loop_enabled], now=now)
     found: list[dict[str, Any]] = []
-    claimed = {c.claim for c in live if c.claim}
-    running = {c.entity_id for c in live}
+    claimed = {c.claim for cycles in (live, unbuilt) for c in cycles if c.claim}
+    running = {c.entity_id for cycles in (live, unbuilt) for c in cycles}
     for cycle in live:
         if cycle.entity_id in by_id:
             cycle.entity = by_id[cycle.entity_id]
@@ -600,21 +603,24 @@ def fleet_collect(
     only the entities ``candidates`` names (one), the holds (one), the live cycles (``live``, read here when None), the pending cards and the
     failures. ``whole`` keeps the waits of no entity of ``scope`` too, as ``collect`` does.
 
-    ``items_of_live`` False builds no item of the ``live`` cycles (each need carry only its ``entity_id``, ``claim``
-    and ``phase``): they still claim and run their entities (no window or budget item stands beside them), and
-    their own waits are the caller's to count (``cycle_waits``) or build (``cycle_items``): the fleet's page
-    builds those of the rows it shows only. Handed over without its rounds a cycle raises nothing: each of its
-    waits is a round's.
+    ``items_of_live`` False builds no item of the ``live`` cycles (each need carry only its ``entity_id`` and
+    ``claim``: ``collect``'s ``unbuilt``): they still claim and run their entities (no window or budget item
+    stands beside them), and their own waits are the caller's to count (``cycle_waits``) or build
+    (``cycle_items``): the fleet's page builds those of the rows it shows only.
     """
     from evolution.steering import autonomy, supervision
 
+    unbuilt: list[Any] = []
     if not items_of_live and live is not None:
-        live = [SimpleNamespace(entity_id=c.entity_id, claim=c.claim, phase=c.phase, rounds=[]) for c in live]
+        live, unbuilt = [], live
     breaker = autonomy.pauses_of(autonomy.settles_in(scope))
     budget = spend.month_refusals_in(scope, now=now)  # one statement: the monthly ceiling (issue 16)
     read = candidates(scope, [*breaker, *budget])
     held = supervision.holds_in(scope)
-    found = collect(now, entities=read, live=live, breaker=breaker, held=held, whole=whole, scope=scope, budget=budget)
+    found = collect(
+        now, entities=read, live=live, breaker=breaker, held=held, whole=whole, scope=scope, budget=budget,
+        unbuilt=unbuilt,
+    )  # fmt: skip
     return Fleet(found, breaker, held, read)
 
 
