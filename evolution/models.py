@@ -119,6 +119,17 @@ class Cycle(models.Model):
         indexes = [
             models.Index(fields=["entity", "-started_at"]),
             models.Index(fields=["entity", "status", "-completed_at"]),
+            # The breaker's bounded read (``steering.autonomy._bounded_sql``): the regressed settles of the fleet
+            # are one range of it, an entity's newest validated settle the first entry of another.
+            models.Index(
+                fields=["status", "entity", "-completed_at", "-id"],
+                condition=models.Q(
+                    analysed=True, merged_at__isnull=False, status__in=["validated", "regressed", "unvalidated"]
+                ),
+                name="cycle_shipped",
+            ),
+            # The live cycles (a few hundred of a history of thousands), oldest first: what the fleet reads.
+            models.Index(fields=["started_at", "id"], condition=~models.Q(phase="settled"), name="cycle_live"),
         ]
 
     def __str__(self) -> str:
@@ -218,6 +229,14 @@ class Round(models.Model):
     class Meta:
         ordering = ["cycle_id", "number"]
         constraints = [models.UniqueConstraint(fields=["cycle", "number"], name="evolution_round_number")]
+        # The rounds merged by an autonomous gate (the breaker's unmeasured rule), a handful of all of them.
+        indexes = [
+            models.Index(
+                fields=["cycle"],
+                condition=models.Q(merge_gate="auto") & ~models.Q(merge_sha=""),
+                name="round_autonomous",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"cycle {self.cycle_id} · r{self.number}"
