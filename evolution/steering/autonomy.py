@@ -163,22 +163,33 @@ class _Settle:
 
 
 def _bounded_sql(scope_sql: str, with_policy: bool) -> str:
-    """The bounded read in one statement: the candidate settles (regressed, or shipped through an autonomous
-    merge) of the scope's entities; then, once for each entity with one, its last re-arm and newest validated
-    settle (the correlated subqueries the ORM would repeat in the WHERE and the SELECT of every row); then the
-    candidates after the re-arm that the breaker can read, newest first."""
+    """The bounded read in one statement: the cycles shipped through an autonomous merge, read once (``auto``);
+    the candidate settles of the scope's entities (``cand``): the regressed ones, and apart the others shipped
+    through an autonomous merge (two index reads, ``cycle_shipped`` and ``round_autonomous``, where one ``OR`` of
+    the two scanned the cycles); then, once for each entity with one, its last re-arm and newest validated settle
+    (the correlated subqueries the ORM would repeat in the WHERE and the SELECT of every row: the newest validated
+    is the first entry of ``cycle_shipped`` for it); then the candidates after the re-arm that the breaker can
+    read, newest first. ``scope_sql`` is spelled twice (once for each kind of candidate): ``_bounded_params``."""
     q = connection.ops.quote_name
     cycle, rnd, sup, ent = (q(m._meta.db_table) for m in (Cycle, Round, Supervision, Entity))
     policy = ""
     if with_policy:  # the short column the database keeps from the terms (``Entity.loop_autonomy``)
         policy = f", (SELECT e.loop_autonomy FROM {ent} e WHERE e.id = d.entity_id) AS policy_block"
-    autonomous = f"SELECT r.cycle_id FROM {rnd} r WHERE r.merge_gate = %s AND r.merge_sha <> ''"
+    shipped = "c.analysed = %s AND c.merged_at IS NOT NULL"
+    # Spelled as the condition of ``round_autonomous``, literals and all: SQLite reads a partial index only for a
+    # query that repeats its terms (Postgres proves it either way).
+    autonomous = f"r.merge_gate = '{AUTO}' AND NOT (r.merge_sha = '')"
     return f"""
-WITH cand AS MATERIALIZED (
-  SELECT c.id, c.entity_id, c.status, c.completed_at, c.reverted_by_policy, c.id IN ({autonomous}) AS autonomous
+WITH auto AS MATERIALIZED (
+  SELECT r.cycle_id FROM {rnd} r WHERE {autonomous}
+), cand AS MATERIALIZED (
+  SELECT c.id, c.entity_id, c.status, c.completed_at, c.reverted_by_policy, c.id IN (SELECT cycle_id FROM auto) AS autonomous
   FROM {cycle} c
-  WHERE c.entity_id IN ({scope_sql}) AND c.status IN (%s, %s, %s) AND c.analysed = %s
-    AND c.merged_at IS NOT NULL AND (c.status = %s OR c.id IN ({autonomous}))
+  WHERE c.entity_id IN ({scope_sql}) AND c.status = %s AND {shipped}
+  UNION ALL
+  SELECT c.id, c.entity_id, c.status, c.completed_at, c.reverted_by_policy, TRUE AS autonomous
+  FROM {cycle} c
+  WHERE c.entity_id IN ({scope_sql}) AND c.status IN (%s, %s) AND {shipped} AND c.id IN (SELECT cycle_id FROM auto)
 ), per AS MATERIALIZED (
   SELECT d.entity_id,
     (SELECT s.created_at FROM {sup} s WHERE s.entity_id = d.entity_id AND s.kind = %s
@@ -195,6 +206,24 @@ WHERE (per.rearmed_at IS NULL OR cand.completed_at > per.rearmed_at)
 ORDER BY cand.completed_at DESC, cand.id DESC"""
 
 
+def _bounded_params(scope_params: tuple[Any, ...]) -> list[Any]:
+    """The parameters of ``_bounded_sql``, in the order of its placeholders."""
+    regressed, validated = Cycle.Status.REGRESSED, Cycle.Status.VALIDATED
+    others = [status for status in SHIPPED if status != regressed]  # shipped, not regressed: a candidate if autonomous
+    return [
+        *scope_params,
+        regressed,
+        True,
+        *scope_params,
+        *others,
+        True,
+        Supervision.Kind.REARM,
+        validated,
+        True,
+        regressed,
+    ]
+
+
 def _bounded(entity_ids: list[int] | QuerySet[Entity], *, with_policy: bool = False) -> dict[int, list[Any]]:
     """``_settles(entity_ids, bounded=True)`` as the breaker reads it, without a model row a settle: each is a
     ``_Settle`` (the same answer from ``_pause_under``, ``tests/evolution/test_breaker_scale.py``) but for a
@@ -204,21 +233,8 @@ def _bounded(entity_ids: list[int] | QuerySet[Entity], *, with_policy: bool = Fa
         scope_sql, scope_params = entity_ids.order_by().values("pk").query.sql_with_params()
     else:
         scope_sql, scope_params = ", ".join(["%s"] * len(entity_ids)), tuple(entity_ids)
-    regressed = Cycle.Status.REGRESSED
-    params = [
-        AUTO,
-        *scope_params,
-        *SHIPPED,
-        True,
-        regressed,
-        AUTO,
-        Supervision.Kind.REARM,
-        Cycle.Status.VALIDATED,
-        True,
-        regressed,
-    ]
     with connection.cursor() as cursor:
-        cursor.execute(_bounded_sql(scope_sql, with_policy), params)
+        cursor.execute(_bounded_sql(scope_sql, with_policy), _bounded_params(tuple(scope_params)))
         rows = cursor.fetchall()
     settles = [
         _Settle(

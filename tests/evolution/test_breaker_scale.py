@@ -120,3 +120,17 @@ def test_the_fleet_read_costs_two_statements_however_many_entities(django_assert
         assert len(autonomy.paused_many(few)) == 2
     with django_assert_max_num_queries(2):
         assert len(autonomy.paused_many(many)) == 40
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="Postgres's plans: tests/test_explain_scale.py")
+def test_on_sqlite_the_autonomous_merges_are_read_by_their_partial_index():
+    """SQLite reads a partial index only for a query that repeats its condition's terms: the bounded read spells
+    ``round_autonomous``'s, so it reads the autonomous merges by it rather than the rounds whole."""
+    entity = looped("lit")
+    shipped(entity, "unvalidated", minutes_ago=10, merge_gate="auto")
+    with CaptureQueriesContext(connection) as read:
+        autonomy.settles_in(Entity.objects.filter(pk=entity.pk))
+    sql = next(q["sql"] for q in read.captured_queries if "cand AS MATERIALIZED" in q["sql"])
+    with connection.cursor() as cursor:
+        plan = " | ".join(str(row[-1]) for row in cursor.execute(f"EXPLAIN QUERY PLAN {sql}").fetchall())
+    assert "USING INDEX round_autonomous" in plan, plan
