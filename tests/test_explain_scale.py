@@ -162,3 +162,37 @@ def test_the_entity_pages_read_a_bounded_slice_of_the_history_by_index(web, alic
             assert any('"grading_rating"."entity_id" IN' in s for s in plans), path
             served = plan_of("SELECT 1 FROM grading_rating WHERE entity_id = 1 AND metric_id = 'layout_fit'", None)
             assert "rating_entity_metric" in served, served
+
+
+def test_the_fleets_live_cycles_and_the_breakers_read_use_their_partial_indexes(web, alice):
+    """The fleet's refresh reads the live cycles (a few hundred of a history of thousands) by ``cycle_live``, and
+    the breaker's bounded read its candidates and each entity's newest validated settle by ``cycle_shipped``, the
+    autonomous merges by ``round_autonomous``: none of them scans the cycles or the rounds (issue 18)."""
+    from tests.evolution.test_autonomy import shipped
+
+    pages(alice)
+    for i, entity in enumerate(in_loop(f"b{i}") for i in range(3)):
+        shipped(entity, "validated", minutes_ago=30)
+        shipped(entity, "regressed", minutes_ago=20, merge_gate="auto" if i == 0 else "human")
+        shipped(entity, "unvalidated", minutes_ago=10, merge_gate="auto")
+    with CaptureQueriesContext(connection) as read:
+        assert web.get("/evolution/", HTTP_HX_REQUEST="true").status_code == 200
+    # The plans of this data, not of the statistics earlier tests left (the column statistics roll back with the
+    # test; the tables' size estimates stay, as an autovacuum's would).
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE evolution_cycle, evolution_round, grading_entity")
+    sent = [q["sql"] for q in read.captured_queries]
+    live = [s for s in sent if s.startswith("SELECT") and 'NOT ("evolution_cycle"."phase" = \'settled\')' in s]
+    live += [s for s in sent if s.startswith("SELECT") and "NOT (V0.\"phase\" = 'settled')" in s]
+    breaker = [s for s in sent if "cand AS MATERIALIZED" in s]
+    assert len(live) >= 2 and len(breaker) == 1, sent
+    plans = {sql: plan_of(sql, None) for sql in live}
+    for sql, plan in plans.items():
+        assert "Seq Scan on evolution_cycle" not in plan, f"{sql[:300]}\n{plan}"
+    # The whole fleet's live cycles (``live_rows``); their rounds, or a page of entities' live cycles
+    # (``live_cycles``), may reach them from the rounds' or the entities' side instead.
+    assert any("cycle_live" in plan for plan in plans.values()), "\n\n".join(plans.values())
+    plan = plan_of(breaker[0], None)
+    for table in ("evolution_cycle", "evolution_round"):
+        assert f"Seq Scan on {table}" not in plan, plan
+    assert "cycle_shipped" in plan and "round_autonomous" in plan, plan
