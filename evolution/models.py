@@ -21,6 +21,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from grading.models import Entity
+from singularity import links
 from singularity.fields import MoneyField
 
 
@@ -136,7 +137,7 @@ class Cycle(models.Model):
         return f"cycle {self.pk} of {self.entity}"
 
     def get_absolute_url(self) -> str:
-        return reverse("evolution:cycle", args=[self.pk])
+        return links.path("evolution:cycle", self.pk)
 
     @property
     def live(self) -> bool:

@@ -20,6 +20,7 @@ from django.db.models.fields.json import KT, KeyTransform
 from django.utils import timezone
 from django.utils.deconstruct import deconstructible
 
+from singularity import links
 from singularity.fields import MoneyField
 
 #: The terms that can put an entity in a lock group (``Entity.loop_grouped``).
@@ -164,9 +165,7 @@ class Entity(models.Model):
         return dict(self.terms.get("loop") or {})
 
     def get_absolute_url(self) -> str:
-        from django.urls import reverse
-
-        return reverse("grading:entity", args=[self.target_kind, self.slug])
+        return links.path("grading:entity", self.target_kind, self.slug)
 
 
 class Execution(models.Model):

@@ -17,8 +17,9 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
-from django.urls import reverse
 from django.utils import timezone
+
+from singularity import links
 
 
 def _short_id() -> str:
@@ -90,7 +91,7 @@ class Card(models.Model):
         return f"{self.kind}: {self.title}"
 
     def get_absolute_url(self) -> str:
-        return reverse("hitl-card", args=[self.pk])
+        return links.path("hitl-card", self.pk)
 
     @property
     def is_pending(self) -> bool:
