@@ -5,15 +5,12 @@ Read from stored facts only, in a fixed number of queries whatever the fleet hol
 
 from __future__ import annotations
 
-import functools
-from collections import namedtuple
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
-from django.db import connection
 from django.db.models import OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
@@ -35,9 +32,15 @@ from evolution.reads.status import (
 )
 from evolution.steering import groups
 from evolution.steering import needs_you as wait_fields
+from evolution.steering.live import (  # noqa: F401 - the fleet's names for them, as before
+    RANK_CARD_FIELDS,
+    RANK_CYCLE_FIELDS,
+    RANK_ROUND_FIELDS,
+    _plain_rounds,
+    live_rows,
+)
 from grading.metrics import human_rated, is_bad, specs
 from grading.models import Entity
-from singularity import written
 
 
 def _with_last_settle(entities: QuerySet[Entity]) -> QuerySet[Entity]:
@@ -483,130 +486,6 @@ def live_cycles(scope: QuerySet[Entity] | None) -> list[Cycle]:
     rounds = _plain_rounds([c.pk for c in read], named=True) if read else {}
     for cycle in read:
         cycle.rounds_read = rounds.get(cycle.pk, [])  # type: ignore[attr-defined]
-    return read
-
-
-def _plain_rounds(cycles: list[int] | QuerySet[Any], *, named: bool) -> dict[int, list[Any]]:
-    """The rounds of ``cycles`` (ids, or a ``values("pk")`` subquery) by their cycle's id, by number, as plain rows:
-    ``named``, of ``needs_you.ROUND_WAIT_FIELDS`` with their card a ``Card`` of ``CARD_WAIT_FIELDS`` (to build
-    items); else of ``RANK_ROUND_FIELDS`` with their card of ``RANK_CARD_FIELDS`` (to count waits). One written-out
-    statement (``ROUNDS``): ids are one array on Postgres (``cycles.among``), a subquery is read as written.
-
-    A round's ``brief`` is whether it is written (``BRIEF_WRITTEN``), not the documents: the waits read no more.
-    Each round is a named tuple (``_row_type``) of its columns (``cycle_id`` for its cycle) and ``card``: a row of
-    the fleet's page for every live cycle, where a model row or a namespace built from a dict cost more than the
-    read."""
-    from evolution.core.cycles import among
-    from evolution.models import Round
-    from hitl.models import Card
-
-    fields = wait_fields.ROUND_WAIT_FIELDS if named else RANK_ROUND_FIELDS
-    plain = tuple("cycle_id" if name == "cycle" else name for name in fields if name != "card")
-    carded = wait_fields.CARD_WAIT_FIELDS if named else RANK_CARD_FIELDS
-    read = written.columns(
-        [("r", Round, "cycle" if name == "cycle_id" else name) for name in plain]
-        + [("k", Card, name) for name in carded]
-        + [("r", Round, "card")],
-        instead={"brief": BRIEF_WRITTEN.get(connection.vendor, BRIEF_WRITTEN["sqlite"])},
-    )
-    if isinstance(cycles, QuerySet):
-        subquery, params = cycles.order_by().query.sql_with_params()
-        which, params = f"IN ({subquery})", list(params)
-    else:
-        which, params = among(cycles)
-    with connection.cursor() as cursor:
-        cursor.execute(ROUNDS.format(columns=read.sql, cycles=which), params)
-        rows = read.convert(cursor.fetchall())
-    round_type, card_type = _row_type((*plain, "card")), _row_type(carded)
-    split = len(plain)
-    answer: dict[int, list[Any]] = {}
-    cycle_at = plain.index("cycle_id")
-    for values in rows:
-        if values[-1] is None:
-            card = None
-        elif named:
-            card = Card(**dict(zip(carded, values[split:-1], strict=True)))
-        else:
-            card = card_type._make(values[split:-1])
-        answer.setdefault(values[cycle_at], []).append(round_type(*values[:split], card))
-    return answer
-
-
-#: Whether a round's brief is written (not the empty document a round starts with, ``Round.brief``'s default):
-#: all that is read of it (``core.due``: an analysis is due while it is empty), not the documents themselves.
-BRIEF_WRITTEN = {
-    "postgresql": "COALESCE(r.brief <> '{}'::jsonb, FALSE)",
-    "sqlite": "COALESCE(json(r.brief) <> '{}', 0)",
-}
-#: Rounds of some cycles (``{cycles}``) with their cards, by cycle and number (``_plain_rounds``).
-ROUNDS = """
-SELECT {columns} FROM evolution_round r LEFT OUTER JOIN hitl_card k ON k.id = r.card_id
-WHERE r.cycle_id {cycles} ORDER BY r.cycle_id, r.number
-"""
-
-
-def _namespace(names: tuple[str, ...]) -> Any:
-    """A row of ``names`` built by position as a namespace: one that is written after it is read."""
-    return lambda *values: SimpleNamespace(**dict(zip(names, values, strict=True)))
-
-
-@functools.cache
-def _row_type(names: tuple[str, ...]) -> type[Any]:
-    """A light row of ``names``: a named tuple, built by position from a statement's row (read-only: what the
-    waits and the rank read of a live cycle, a round or a card is only ever read)."""
-    return namedtuple("Row", names)  # type: ignore[return-value]  # noqa: PYI024
-
-
-#: What the fleet's page reads of every live cycle, its rounds and their cards (``live_rows``): what their waits
-#: read (``needs_you.cycle_waits``, ``core.due``) and its rank (the claim), not what only an item says (when the
-#: change was applied, since when a card or a revert waits, the PRs' addresses): each instant read costs a parse.
-RANK_CYCLE_FIELDS = tuple(name for name in wait_fields.CYCLE_WAIT_FIELDS if name not in ("started_at", "applied_at"))
-RANK_ROUND_FIELDS = tuple(name for name in wait_fields.ROUND_WAIT_FIELDS if name not in ("pr_url", "revert_pr_url",
-                                                                                       "revert_opened_at"))  # fmt: skip
-RANK_CARD_FIELDS = ("id", "kind", "status", "expires_at")
-
-
-def live_rows(scope: QuerySet[Entity] | None, *, named: bool = False) -> list[Any]:
-    """Every live cycle (of ``scope``'s entities; None: all), oldest first, as a plain row of the columns its
-    waits read (``RANK_CYCLE_FIELDS``, ``pk`` for its id) and ``unready`` (its window said it is not ready:
-    ``rank_state``), with ``rounds`` by number, each a plain row of ``RANK_ROUND_FIELDS`` with its ``card`` (of
-    ``RANK_CARD_FIELDS``, or None): two statements, no model row, none of the cycles' JSON.
-
-    What the fleet reads of every live cycle, to rank and count: its rows read whole the cycles they show
-    (``live_cycles``). ``named`` (to build their items: ``needs_you.cycle_items``) reads what an item says too
-    (``needs_you.CYCLE_WAIT_FIELDS``, ``ROUND_WAIT_FIELDS``), gives each cycle its ``entity`` (a plain row of
-    ``needs_you.NAMED``, in the same statement) and each card as a ``Card`` of ``CARD_WAIT_FIELDS``.
-
-    Each row is a named tuple (``_row_type``): read, never written (its ``rounds`` a list filled here); a
-    ``named`` one a namespace, whose ``entity`` the needs-you list replaces with the entity read whole.
-    """
-    from django.db.models import BooleanField, Case, Value, When
-
-    cycles = Cycle.objects.exclude(phase=Cycle.Phase.SETTLED)
-    if scope is not None:
-        cycles = cycles.filter(entity__in=scope.values("pk"))
-    unready = Case(When(window__ready=False, then=Value(True)), default=Value(False), output_field=BooleanField())
-    fields = wait_fields.CYCLE_WAIT_FIELDS if named else RANK_CYCLE_FIELDS
-    columns = tuple(f"{name}_id" if name == "entity" else name for name in fields)
-    names = [f"entity__{name}" for name in wait_fields.NAMED] if named else []
-    keys = ("pk", *columns, *(("entity",) if named else ()), "unready", "rounds")
-    row_type = _row_type(keys) if not named else _namespace(keys)  # ``needs_you.collect`` names a named row's entity
-    width = len(columns)
-    read: list[Any] = []
-    for values in (
-        cycles.annotate(unready=unready).order_by("started_at", "id").values_list(*columns, *names, "unready")
-    ):
-        entity = ()
-        if named:
-            pk, *rest = values[width:-1]
-            entity = (SimpleNamespace(pk=pk, **dict(zip(wait_fields.NAMED[1:], rest, strict=True))),)
-        read.append(row_type(values[0], *values[:width], *entity, values[-1], []))
-    if not read:
-        return []
-    ids = [row.pk for row in read]
-    rounds = _plain_rounds(ids if connection.vendor == "postgresql" else cycles.values("pk"), named=named)
-    for cycle in read:
-        cycle.rounds.extend(rounds.get(cycle.pk, ()))
     return read
 
 

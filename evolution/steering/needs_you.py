@@ -51,6 +51,13 @@ from evolution.core.cycles import when
 from evolution.core.links import absolute, cycle_path
 from evolution.models import Cycle, Idea, Round
 from evolution.steering import cadence
+from evolution.steering.live import (  # noqa: F401 - the waits' columns, named here as before
+    CARD_WAIT_FIELDS,
+    CYCLE_WAIT_FIELDS,
+    NAMED,
+    ROUND_WAIT_FIELDS,
+    live_rows,
+)
 from grading.models import Entity
 from hitl.models import Card, Notice
 
@@ -360,47 +367,6 @@ def _config_item(entity: Entity) -> dict[str, Any]:
 # --- The sources --------------------------------------------------------------------
 
 
-#: What a wait names of an entity it does not read whole (a card's, a cycle's, a failure's): its target and name.
-NAMED = ("id", "slug", "target_kind", "name")
-#: The columns of a live cycle, its rounds and their cards that ``cycle_items`` (and ``core.due``) read, and
-#: ``collect`` (the claim): the fleet's list reads no more of them (their JSON — window, frozen set, terms,
-#: refusals, files — stays unread).
-CYCLE_WAIT_FIELDS = (
-    "id",
-    "entity",
-    "claim",
-    "phase",
-    "status",
-    "started_at",
-    "applied_at",
-    "moved_at",
-    "check_deadline",
-    "merge_deadline",
-    "next_poll_at",
-    "watch_deadline",
-)
-ROUND_WAIT_FIELDS = (
-    "id",
-    "cycle",
-    "number",
-    "status",
-    "brief",
-    "card",
-    "merge_gate",
-    "pr_number",
-    "pr_url",
-    "merge_sha",
-    "revert_pr_number",
-    "revert_pr_url",
-    "revert_opened_at",
-    "revert_deadline",
-    "revert_outcome",
-    "revert_merge_gate",
-    "apply_claimed_at",
-)
-CARD_WAIT_FIELDS = ("id", "kind", "status", "expires_at", "created_at")
-
-
 def _live_cycles(entity_ids: list[int] | QuerySet[Any] | None) -> list[Cycle]:
     """Every live cycle (the gates and the claims), rounds and cards prefetched (two queries).
 
@@ -699,42 +665,12 @@ def count(now: datetime | None = None) -> int:
     return n
 
 
-def _live_rows(*, named: bool = False) -> list[SimpleNamespace]:
-    """Every live cycle as a plain row of ``CYCLE_WAIT_FIELDS`` with ``rounds`` (by number), each a plain row of
-    ``ROUND_WAIT_FIELDS`` with its ``card`` (of ``CARD_WAIT_FIELDS``, or None): two statements, no model row.
-
-    ``named`` (to build items of them: ``cycle_items``) gives each cycle its ``pk`` and its ``entity`` (a
-    plain row of ``NAMED``, read in the same statement), and each card as a ``Card`` of those columns (its
-    link is the card's own ``get_absolute_url``).
-    """
-    fields = [f"{name}_id" if name == "entity" else name for name in CYCLE_WAIT_FIELDS]
-    entity_fields = [f"entity__{name}" for name in NAMED] if named else []
-    cycles = {}
-    for row in (
-        Cycle.objects.exclude(phase=Cycle.Phase.SETTLED).order_by("started_at", "id").values(*fields, *entity_fields)
-    ):
-        if named:
-            entity = {name: row.pop(f"entity__{name}") for name in NAMED}
-            row["entity"] = SimpleNamespace(pk=entity.pop("id"), **entity)
-            row["pk"] = row["id"]
-        cycles[row["id"]] = SimpleNamespace(**row, rounds=[])
-    if not cycles:
-        return []
-    plain = [name for name in ROUND_WAIT_FIELDS if name not in ("cycle", "card")]
-    carded = [f"card__{name}" for name in CARD_WAIT_FIELDS]
-    for row in (
-        Round.objects.filter(cycle_id__in=list(cycles))
-        .order_by("cycle_id", "number")
-        .values("cycle_id", "card_id", *plain, *carded)
-    ):
-        card = {name: row.pop(f"card__{name}") for name in CARD_WAIT_FIELDS}
-        card_id = row.pop("card_id")
-        made = (Card(**card) if named else SimpleNamespace(**card)) if card_id is not None else None
-        cycles[row.pop("cycle_id")].rounds.append(SimpleNamespace(**row, card=made))
-    return list(cycles.values())
-
-
-# --- The daily digest ---------------------------------------------------------------
+def _live_rows(*, named: bool = False) -> list[Any]:
+    """Every live cycle as a plain row (``live.live_rows``): of ``CYCLE_WAIT_FIELDS`` with ``rounds`` (by number),
+    each of ``ROUND_WAIT_FIELDS`` with its ``card`` (of ``CARD_WAIT_FIELDS``, or None) when ``named`` (to build
+    items of them: ``cycle_items``, each cycle with its ``entity``, a plain row of ``NAMED``); else only what
+    their waits read (to count them). Two statements, no model row."""
+    return live_rows(None, named=named)
 
 
 def line(item: dict[str, Any]) -> str:
