@@ -36,8 +36,8 @@ from evolution.steering.live import (  # noqa: F401 - the fleet's names for them
     RANK_CARD_FIELDS,
     RANK_CYCLE_FIELDS,
     RANK_ROUND_FIELDS,
-    _plain_rounds,
     live_rows,
+    plain_rounds,
 )
 from grading.metrics import human_rated, is_bad, specs
 from grading.models import Entity
@@ -483,7 +483,7 @@ def live_cycles(scope: QuerySet[Entity] | None) -> list[Cycle]:
     for cycle in read:
         if cycle.phase == Cycle.Phase.CHECKING:  # "checking (3 of 5 pairs graded)" counts the frozen set's slots
             cycle.frozen = cycle.frozen_if_checking  # type: ignore[attr-defined]
-    rounds = _plain_rounds([c.pk for c in read], named=True) if read else {}
+    rounds = plain_rounds([c.pk for c in read], named=True) if read else {}
     for cycle in read:
         cycle.rounds_read = rounds.get(cycle.pk, [])  # type: ignore[attr-defined]
     return read

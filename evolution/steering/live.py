@@ -62,7 +62,13 @@ ROUND_WAIT_FIELDS = (
 CARD_WAIT_FIELDS = ("id", "kind", "status", "expires_at", "created_at")
 
 
-def _plain_rounds(cycles: list[int] | QuerySet[Any], *, named: bool) -> dict[int, list[Any]]:
+def named_entity(values: Any) -> SimpleNamespace:
+    """An entity as a wait names it, from its ``NAMED`` columns in order: ``pk`` for its id."""
+    pk, *rest = values
+    return SimpleNamespace(pk=pk, **dict(zip(NAMED[1:], rest, strict=True)))
+
+
+def plain_rounds(cycles: list[int] | QuerySet[Any], *, named: bool) -> dict[int, list[Any]]:
     """The rounds of ``cycles`` (ids, or a ``values("pk")`` subquery) by their cycle's id, by number, as plain rows:
     ``named``, of ``needs_you.ROUND_WAIT_FIELDS`` with their card a ``Card`` of ``CARD_WAIT_FIELDS`` (to build
     items); else of ``RANK_ROUND_FIELDS`` with their card of ``RANK_CARD_FIELDS`` (to count waits). One written-out
@@ -114,7 +120,7 @@ BRIEF_WRITTEN = {
     "postgresql": "COALESCE(r.brief <> '{}'::jsonb, FALSE)",
     "sqlite": "COALESCE(json(r.brief) <> '{}', 0)",
 }
-#: Rounds of some cycles (``{cycles}``) with their cards, by cycle and number (``_plain_rounds``).
+#: Rounds of some cycles (``{cycles}``) with their cards, by cycle and number (``plain_rounds``).
 ROUNDS = """
 SELECT {columns} FROM evolution_round r LEFT OUTER JOIN hitl_card k ON k.id = r.card_id
 WHERE r.cycle_id {cycles} ORDER BY r.cycle_id, r.number
@@ -172,15 +178,12 @@ def live_rows(scope: QuerySet[Entity] | None, *, named: bool = False) -> list[An
     for values in (
         cycles.annotate(unready=unready).order_by("started_at", "id").values_list(*columns, *names, "unready")
     ):
-        entity = ()
-        if named:
-            pk, *rest = values[width:-1]
-            entity = (SimpleNamespace(pk=pk, **dict(zip(NAMED[1:], rest, strict=True))),)
+        entity = (named_entity(values[width:-1]),) if named else ()
         read.append(row_type(values[0], *values[:width], *entity, values[-1], []))
     if not read:
         return []
     ids = [row.pk for row in read]
-    rounds = _plain_rounds(ids if connection.vendor == "postgresql" else cycles.values("pk"), named=named)
+    rounds = plain_rounds(ids if connection.vendor == "postgresql" else cycles.values("pk"), named=named)
     for cycle in read:
         cycle.rounds.extend(rounds.get(cycle.pk, ()))
     return read

@@ -57,6 +57,7 @@ from evolution.steering.live import (  # noqa: F401 - the waits' columns, named 
     NAMED,
     ROUND_WAIT_FIELDS,
     live_rows,
+    named_entity,
 )
 from grading.models import Entity
 from hitl.models import Card, Notice
@@ -426,9 +427,8 @@ def _failures(entity_ids: list[int] | QuerySet[Any] | None) -> list[SimpleNamesp
         failed = failed.filter(entity_id__in=entity_ids)
     named = [f"entity__{name}" for name in NAMED]
     rows = []
-    for pk, completed_at, reason, entity_id, *entity in failed.values_list("pk", "completed_at", "reason", *named):
-        named_entity = SimpleNamespace(pk=entity_id, **dict(zip(NAMED[1:], entity, strict=True)))
-        rows.append(SimpleNamespace(pk=pk, completed_at=completed_at, reason=reason, entity=named_entity))
+    for pk, completed_at, reason, *entity in failed.values_list("pk", "completed_at", "reason", *named):
+        rows.append(SimpleNamespace(pk=pk, completed_at=completed_at, reason=reason, entity=named_entity(entity)))
     return rows
 
 
@@ -630,7 +630,7 @@ def _fleet_waits(now: datetime) -> list[dict[str, Any]]:
     budget = spend.month_refusals_in(scope, now=now)
     read = _standing(scope, [*breaker, *budget])
     held = supervision.holds_in(scope)
-    live = _live_rows(named=True)
+    live = live_rows(None, named=True)
     return collect(now, entities=read, live=live, breaker=breaker, held=held, whole=True, scope=scope, budget=budget)
 
 
@@ -653,7 +653,7 @@ def count(now: datetime | None = None) -> int:
     breaker = autonomy.pauses_of(autonomy.settles_in(scope))
     budget = spend.month_refusals_in(scope, now=now)
     held = supervision.holds_in(scope)
-    live = _live_rows()
+    live = live_rows(None)
     n = sum(len(cycle_waits(cycle, cycle.rounds, now)) for cycle in live)
     claimed = {c.claim for c in live if c.claim}
     running = {c.entity_id for c in live}
@@ -663,14 +663,6 @@ def count(now: datetime | None = None) -> int:
     n += _grant_pending().filter(expires_at__gt=now).count()  # ``_open``: an expiry is never empty
     n += _unread_failures().count()
     return n
-
-
-def _live_rows(*, named: bool = False) -> list[Any]:
-    """Every live cycle as a plain row (``live.live_rows``): of ``CYCLE_WAIT_FIELDS`` with ``rounds`` (by number),
-    each of ``ROUND_WAIT_FIELDS`` with its ``card`` (of ``CARD_WAIT_FIELDS``, or None) when ``named`` (to build
-    items of them: ``cycle_items``, each cycle with its ``entity``, a plain row of ``NAMED``); else only what
-    their waits read (to count them). Two statements, no model row."""
-    return live_rows(None, named=named)
 
 
 def line(item: dict[str, Any]) -> str:
