@@ -2,7 +2,8 @@
 
 Answering works with HTMX (the card's partial is swapped in place, with the
 notices and the navigation count out of band) and without JavaScript (a plain
-POST and a redirect back).
+POST and a redirect back). The cards waiting and the history are paged apart
+(``?pending=`` and ``?page=``), each pager keeping the other's page.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -32,6 +33,7 @@ from singularity import json_input
 
 logger = logging.getLogger(__name__)
 
+PENDING_PER_PAGE = 20
 HISTORY_PER_PAGE = 20
 NOTICES_SHOWN = 20
 
@@ -57,6 +59,16 @@ def _back(request: HttpRequest) -> HttpResponse:
     return redirect(target or "hitl-inbox")
 
 
+def _pending_page(number: Any) -> Any:
+    """One page of the cards waiting for a person, the newest first (``?pending=``).
+
+    A page, not every one: each pending card carries its answer form, and at fleet scale some 80 wait at once.
+    Like the history's page, a number that is not one reads as the first page and one out of range as the last.
+    """
+    pending = _cards().filter(status=Card.Status.PENDING).order_by("-created_at")
+    return Paginator(pending, PENDING_PER_PAGE).get_page(number)
+
+
 def _history_page(number: Any) -> Any:
     """One page of answered, expired and cancelled cards, the newest answer first."""
     history = _cards().exclude(status=Card.Status.PENDING).order_by("-responded_at", "-created_at")
@@ -69,8 +81,16 @@ def _path(url: str) -> str:
 
 @login_required
 def inbox(request: HttpRequest) -> HttpResponse:
-    pending = _cards().filter(status=Card.Status.PENDING).order_by("-created_at")
-    context = {"pending": pending, "history": _history_page(request.GET.get("page")), "notices": _notices()}
+    pending = _pending_page(request.GET.get("pending"))
+    context = {
+        "pending": pending,
+        "history": _history_page(request.GET.get("page")),
+        "notices": _notices(),
+        # The pager's count is the navigation's: counted once, not again by the context processor.
+        "inbox_pending": pending.paginator.count,
+        # Each pager keeps the other's page in its links (``{% querystring inbox_query ... %}``).
+        "inbox_query": request.GET,
+    }
     return render(request, "hitl/inbox.html", context)
 
 
@@ -110,8 +130,13 @@ def card_answer(request: HttpRequest, card_id: UUID) -> HttpResponse:
             and request.htmx.current_url_abs_path
             and _path(request.htmx.current_url_abs_path) == reverse("hitl-inbox")
         ):
-            # In the inbox the answered card moves from "Waiting for you" to the top of History.
+            # In the inbox the answered card moves from "Waiting for you" to the top of History (its first page),
+            # and the count of pending cards follows out of band. The freed slot on the page of pending cards is
+            # not refilled with the next one (nor is the "Showing 1–20" line redrawn) until the next load.
             context["history"] = _history_page(None)
+            inbox_query = QueryDict(urlsplit(request.htmx.current_url_abs_path).query, mutable=True)
+            inbox_query.pop("page", None)
+            context["inbox_query"] = inbox_query
             return render(request, "hitl/partials/answered_in_inbox.html", context)
         return render(request, "hitl/partials/card.html", context)
     if result.ok:

@@ -78,3 +78,24 @@ def test_a_person_answers_a_card_in_the_inbox(page, live_server, alice, handler)
     assert "Rate run 42" in page.locator("#pending").inner_text()
     page.screenshot(path=str(AFTER), full_page=True)
     assert Card.objects.filter(status="pending").count() == 1
+
+
+def test_a_person_pages_the_waiting_cards_and_answers_one_on_the_second_page(page, live_server, alice, handler) -> None:
+    """22 cards wait: 20 on the first page, 2 older on the second; one answered there leaves 21 waiting."""
+    cards = [make_card(key=f"decide:paged{i}", title=f"Waiting card {i:02d}") for i in range(1, 23)]
+    log_in(page, live_server, "/inbox/")
+
+    assert page.locator("#pending-count").inner_text() == "22"
+    assert page.locator("#pending article.pending").count() == 20
+    page.locator("#pending nav.pager").get_by_role("link", name="Older →").click()
+    page.wait_for_url(f"{live_server.url}/inbox/?pending=2")
+    assert page.locator("#pending article.pending").count() == 2
+    assert "Showing 21–22, the newest first." in page.locator("#pending").inner_text()
+
+    oldest = page.locator(f"#card-{cards[0].pk}")
+    oldest.get_by_role("button", name="Accept").click()
+    page.locator("#history").get_by_text("Waiting card 01").wait_for(timeout=8000)
+    assert page.locator("#pending-count").inner_text() == "21"
+    assert page.locator("#inbox-count").inner_text() == " (21)"
+    assert page.locator("#pending article.pending").count() == 1
+    assert Card.objects.filter(status="pending").count() == 21

@@ -151,3 +151,114 @@ def test_the_inbox_count_is_counted_only_where_a_page_shows_it(signed_in, handle
     table, sent = counts(HTTP_HX_REQUEST="true")
     assert "inbox-count" not in table
     assert sent == []
+
+
+def _pending_cards(n: int) -> list[Card]:
+    """Open ``n`` pending cards, "Card 1" the oldest (due soonest) and "Card n" the newest."""
+    cards = []
+    for i in range(1, n + 1):
+        with time_machine.travel(timezone.now() + timedelta(seconds=i)):
+            cards.append(make_card(key=f"decide:p{i}", title=f"Card {i:02d}"))
+    return cards
+
+
+def _answered_cards(alice, n: int) -> None:
+    """Answer ``n`` cards, "Done n" the newest answer."""
+    for i in range(1, n + 1):
+        card = make_card(key=f"decide:h{i}", title=f"Done {i:02d}")
+        with time_machine.travel(timezone.now() + timedelta(seconds=i)):
+            answer_card(card.pk, user=alice, is_agent=False, choice="accept", via="dashboard")
+
+
+def _shown(page: str, section: str) -> str:
+    pending, history = page.split('id="history"')
+    return pending if section == "pending" else history
+
+
+def test_the_inbox_shows_a_page_of_pending_cards_newest_first(signed_in, handler):
+    _pending_cards(25)
+    page = signed_in.get("/inbox/").content.decode()
+    pending = _shown(page, "pending")
+    assert 'Waiting for you (<span id="pending-count">25</span>)' in pending
+    assert "Showing 1–20, the newest first." in pending
+    assert pending.count('class="card hitl-card pending"') == 20
+    assert "Card 25" in pending and "Card 06" in pending and "Card 05" not in pending
+    assert pending.index("Card 25") < pending.index("Card 06")
+    assert 'href="?pending=2">Older →</a>' in pending and "Newer" not in pending
+    assert 'Inbox<span id="inbox-count"> (25)</span>' in page
+
+    pending = _shown(signed_in.get("/inbox/?pending=2").content.decode(), "pending")
+    assert "Showing 21–25, the newest first." in pending
+    assert pending.count('class="card hitl-card pending"') == 5
+    assert "Card 05" in pending and "Card 01" in pending and "Card 06" not in pending
+    assert 'href="?pending=1">← Newer</a>' in pending and "Older" not in pending
+
+
+def test_one_page_of_pending_cards_has_no_pager(signed_in):
+    _pending_cards(3)
+    pending = _shown(signed_in.get("/inbox/").content.decode(), "pending")
+    assert pending.count('class="card hitl-card pending"') == 3
+    assert "Showing" not in pending and "pager" not in pending
+
+
+def test_the_pending_cards_and_the_history_page_independently(signed_in, alice, handler):
+    _pending_cards(25)
+    _answered_cards(alice, 25)
+    page = signed_in.get("/inbox/?pending=2&page=2").content.decode()
+    pending, history = _shown(page, "pending"), _shown(page, "history")
+    assert "Card 05" in pending and "Card 25" not in pending
+    assert "Done 05" in history and "Done 25" not in history
+    assert 'href="?pending=1&amp;page=2">← Newer</a>' in pending, "the history's page is kept"
+    assert 'href="?pending=2&amp;page=1">← Newer</a>' in history, "the pending cards' page is kept"
+
+
+@pytest.mark.parametrize("query", ["pending=abc", "pending=0", "pending=-1", "pending=999", "pending=", "pending=2.5"])
+def test_a_bad_pending_page_is_clamped_like_the_historys(signed_in, query):
+    """Not an integer: the first page; out of range: the last, as Paginator.get_page does for ``page``."""
+    _pending_cards(25)
+    response = signed_in.get(f"/inbox/?{query}")
+    assert response.status_code == 200
+    pending = _shown(response.content.decode(), "pending")
+    assert pending.count('class="card hitl-card pending"') in (20, 5)
+    assert "Card 25" in pending or "Card 01" in pending
+
+
+def test_the_inbox_reads_as_many_statements_for_5_pending_cards_as_for_60(signed_in):
+    """One page of pending cards is read and rendered, whatever waits: no statement a card, no unbounded list."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def inbox() -> tuple[int, str]:
+        with CaptureQueriesContext(connection) as seen:
+            response = signed_in.get("/inbox/")
+        assert response.status_code == 200
+        return len(seen), response.content.decode()
+
+    _pending_cards(5)
+    few, page = inbox()
+    assert page.count('class="card hitl-card pending"') == 5
+    Card.objects.all().delete()
+    _pending_cards(60)
+    many, page = inbox()
+    assert page.count('class="card hitl-card pending"') == 20
+    assert 'Waiting for you (<span id="pending-count">60</span>)' in page
+    assert many == few
+
+
+def test_htmx_answer_on_a_later_page_counts_every_pending_card(signed_in, alice, handler):
+    """Answered on the second page of pending cards: the count out of band is of all that still wait, and the
+    history swapped in keeps the pending cards' page in its links."""
+    cards = _pending_cards(25)
+    _answered_cards(alice, 20)
+    with time_machine.travel(timezone.now() + timedelta(minutes=1)):
+        html = signed_in.post(
+            f"/inbox/cards/{cards[0].pk}/answer/",
+            {"choice": "skip"},
+            headers={"HX-Request": "true", "HX-Current-URL": "http://testserver/inbox/?pending=2&page=3"},
+        ).content.decode()
+    assert '<span id="pending-count" hx-swap-oob="true">24</span>' in html
+    assert '<span id="inbox-count" hx-swap-oob="true"> (24)</span>' in html
+    assert not html.lstrip().startswith("<article"), "the card leaves the pending cards"
+    assert "Nothing waits for a person." not in html
+    history = html.split('id="history" hx-swap-oob="true"')[1]
+    assert "Card 01" in history and 'href="?pending=2&amp;page=2">Older →</a>' in history
