@@ -85,7 +85,12 @@ class Card(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["status", "expires_at"])]
+        indexes = [
+            models.Index(fields=["status", "expires_at"]),
+            # The inbox's history: answered, expired and cancelled cards, the newest answer first, a page at a
+            # time (``hitl.views._history_page``) — read from the index's head, never by sorting every card.
+            models.Index(fields=["-responded_at", "-created_at"], condition=~Q(status="pending"), name="card_history"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.title}"

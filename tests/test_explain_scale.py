@@ -195,3 +195,31 @@ def test_the_fleets_live_cycles_and_the_breakers_read_use_their_partial_indexes(
     for table in ("evolution_cycle", "evolution_round"):
         assert f"Seq Scan on {table}" not in plan, plan
     assert "cycle_shipped" in plan and "round_autonomous" in plan, plan
+
+
+def test_the_inbox_history_reads_a_page_from_its_index(web, alice):
+    """The inbox's history (answered, expired and cancelled cards, the newest answer first) reads its page from the
+    head of ``card_history``: never every card of the history sorted (issue 18)."""
+    from hitl.models import Card
+
+    now = timezone.now()
+    for n in range(30):
+        status = Card.Status.ANSWERED if n % 3 else Card.Status.EXPIRED
+        Card.objects.create(
+            producer="loop", kind=Card.Kind.DECIDE, key=f"h{n}", title=f"card {n}", status=status,
+            responded_at=now - timedelta(minutes=n) if status == Card.Status.ANSWERED else None,
+            expires_at=now + timedelta(days=1),
+        )  # fmt: skip
+    with CaptureQueriesContext(connection) as read:
+        assert web.get("/inbox/").status_code == 200
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE hitl_card")
+    history = [
+        q["sql"]
+        for q in read.captured_queries
+        if q["sql"].startswith('SELECT "hitl_card"') and 'responded_at" DESC' in q["sql"] and "LIMIT" in q["sql"]
+    ]
+    assert len(history) == 1, [q["sql"][:200] for q in read.captured_queries]
+    plan = plan_of(history[0], None)
+    assert "card_history" in plan and "Sort" not in plan.split("->")[0], plan
+    assert "Seq Scan on hitl_card" not in plan, plan
