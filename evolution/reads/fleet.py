@@ -633,9 +633,15 @@ def ranked(scope: QuerySet[Entity], facts: Facts) -> list[int]:
     nothing stands on ranks with the idle and the waiting windows, which only its own rows tell apart.
     """
     places = {state: attention(state or "window", [])[1] for state in (*STATES, "")}  # each state's place
+    # An entity no fact names (no live cycle, wait, pause or sibling's hold: most of a fleet) ranks by whether its
+    # loop is on alone: its place is worked out twice, not once an entity.
+    named = facts.live.keys() | facts.mine.keys() | facts.paused.keys() | facts.grouped.keys()
+    quiet = {on: (1, places[rank_state(0, on, [], False)[0]]) for on in (True, False)}
 
     def key(row: tuple[int, str, str, bool]) -> tuple[int, int, str, str]:
         pk, name, slug, enabled = row
+        if pk not in named:
+            return (*quiet[enabled], (name or slug).lower(), slug)
         needed, carded = facts.needs(pk)
         state, _ = rank_state(
             pk, enabled, facts.live.get(pk, []), carded, facts.paused.get(pk, ""), facts.grouped.get(pk, "")
