@@ -17,6 +17,7 @@ from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.db.models import Count, F, Q
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.middleware.csrf import get_token
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.dateformat import format as date_format
@@ -30,6 +31,7 @@ from grading.calibration import calibration, calibration_many
 from grading.models import Entity, Execution, Grade, Rating
 from grading.people import human_rated, rubric_words
 from grading.ratings import human_metrics, people_values, rate, scale_of
+from grading.views.rate_html import calibrations_html, rate_row_html, rate_rows_html
 from grading.views.values import _decimal, _plain, _uuid, rated_on_scale
 
 #: Rate runs shows at most this many of the newest terminal runs.
@@ -304,13 +306,22 @@ def rate_runs(request: HttpRequest) -> HttpResponse:
     with_terms(list(shown.values()))  # the rows' metrics and the calibrations read them
     calibrations = calibration_many(list(shown.values()))
     nav = [(f"{e.target_kind}:{e.slug}", e.name or e.slug, chosen is not None and chosen.pk == e.pk) for e in every]
+    chosen_key = f"{chosen.target_kind}:{chosen.slug}" if chosen else ""
+    rows = rate_rows(request.user, runs)
+    items = [
+        {"entity": e, "calibration": calibrations[e.pk], "url": e.get_absolute_url(), "label": e.name or e.slug}
+        for e in sorted(shown.values(), key=lambda e: (e.kind, e.slug))
+        if calibrations.get(e.pk)
+    ]
+    # One token for the page's forms and its navigation, as the template's lazy one was (read once a render).
+    token = get_token(request)
     context = {
-        "rows": rate_rows(request.user, runs),
-        "calibrations": [
-            {"entity": e, "calibration": calibrations[e.pk], "url": e.get_absolute_url(), "label": e.name or e.slug}
-            for e in sorted(shown.values(), key=lambda e: (e.kind, e.slug))
-            if calibrations.get(e.pk)
-        ],
+        "rows": rows,
+        # The rows and the calibrations' tables (built here: two includes a row cost more than reading them).
+        "rows_html": rate_rows_html(rows, csrf_token=token, entity_filter=chosen_key),
+        "calibrations": items,
+        "calibrations_html": calibrations_html(items),
+        "csrf_token": token,
         "entities": every,
         # The filters' links, one an entity (built here: a template's lookups cost more than the rows).
         "nav": nav,
@@ -318,7 +329,7 @@ def rate_runs(request: HttpRequest) -> HttpResponse:
             "", '<a href="?entity={}" {}>{}</a>', ((key, ACTIVE if on else "", label) for key, label, on in nav)
         ),
         "chosen": chosen,
-        "chosen_key": f"{chosen.target_kind}:{chosen.slug}" if chosen else "",
+        "chosen_key": chosen_key,
         "older": older,
         "paged": before is not None,
     }
@@ -350,9 +361,15 @@ def _rate_post(request: HttpRequest) -> HttpResponse:
         return HttpResponse(_said(answer.as_dict()), status=status)
     (row,) = rate_rows(request.user, [run])
     row.answer = answer.as_dict()
-    context = {"row": row, "oob": _calibration_context(run.entity), "entity_filter": post.get("entity_filter", "")}
     # An answer the page shows in place: HTMX swaps 2xx only, so a refusal is still 200 with its code in the row.
-    response = render(request, "grading/partials/rate_row.html", context)
+    response = HttpResponse(
+        rate_row_html(
+            row,
+            csrf_token=get_token(request),
+            entity_filter=post.get("entity_filter", ""),
+            oob=_calibration_context(run.entity),
+        )
+    )
     response["X-Rate-Code"] = answer.code
     return response
 
