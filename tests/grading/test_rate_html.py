@@ -8,14 +8,18 @@ from datetime import timedelta
 
 import pytest
 import time_machine
+from django.db.models import Count
 from django.template import Context, Template
 from django.template.loader import get_template
 from django.utils import timezone
+from django.utils.html import format_html_join
+from django.utils.safestring import mark_safe
 
 from grading.calibration import MetricCalibration, calibration
 from grading.models import Execution, Rating
-from grading.views import rate_rows
-from grading.views.rate_html import calibration_html, calibrations_html, rate_row_html, rate_rows_html
+from grading.people import people_values
+from grading.views import rate_rows, rated_on_scale
+from grading.views.rate_html import ACTIVE, calibration_html, calibrations_html, nav_html, rate_row_html, rate_rows_html
 from tests.grading.rating_helpers import HELPFUL, LAYOUT_FIT, SCORE100, make_entity, make_grade, make_run, metric
 
 pytestmark = pytest.mark.django_db
@@ -175,3 +179,51 @@ def test_the_pages_calibrations_are_what_the_templates_rendered():
     ]
     assert str(calibrations_html(items)) == OLD_CALIBRATIONS.render(Context({"calibrations": items}))
     assert str(calibrations_html([])) == ""
+
+
+def test_the_filters_links_are_what_format_html_join_built():
+    nav = [("scenario:plain", "Plain", False), ("scenario:odd-<one>", ODD, True), ("pulse:x&y", "x&y", False)]
+    old = format_html_join(
+        "", '<a href="?entity={}" {}>{}</a>', ((key, mark_safe(ACTIVE) if on else "", label) for key, label, on in nav)
+    )
+    assert str(nav_html(nav)) == str(old)
+    assert str(nav_html([])) == ""
+
+
+def test_a_pages_rows_read_the_ratings_once_and_show_what_reading_them_three_times_showed(
+    alice, bob, charlie, django_assert_num_queries
+):
+    """People's median and count and the viewer's own rating come from one read of the runs' ratings; a number
+    on a scale worked out once a value is what it is each time (True is no 1, a list no number)."""
+    runs = odd_fleet(alice, bob)
+    for n, judged in enumerate([True, 1, 1.0, [0.5], 0.25, "0.75"]):
+        run = make_run(runs[0].entity, completed_at=timezone.now() - timedelta(days=1, minutes=n))
+        make_grade(run, metrics={"layout_fit": judged, "overall": judged})
+        runs.append(run)
+    Rating.objects.create(execution=runs[0], metric_id="layout_fit", user=charlie, value=5, normalized=1.0)
+    read = Execution.objects.select_related("entity", "grade").in_bulk([run.pk for run in runs])
+    runs = [read[run.pk] for run in runs]  # as rate_runs_for hands them: entity and grade read
+    with django_assert_num_queries(1):
+        rows = rate_rows(alice, runs)
+    ids = [run.pk for run in runs]
+    medians = people_values(ids)
+    counts = {
+        (str(e), m): n
+        for e, m, n in Rating.objects.filter(execution_id__in=ids)
+        .values("execution_id", "metric_id")
+        .annotate(n=Count("id"))
+        .values_list("execution_id", "metric_id", "n")
+    }
+    mine = {(str(r.execution_id), r.metric_id): r for r in Rating.objects.filter(execution_id__in=ids, user=alice)}
+    seen = set()
+    for row in rows:
+        vector = row.run.grade.metrics if row.graded else {}
+        for c in row.cells:
+            key = (str(row.run.pk), c.metric_id)
+            assert c.people == rated_on_scale(c.spec, medians.get(key[0], {}).get(c.metric_id))
+            assert c.people_count == counts.get(key, 0)
+            assert c.mine == mine.get(key)
+            if c.spec.get("kind") == "judged":
+                assert c.judge == rated_on_scale(c.spec, vector.get(c.metric_id))
+            seen.add((c.people_count, c.judge))
+    assert (3, "4 · Good") in seen and (0, "—") in seen and (0, "5 · Excellent") in seen
