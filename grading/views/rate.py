@@ -7,6 +7,7 @@ JavaScript (a POST, then a redirect back). Every rating goes through
 
 from __future__ import annotations
 
+import json
 import statistics
 import uuid
 from collections.abc import Callable
@@ -158,8 +159,8 @@ def rate_rows(user: Any, runs: list[Execution]) -> list[RateRow]:
     """Build the Rate runs rows for ``runs``: one query, the ratings of the runs (people's medians and counts,
     and the viewer's own ratings among them).
 
-    What a row's cells show of an entity's metric (its spec, scale and buttons) is worked out once an entity, and
-    a number on a metric's scale once a value (a page's runs share few entities and fewer values).
+    What a row's cells show of a metric — its buttons, and a number on its scale — is worked out once a distinct
+    spec (``_Specs``): a fleet's entities share their metrics' specs, and a page's runs few values.
     """
     ids = [run.pk for run in runs]
     given: dict[tuple[str, str], list[float]] = {}
@@ -174,27 +175,16 @@ def rate_rows(user: Any, runs: list[Execution]) -> list[RateRow]:
     rate_url = reverse("grading:rate")
     run_url = _run_url()
     entity_urls: dict[int, str] = {}
-    rated: dict[int, list[tuple[str, dict[str, Any], dict[str, Any], list[tuple[str, str]]]]] = {}
-    shown: dict[tuple[int, str, type, Any], str] = {}
-
-    def on_scale(entity_id: int, metric_id: str, spec: dict[str, Any], value: Any) -> str:
-        """``rated_on_scale``, remembered by entity, metric and value (its type too: True is not 1 here)."""
-        try:
-            return shown[(entity_id, metric_id, type(value), value)]
-        except KeyError:
-            said = shown[(entity_id, metric_id, type(value), value)] = rated_on_scale(spec, value)
-            return said
-        except TypeError:  # a value that is no key (a list in a vector): worked out each time
-            return rated_on_scale(spec, value)
-
+    rated: dict[int, list[tuple[str, dict[str, Any], str | None, dict[str, Any], list[tuple[str, str]]]]] = {}
+    specs = _Specs()
     for run in runs:
         entity = run.entity
         if entity.pk not in entity_urls:
             entity_urls[entity.pk] = entity.get_absolute_url()
             rated[entity.pk] = [
-                (metric_id, spec, scale, scale_choices(scale))
+                (metric_id, spec, key, scale_of(spec), specs.choices(key, spec))
                 for metric_id, spec in human_metrics(entity).items()
-                for scale in (scale_of(spec),)
+                for key in (specs.key(spec),)
             ]
         ended = template_localtime(run.completed_at)
         head = {
@@ -210,15 +200,15 @@ def rate_rows(user: Any, runs: list[Execution]) -> list[RateRow]:
         vector = (grade.metrics or {}) if grade and grade.status == Grade.Status.GRADED else {}
         run_id = str(run.pk)
         cells = []
-        for metric_id, spec, scale, choices in rated[entity.pk]:
-            judge = on_scale(entity.pk, metric_id, spec, vector.get(metric_id)) if spec.get("kind") == "judged" else ""
+        for metric_id, spec, key, scale, choices in rated[entity.pk]:
+            judge = specs.shown(key, spec, vector.get(metric_id)) if spec.get("kind") == "judged" else ""
             given_here = given.get((run_id, metric_id))
             cells.append(
                 RateCell(
                     metric_id=metric_id,
                     spec=spec,
                     judge=judge,
-                    people=on_scale(entity.pk, metric_id, spec, people.get((run_id, metric_id))),
+                    people=specs.shown(key, spec, people.get((run_id, metric_id))),
                     people_count=len(given_here) if given_here else 0,
                     mine=mine.get((run_id, metric_id)),
                     choices=choices,
@@ -227,6 +217,43 @@ def rate_rows(user: Any, runs: list[Execution]) -> list[RateRow]:
             )
         rows.append(RateRow(run=run, cells=cells, graded=bool(vector), head=head))
     return rows
+
+
+class _Specs:
+    """A page's metric specs by their JSON text: a spec's buttons (``scale_choices`` of its scale) and a value on
+    its scale (``rated_on_scale``) worked out once a distinct spec and value. A spec that is no JSON (``key`` None)
+    is worked out every time."""
+
+    def __init__(self) -> None:
+        self._choices: dict[str, list[tuple[str, str]]] = {}
+        self._shown: dict[tuple[str, type, Any], str] = {}
+
+    @staticmethod
+    def key(spec: dict[str, Any]) -> str | None:
+        """The spec's JSON text, its keys in their order (a rubric's first matching band wins)."""
+        try:
+            return json.dumps(spec)
+        except (TypeError, ValueError):
+            return None
+
+    def choices(self, key: str | None, spec: dict[str, Any]) -> list[tuple[str, str]]:
+        if key is None:
+            return scale_choices(scale_of(spec))
+        if key not in self._choices:
+            self._choices[key] = scale_choices(scale_of(spec))
+        return self._choices[key]
+
+    def shown(self, key: str | None, spec: dict[str, Any], value: Any) -> str:
+        """``rated_on_scale(spec, value)``, remembered by the value and its type (True is not 1 here)."""
+        if key is None:
+            return rated_on_scale(spec, value)
+        try:
+            return self._shown[(key, type(value), value)]
+        except KeyError:
+            said = self._shown[(key, type(value), value)] = rated_on_scale(spec, value)
+            return said
+        except TypeError:  # a value that is no key (a list in a vector): worked out each time
+            return rated_on_scale(spec, value)
 
 
 def _run_url() -> Callable[[uuid.UUID], str]:

@@ -5,6 +5,7 @@ calibrations (markup in them, a missing kind, decimals, no token)."""
 from __future__ import annotations
 
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 import time_machine
@@ -227,3 +228,17 @@ def test_a_pages_rows_read_the_ratings_once_and_show_what_reading_them_three_tim
                 assert c.judge == rated_on_scale(c.spec, vector.get(c.metric_id))
             seen.add((c.people_count, c.judge))
     assert (3, "4 · Good") in seen and (0, "—") in seen and (0, "5 · Excellent") in seen
+
+
+def test_a_spec_that_is_no_json_is_worked_out_each_time(alice):
+    """A spec held in memory with a Decimal (no JSON text to remember it by) still shows its buttons and numbers."""
+    entity = make_entity("decimal", metrics={"layout_fit": LAYOUT_FIT})
+    run = make_run(entity)
+    make_grade(run, metrics={"layout_fit": 0.625})
+    run = Execution.objects.select_related("entity", "grade").get(pk=run.pk)
+    scale = {"min": Decimal(0), "max": Decimal(10), "step": Decimal(5), "labels": {"5": "<half>"}}
+    run.entity.terms["evaluation"]["metrics"]["layout_fit"]["scale"] = scale
+    rows = rate_rows(alice, [run, run])
+    assert [(c.judge, c.choices) for row in rows for c in row.cells] == [
+        ("6.25", [("0", "0"), ("5", "5 · <half>"), ("10", "10")])
+    ] * 2
