@@ -17,7 +17,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import OuterRef, Subquery, TextField
+from django.db import connection
+from django.db.models import Func, JSONField, OuterRef, Subquery, TextField
 from django.db.models.functions import Cast
 
 from grading.models import Entity, Grade, Rating
@@ -106,7 +107,9 @@ def calibration_many(entities: list[Entity]) -> dict[int, list[MetricCalibration
     run's entity, so the entities' ratings of those metrics come from an index
     (``rating_entity_metric``), each joined to its run and grade by key, and no
     instant is read back. What is read grows with what people rated, never
-    with the runs.
+    with the runs. Of a grade's vector only the rated metric's value is read
+    where the database can pick it (``_judged_value``), and a metric's runs are
+    walked only until its ``maxPairs`` are found.
     """
     wanted = {e.pk: (e, calibrated_metrics(e)) for e in entities}
     wanted = {pk: pair for pk, pair in wanted.items() if pair[1]}
@@ -139,39 +142,69 @@ def calibration_many(entities: list[Entity]) -> dict[int, list[MetricCalibration
             "metric_id",
             "normalized",
             "entity_id",
-            # As JSON text, decoded here once per distinct text: a page's ratings share few judges (and vectors).
-            Cast("execution__grade__metrics", TextField()),
+            # As JSON text, decoded here once per distinct text: a page's ratings share few judges (and values).
+            _judged_value(),
             Cast("execution__grade__judge", TextField()),
         )
         # Newest graded first, as the pairs are taken (the database sorts: no instant is read back).
         .order_by("-execution__grade__graded_at", "-execution__grade__booked_at", "-execution_id")
     )
+    picked = connection.vendor == "postgresql"
+    # Per entity and metric, its rated runs newest first: [judge's text, whether the vector holds the metric, its
+    # value there, people's numbers].
     rated: dict[tuple[int, str], dict[Any, list[Any]]] = {}
     decoded: dict[str | None, Any] = {None: None}
-    for execution_id, metric_id, normalized, entity_id, metrics, judge in rows:
-        if metrics not in decoded:
-            decoded[metrics] = json.loads(metrics)
-        if judge not in decoded:
-            decoded[judge] = json.loads(judge)
-        run = rated.setdefault((entity_id, metric_id), {}).setdefault(
-            execution_id, [decoded[metrics], decoded[judge], []]
-        )
-        run[2].append(normalized)
+    for execution_id, metric_id, normalized, entity_id, value, judge in rows:
+        runs = rated.setdefault((entity_id, metric_id), {})
+        if execution_id in runs:
+            runs[execution_id][3].append(normalized)
+            continue
+        if value not in decoded:
+            decoded[value] = json.loads(value)
+        if picked:  # the value itself; SQL NULL when the vector has no such key
+            holds, judged = value is not None, decoded[value]
+        else:  # the whole vector
+            vector = decoded[value]
+            holds = metric_id in (vector or {})
+            judged = vector.get(metric_id) if holds else None
+        runs[execution_id] = [judge, holds, judged, [normalized]]
     answers: dict[int, list[MetricCalibration]] = {}
     for pk, (entity, metrics) in wanted.items():
         terms, judge = agreement_terms(entity), judges.get(pk)
+        most = int(terms["maxPairs"])
+        same: dict[str | None, bool] = {}  # by the judge's text: the page's runs share few judges
         answers[pk] = []
         for metric_id in metrics:
             pairs: list[tuple[float, float]] = []
-            if judge is not None:
-                runs = [
-                    run
-                    for run in rated.get((pk, metric_id), {}).values()  # newest first
-                    if _same_judge(run[1], judge) and metric_id in (run[0] or {})
-                ]
-                for vector, _, values in runs[: int(terms["maxPairs"])]:
-                    judged = vector.get(metric_id)
-                    if isinstance(judged, int | float) and not isinstance(judged, bool):
-                        pairs.append((float(judged), statistics.median(values)))
+            taken = 0
+            runs = rated.get((pk, metric_id), {}) if judge is not None else {}
+            for facts, holds, judged, values in runs.values():
+                if taken >= most:
+                    break
+                if facts not in same:
+                    if facts not in decoded:
+                        decoded[facts] = json.loads(facts)
+                    same[facts] = _same_judge(decoded[facts], judge)
+                if not (holds and same[facts]):
+                    continue
+                taken += 1  # a run under the current judge with the metric takes a place, a number or not
+                if isinstance(judged, int | float) and not isinstance(judged, bool):
+                    pairs.append((float(judged), statistics.median(values)))
             answers[pk].append(_status(metric_id, pairs, terms))
     return answers
+
+
+def _judged_value() -> Any:
+    """The rated metric's value in its run's grade as JSON text (SQL NULL when the vector has no such key), on
+    Postgres; elsewhere the whole vector as JSON text, which the caller reads the metric from."""
+    if connection.vendor == "postgresql":
+        return Cast(_KeyOf("execution__grade__metrics", "metric_id"), TextField())
+    return Cast("execution__grade__metrics", TextField())
+
+
+class _KeyOf(Func):
+    """``json -> key`` with the key an expression (Postgres): the value under a key read from another column."""
+
+    arg_joiner = " -> "
+    template = "(%(expressions)s)"
+    output_field = JSONField()

@@ -5,6 +5,7 @@
 - ``entity_plots``: the entity page's metric plots;
 - ``runs``: the runs list, "Compare the two", one run's page and grading a run now;
 - ``rate``: Rate runs;
+- ``rate_html``: Rate runs' rows and calibration tables as HTML (the page and the HTMX answer to a rating);
 - ``values``: a metric's value as people read it (shared by the others; it imports none of them).
 
 The names ``grading/urls.py``, the chat tags and the tests import from ``grading.views`` are re-exported

@@ -7,7 +7,10 @@ JavaScript (a POST, then a redirect back). Every rating goes through
 
 from __future__ import annotations
 
+import json
+import statistics
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -15,21 +18,21 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import connection
-from django.db.models import Count, F, Q
+from django.db.models import F, Q
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.middleware.csrf import get_token
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils.dateformat import format as date_format
 from django.utils.formats import localize
-from django.utils.html import format_html_join
-from django.utils.safestring import mark_safe
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.timezone import template_localtime
 from django.views.decorators.http import require_http_methods
 
 from grading.calibration import calibration, calibration_many
 from grading.models import Entity, Execution, Grade, Rating
 from grading.people import human_rated, rubric_words
-from grading.ratings import human_metrics, people_values, rate, scale_of
+from grading.ratings import human_metrics, rate, scale_of
+from grading.views.rate_html import calibrations_html, esc, nav_html, rate_row_html, rate_rows_html
 from grading.views.values import _decimal, _plain, _uuid, rated_on_scale
 
 #: Rate runs shows at most this many of the newest terminal runs.
@@ -63,12 +66,15 @@ class RateCell:
         return [(value, label, value == mine) for value, label in self.choices]
 
     @property
-    def buttons_html(self) -> str:
-        """``buttons`` as the row's submit buttons (built here: a template loop costs more than the row's rest)."""
-        return format_html_join(
-            "",
-            '<button type="submit" name="value" value="{}" class="{}" aria-pressed="{}">{}</button>',
-            ((v, "chosen" if on else "secondary", "true" if on else "false", label) for v, label, on in self.buttons),
+    def buttons_html(self) -> SafeString:
+        """``buttons`` as the row's submit buttons, each value escaped as ``format_html`` escapes it (built here: a
+        template loop costs more than the row's rest)."""
+        return mark_safe(  # noqa: S308 - ``esc``
+            "".join(
+                f'<button type="submit" name="value" value="{esc(value)}" class="{"chosen" if on else "secondary"}" '
+                f'aria-pressed="{"true" if on else "false"}">{esc(label)}</button>'
+                for value, label, on in self.buttons
+            )
         )
 
     @property
@@ -150,56 +156,112 @@ def with_terms(entities: list[Entity]) -> list[Entity]:
 
 
 def rate_rows(user: Any, runs: list[Execution]) -> list[RateRow]:
-    """Build the Rate runs rows for ``runs``: two queries (people's medians, the viewer's own ratings)."""
+    """Build the Rate runs rows for ``runs``: one query, the ratings of the runs (people's medians and counts,
+    and the viewer's own ratings among them).
+
+    What a row's cells show of a metric — its buttons, and a number on its scale — is worked out once a distinct
+    spec (``_Specs``): a fleet's entities share their metrics' specs, and a page's runs few values.
+    """
     ids = [run.pk for run in runs]
-    people = people_values(ids)
-    counts: dict[tuple[str, str], int] = {}
-    for execution_id, metric_id, n in (
-        Rating.objects.filter(execution_id__in=ids)
-        .values("execution_id", "metric_id")
-        .annotate(n=Count("id"))
-        .values_list("execution_id", "metric_id", "n")
-    ):
-        counts[(str(execution_id), metric_id)] = n
-    mine = {(str(r.execution_id), r.metric_id): r for r in Rating.objects.filter(execution_id__in=ids, user=user)}
+    given: dict[tuple[str, str], list[float]] = {}
+    mine: dict[tuple[str, str], Rating] = {}
+    for rating in Rating.objects.filter(execution_id__in=ids):
+        key = (str(rating.execution_id), rating.metric_id)
+        given.setdefault(key, []).append(rating.normalized)
+        if rating.user_id == user.pk:
+            mine[key] = rating
+    people = {key: statistics.median(values) for key, values in given.items()}
     rows = []
     rate_url = reverse("grading:rate")
+    run_url = _run_url()
     entity_urls: dict[int, str] = {}
+    rated: dict[int, list[tuple[str, dict[str, Any], str | None, dict[str, Any], list[tuple[str, str]]]]] = {}
+    specs = _Specs()
     for run in runs:
         entity = run.entity
         if entity.pk not in entity_urls:
             entity_urls[entity.pk] = entity.get_absolute_url()
+            rated[entity.pk] = [
+                (metric_id, spec, key, scale_of(spec), specs.choices(key, spec))
+                for metric_id, spec in human_metrics(entity).items()
+                for key in (specs.key(spec),)
+            ]
         ended = template_localtime(run.completed_at)
         head = {
             "entity_url": entity_urls[entity.pk],
             "entity_label": entity.name or entity.slug,
-            "run_url": run.get_absolute_url(),
+            "run_url": run_url(run.id),
             "short_id": str(run.id)[:8],
-            "ended_iso": date_format(ended, "c") if ended else "",
+            "ended_iso": ended.isoformat() if ended else "",  # what date_format(ended, "c") writes
             "ended_title": str(localize(ended)),
             "rate_url": rate_url,
         }
         grade = getattr(run, "grade", None) if _has_grade(run) else None
         vector = (grade.metrics or {}) if grade and grade.status == Grade.Status.GRADED else {}
+        run_id = str(run.pk)
         cells = []
-        for metric_id, spec in human_metrics(run.entity).items():
-            scale = scale_of(spec)
-            judge = rated_on_scale(spec, vector.get(metric_id)) if spec.get("kind") == "judged" else ""
-            median = people.get(str(run.pk), {}).get(metric_id)
+        for metric_id, spec, key, scale, choices in rated[entity.pk]:
+            judge = specs.shown(key, spec, vector.get(metric_id)) if spec.get("kind") == "judged" else ""
+            given_here = given.get((run_id, metric_id))
             cells.append(
                 RateCell(
                     metric_id=metric_id,
                     spec=spec,
                     judge=judge,
-                    people=rated_on_scale(spec, median),
-                    people_count=counts.get((str(run.pk), metric_id), 0),
-                    mine=mine.get((str(run.pk), metric_id)),
-                    choices=scale_choices(scale),
+                    people=specs.shown(key, spec, people.get((run_id, metric_id))),
+                    people_count=len(given_here) if given_here else 0,
+                    mine=mine.get((run_id, metric_id)),
+                    choices=choices,
                     scale=scale,
                 )
             )
         rows.append(RateRow(run=run, cells=cells, graded=bool(vector), head=head))
     return rows
+
+
+class _Specs:
+    """A page's metric specs by their JSON text: a spec's buttons (``scale_choices`` of its scale) and a value on
+    its scale (``rated_on_scale``) worked out once a distinct spec and value. A spec that is no JSON (``key`` None)
+    is worked out every time."""
+
+    def __init__(self) -> None:
+        self._choices: dict[str, list[tuple[str, str]]] = {}
+        self._shown: dict[tuple[str, type, Any], str] = {}
+
+    @staticmethod
+    def key(spec: dict[str, Any]) -> str | None:
+        """The spec's JSON text, its keys in their order (a rubric's first matching band wins)."""
+        try:
+            return json.dumps(spec)
+        except (TypeError, ValueError):
+            return None
+
+    def choices(self, key: str | None, spec: dict[str, Any]) -> list[tuple[str, str]]:
+        if key is None:
+            return scale_choices(scale_of(spec))
+        if key not in self._choices:
+            self._choices[key] = scale_choices(scale_of(spec))
+        return self._choices[key]
+
+    def shown(self, key: str | None, spec: dict[str, Any], value: Any) -> str:
+        """``rated_on_scale(spec, value)``, remembered by the value and its type (True is not 1 here)."""
+        if key is None:
+            return rated_on_scale(spec, value)
+        try:
+            return self._shown[(key, type(value), value)]
+        except KeyError:
+            said = self._shown[(key, type(value), value)] = rated_on_scale(spec, value)
+            return said
+        except TypeError:  # a value that is no key (a list in a vector): worked out each time
+            return rated_on_scale(spec, value)
+
+
+def _run_url() -> Callable[[uuid.UUID], str]:
+    """A run's address as ``Execution.get_absolute_url`` reverses it (a UUID is its own text in the path),
+    reversed once a page rather than once a run."""
+    sample = uuid.UUID(int=0)
+    before, _, after = reverse("grading:run", args=[sample]).partition(str(sample))
+    return lambda run_id: f"{before}{run_id}{after}"
 
 
 def _has_grade(run: Execution) -> bool:
@@ -274,10 +336,6 @@ def _calibration_context(entity: Entity) -> dict[str, Any]:
     return {"entity": entity, "calibration": calibration(entity)}
 
 
-#: The attributes of the entity filter's link that is the page's.
-ACTIVE = mark_safe('class="active" aria-current="true"')
-
-
 @login_required
 @require_http_methods(["GET", "POST"])
 def rate_runs(request: HttpRequest) -> HttpResponse:
@@ -304,21 +362,28 @@ def rate_runs(request: HttpRequest) -> HttpResponse:
     with_terms(list(shown.values()))  # the rows' metrics and the calibrations read them
     calibrations = calibration_many(list(shown.values()))
     nav = [(f"{e.target_kind}:{e.slug}", e.name or e.slug, chosen is not None and chosen.pk == e.pk) for e in every]
+    chosen_key = f"{chosen.target_kind}:{chosen.slug}" if chosen else ""
+    rows = rate_rows(request.user, runs)
+    items = [
+        {"entity": e, "calibration": calibrations[e.pk], "url": e.get_absolute_url(), "label": e.name or e.slug}
+        for e in sorted(shown.values(), key=lambda e: (e.kind, e.slug))
+        if calibrations.get(e.pk)
+    ]
+    # One token for the page's forms and its navigation, as the template's lazy one was (read once a render).
+    token = get_token(request)
     context = {
-        "rows": rate_rows(request.user, runs),
-        "calibrations": [
-            {"entity": e, "calibration": calibrations[e.pk], "url": e.get_absolute_url(), "label": e.name or e.slug}
-            for e in sorted(shown.values(), key=lambda e: (e.kind, e.slug))
-            if calibrations.get(e.pk)
-        ],
+        "rows": rows,
+        # The rows and the calibrations' tables (built here: two includes a row cost more than reading them).
+        "rows_html": rate_rows_html(rows, csrf_token=token, entity_filter=chosen_key),
+        "calibrations": items,
+        "calibrations_html": calibrations_html(items),
+        "csrf_token": token,
         "entities": every,
         # The filters' links, one an entity (built here: a template's lookups cost more than the rows).
         "nav": nav,
-        "nav_html": format_html_join(
-            "", '<a href="?entity={}" {}>{}</a>', ((key, ACTIVE if on else "", label) for key, label, on in nav)
-        ),
+        "nav_html": nav_html(nav),
         "chosen": chosen,
-        "chosen_key": f"{chosen.target_kind}:{chosen.slug}" if chosen else "",
+        "chosen_key": chosen_key,
         "older": older,
         "paged": before is not None,
     }
@@ -350,9 +415,15 @@ def _rate_post(request: HttpRequest) -> HttpResponse:
         return HttpResponse(_said(answer.as_dict()), status=status)
     (row,) = rate_rows(request.user, [run])
     row.answer = answer.as_dict()
-    context = {"row": row, "oob": _calibration_context(run.entity), "entity_filter": post.get("entity_filter", "")}
     # An answer the page shows in place: HTMX swaps 2xx only, so a refusal is still 200 with its code in the row.
-    response = render(request, "grading/partials/rate_row.html", context)
+    response = HttpResponse(
+        rate_row_html(
+            row,
+            csrf_token=get_token(request),
+            entity_filter=post.get("entity_filter", ""),
+            oob=_calibration_context(run.entity),
+        )
+    )
     response["X-Rate-Code"] = answer.code
     return response
 
