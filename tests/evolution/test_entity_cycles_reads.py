@@ -1,0 +1,105 @@
+"""The entity page's Cycles section reads only what it shows (issue 18): its newest cycles as loop_history's
+rows, its months of spend, its lessons — the same answers as the reads whole, after random histories, in a
+bounded number of statements.
+
+Run on both databases: ``DATABASE_URL=postgres://… pytest tests/evolution/test_entity_cycles_reads.py``.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from evolution.models import Cycle, Round
+from evolution.reads import history
+from grading.models import Entity
+from tests.evolution.page_helpers import in_loop, make_cycle, make_lesson, make_round
+
+pytestmark = pytest.mark.django_db
+
+NOW = datetime(2026, 3, 20, 12, tzinfo=UTC)
+
+
+#: An objective's entry of a comparator's record: its gain and interval (what ``moved_words`` says).
+OBJECTIVE = {"role": "objective", "metric": "x", "gain": -0.2, "spread": [-0.3, -0.1], "confidence": 0.9}
+
+
+def check_record(rng: random.Random) -> dict | None:
+    """A pre-merge check's record of one of the shapes ``outcomes`` reads (or none)."""
+    return rng.choice(
+        [
+            None,
+            {"verdict": "regressed", "pairs": [{}] * rng.randrange(1, 4)},
+            {"verdict": "regressed", "perMetric": [{"role": "objective", "gain": 0.3, "band": 0.1}]},
+            {"verdict": "validated", "judged": rng.randrange(0, 3)},
+            {"verdict": "validated", "inconclusive": True},
+        ]
+    )
+
+
+def watch_record(rng: random.Random) -> dict | None:
+    return rng.choice(
+        [
+            None,
+            {"verdict": "validated", "comparator": "count", "n": rng.randrange(0, 6), "tally": "5 of 5"},
+            {"verdict": "regressed", "comparator": "compare", "perMetric": [OBJECTIVE]},
+            {"verdict": "unvalidated", "comparator": "compare", "perMetric": []},
+        ]
+    )
+
+
+def history_of(rng: random.Random, entity: Entity) -> None:
+    """Cycles over the last four months in every phase and end, with rounds, PRs, merges, checks and lessons."""
+    for n in range(rng.randrange(8, 16)):
+        phase = rng.choice([Cycle.Phase.SETTLED] * 4 + [Cycle.Phase.WATCHING, Cycle.Phase.REVERTING])
+        status = rng.choice(Cycle.Status.values) if phase == Cycle.Phase.SETTLED else ""
+        if phase == Cycle.Phase.REVERTING:
+            status = Cycle.Status.REGRESSED
+        at = NOW - timedelta(days=rng.randrange(0, 120), minutes=n)
+        cycle = make_cycle(
+            entity,
+            phase=phase,
+            status=status,
+            at=at,
+            reason=rng.choice(["", "the window was bad", "alice skipped it"]),
+            spent_usd=Decimal(rng.randrange(0, 10**6)) / Decimal(10**9),
+            watch_verdict=watch_record(rng),
+            watch_window={"runIds": ["a"] * rng.randrange(0, 4)},
+            confounded_by=rng.choice([None, None, {"cycle": 1}]),
+            claim=False,
+        )
+        for number in range(1, rng.randrange(1, 4)):
+            merged = rng.random() < 0.5
+            rnd = make_round(
+                cycle,
+                number,
+                status=rng.choice([Round.Status.MERGED, Round.Status.CLOSED, Round.Status.APPLIED]),
+                decided_by=rng.choice(["", "alice", "loop:autonomy"]),
+                pr_number=rng.choice([None, 100 + n * 10 + number]),
+                pr_url=rng.choice(["", f"http://forge/pulls/{n}"]),
+                merge_sha="m" * 40 if merged else "",
+                check_verdict=check_record(rng),
+                check_run_ids=["r"] * rng.randrange(0, 3),
+                revert_outcome=rng.choice(["", "merged", "closed"]),
+            )
+            if rng.random() < 0.3:
+                make_lesson(rnd, outcome=status or Cycle.Status.SKIPPED)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_the_newest_cycles_are_loop_historys_rows_read_in_three_statements(seed):
+    rng = random.Random(seed)
+    entity, neighbour = in_loop("digest"), in_loop("other")
+    history_of(rng, entity)
+    history_of(rng, neighbour)
+    for limit in (2, 20):
+        with CaptureQueriesContext(connection) as read:
+            rows = history.recent_cycles(entity, limit=limit)
+        assert len(read.captured_queries) == 3  # the cycles, their rounds, their lessons: no field read late
+        assert rows == history.history("scenario", "digest", limit=limit)["cycles"]
+    assert any(row["grade"] for row in rows) and any(row["pr"] for row in rows)  # the history holds some
