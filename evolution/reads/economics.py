@@ -37,6 +37,21 @@ MONTHS = 6
 GRADES = ("improvement", "regression", "tradeoff", "tie", "inconclusive", "ungraded")
 
 
+#: What a month's line reads of a cycle (``_line``; its grade, strength and what it moved through ``outcomes``)
+#: beside its cost: the frozen set, the window and the terms stay unread.
+LINE_FIELDS = (
+    "id",
+    "phase",
+    "status",
+    "reason",
+    "started_at",
+    "watch_verdict",
+    "watch_window",
+    "confounded_by",
+    "confounded_by_edit",
+)
+
+
 def _rounds() -> Prefetch:
     fields = ("id", "cycle_id", "number", "merge_sha", "check_verdict", "check_run_ids", "revert_outcome")
     return Prefetch("rounds", queryset=Round.objects.only(*fields).order_by("number"))
@@ -147,18 +162,16 @@ def _months_back(now: datetime, count: int) -> list[datetime]:
 
 
 def entity_months(entity: Entity, *, now: datetime | None = None, months: int = MONTHS) -> dict[str, Any]:
-    """The entity page's Spend section: {months (newest first), ceiling, refused, turns_at} in two queries.
+    """The entity page's Spend section: {months (newest first), ceiling, refused, turns_at} in two queries, of
+    what the months' lines read of their cycles (``LINE_FIELDS``) and rounds.
 
     ``refused`` is the monthly ceiling's refusal standing now ("" when it opens).
     """
     now = now or timezone.now()
     starts = _months_back(now, months)
     by_start = {start: Month(start) for start in starts}
-    cycles = (
-        spend.with_cost(spend.opened_in(starts[-1], spend.month_of(now)[1]).filter(entity=entity))
-        .prefetch_related(_rounds())
-        .order_by("started_at", "id")
-    )
+    mine = spend.opened_in(starts[-1], spend.month_of(now)[1]).filter(entity=entity).only(*LINE_FIELDS)
+    cycles = spend.with_cost(mine).prefetch_related(_rounds()).order_by("started_at", "id")
     for cycle in cycles:
         by_start[spend.month_of(cycle.started_at)[0]].add(_line(cycle))
     ceiling = spend.month_ceiling(entity)

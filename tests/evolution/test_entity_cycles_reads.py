@@ -15,10 +15,13 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from evolution.core import spend
 from evolution.models import Cycle, Round
-from evolution.reads import history
+from evolution.reads import economics, history
 from grading.models import Entity
 from tests.evolution.page_helpers import in_loop, make_cycle, make_lesson, make_round
+from tests.evolution.test_economics import judged, replayed
+from tests.grading.grading_helpers import make_run
 
 pytestmark = pytest.mark.django_db
 
@@ -27,6 +30,10 @@ NOW = datetime(2026, 3, 20, 12, tzinfo=UTC)
 
 #: An objective's entry of a comparator's record: its gain and interval (what ``moved_words`` says).
 OBJECTIVE = {"role": "objective", "metric": "x", "gain": -0.2, "spread": [-0.3, -0.1], "confidence": 0.9}
+
+
+def money(rng: random.Random) -> str:
+    return str(Decimal(rng.randrange(0, 10**6)) / Decimal(10**12) + Decimal(rng.randrange(0, 3)))
 
 
 def check_record(rng: random.Random) -> dict | None:
@@ -89,6 +96,14 @@ def history_of(rng: random.Random, entity: Entity) -> None:
             )
             if rng.random() < 0.3:
                 make_lesson(rnd, outcome=status or Cycle.Status.SKIPPED)
+            for slot in range(rng.randrange(0, 2)):
+                replayed(rnd, slot=slot, side="candidate", run_cost=money(rng), judge_cost=money(rng), at=at)
+        if rng.random() < 0.5:
+            judged(make_run(entity), cost=money(rng), reason=f"exempt:watch:{cycle.pk}", at=at + timedelta(hours=1))
+    # A change that shipped and was neither kept nor reverted: whether it measured anything is read off its records.
+    shipped = make_cycle(entity, phase=Cycle.Phase.SETTLED, status=Cycle.Status.UNVALIDATED, at=NOW - timedelta(days=1),
+                         watch_verdict=watch_record(rng), confounded_by=rng.choice([None, {"cycle": 1}]), claim=False)  # fmt: skip
+    make_round(shipped, status=Round.Status.MERGED, merge_sha="m" * 40, check_verdict=check_record(rng))
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
@@ -103,3 +118,29 @@ def test_the_newest_cycles_are_loop_historys_rows_read_in_three_statements(seed)
         assert len(read.captured_queries) == 3  # the cycles, their rounds, their lessons: no field read late
         assert rows == history.history("scenario", "digest", limit=limit)["cycles"]
     assert any(row["grade"] for row in rows) and any(row["pr"] for row in rows)  # the history holds some
+
+
+def months_read_whole(entity: Entity, now: datetime) -> list[economics.Month]:
+    """``entity_months``'s months built from the entity's cycles read whole, each one's cost read alone."""
+    starts = economics._months_back(now, economics.MONTHS)
+    by_start = {start: economics.Month(start) for start in starts}
+    cycles = spend.opened_in(starts[-1], spend.month_of(now)[1]).filter(entity=entity).order_by("started_at", "id")
+    for cycle in cycles:
+        for name, amount in spend.cost_of(cycle).items():
+            setattr(cycle, name, amount)
+        by_start[spend.month_of(cycle.started_at)[0]].add(economics._line(cycle))
+    return [by_start[start] for start in starts]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_months_of_spend_are_those_of_the_cycles_read_whole_in_two_statements(seed):
+    rng = random.Random(seed)
+    entity, neighbour = in_loop("digest"), in_loop("other")
+    history_of(rng, entity)
+    history_of(rng, neighbour)
+    with CaptureQueriesContext(connection) as read:
+        months = economics.entity_months(entity, now=NOW)["months"]
+    assert len(read.captured_queries) == 2  # the cycles with their cost, their rounds: no field read late
+    assert months == months_read_whole(entity, NOW)
+    assert sum(m.cycles for m in months) and sum(m.parts["replays_usd"] for m in months)  # the history holds some
+    assert any(line["moved"] and line["grade"] for m in months for line in m.validated + m.regressed)
