@@ -12,7 +12,9 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+import time_machine
 from django.db import connection
+from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from evolution.core import spend
@@ -26,6 +28,9 @@ from tests.grading.grading_helpers import make_run
 pytestmark = pytest.mark.django_db
 
 NOW = datetime(2026, 3, 20, 12, tzinfo=UTC)
+HX = {"HTTP_HX_REQUEST": "true"}
+#: The statements the Cycles section sends (the session and the user included), whatever the history holds.
+STATEMENTS = 18
 
 
 #: An objective's entry of a comparator's record: its gain and interval (what ``moved_words`` says).
@@ -95,7 +100,9 @@ def history_of(rng: random.Random, entity: Entity) -> None:
                 revert_outcome=rng.choice(["", "merged", "closed"]),
             )
             if rng.random() < 0.3:
-                make_lesson(rnd, outcome=status or Cycle.Status.SKIPPED)
+                rejection = rng.choice(["", "human", "timeout"])
+                make_lesson(rnd, outcome=status or Cycle.Status.SKIPPED, rejection=rejection, note="too risky",
+                            helpful=rng.randrange(0, 3))  # fmt: skip
             for slot in range(rng.randrange(0, 2)):
                 replayed(rnd, slot=slot, side="candidate", run_cost=money(rng), judge_cost=money(rng), at=at)
         if rng.random() < 0.5:
@@ -103,7 +110,9 @@ def history_of(rng: random.Random, entity: Entity) -> None:
     # A change that shipped and was neither kept nor reverted: whether it measured anything is read off its records.
     shipped = make_cycle(entity, phase=Cycle.Phase.SETTLED, status=Cycle.Status.UNVALIDATED, at=NOW - timedelta(days=1),
                          watch_verdict=watch_record(rng), confounded_by=rng.choice([None, {"cycle": 1}]), claim=False)  # fmt: skip
-    make_round(shipped, status=Round.Status.MERGED, merge_sha="m" * 40, check_verdict=check_record(rng))
+    rnd = make_round(shipped, status=Round.Status.MERGED, merge_sha="m" * 40, check_verdict=check_record(rng),
+                     decided_by="alice")  # fmt: skip
+    make_lesson(rnd, outcome=Cycle.Status.UNVALIDATED, rejection="human", note="not now")
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
@@ -144,3 +153,41 @@ def test_the_months_of_spend_are_those_of_the_cycles_read_whole_in_two_statement
     assert months == months_read_whole(entity, NOW)
     assert sum(m.cycles for m in months) and sum(m.parts["replays_usd"] for m in months)  # the history holds some
     assert any(line["moved"] and line["grade"] for m in months for line in m.validated + m.regressed)
+
+
+@pytest.fixture
+def web(client: Client, alice) -> Client:
+    client.force_login(alice)
+    return client
+
+
+def test_the_cycles_section_shows_what_the_reads_whole_show_in_a_bounded_number_of_statements(web):
+    """The section's HTML is the same as with its cycles, lessons and months read whole; the loop's row, the
+    cycles, the lessons and the spend cost at most ``STATEMENTS`` statements, whatever the history holds."""
+    from django.template.loader import render_to_string
+
+    from evolution.models import Lesson
+    from evolution.views import pages
+
+    entity = in_loop("digest")
+    history_of(random.Random(5), entity)
+    history_of(random.Random(6), in_loop("other"))
+    path = "/evolution/entities/scenario/digest/cycles/"
+    with time_machine.travel(NOW, tick=False):
+        with CaptureQueriesContext(connection) as read:
+            fragment = web.get(path, **HX).content.decode()
+        context = pages.entity_cycles_context(entity)
+        lessons = Lesson.objects.filter(entity=entity).select_related("round", "cycle").order_by("-created_at", "-id")
+        whole = {
+            **context,
+            "cycles": history.history("scenario", "digest", limit=pages.ENTITY_CYCLES)["cycles"],
+            "lessons": list(lessons[: pages.ENTITY_LESSONS]),
+        }
+        shown = render_to_string("evolution/_entity_cycles.html", context)
+        assert shown == render_to_string("evolution/_entity_cycles.html", whole)
+    assert len(read.captured_queries) <= STATEMENTS, "\n".join(q["sql"][:120] for q in read.captured_queries)
+    assert context["cycles"] and context["lessons"]  # the history holds some
+    for row in context["cycles"]:
+        assert f'id="cycle-{row["id"]}"' in fragment
+    for lesson in context["lessons"]:
+        assert f'id="lesson-{lesson.pk}"' in fragment and f"· r{lesson.round.number}</a>" in fragment
