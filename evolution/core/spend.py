@@ -18,6 +18,7 @@ cycles of an entity whose cycles opened this month cost at least the ceiling, un
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from datetime import datetime
 from decimal import Decimal
@@ -51,7 +52,15 @@ def _summed(queryset: QuerySet[Any], group: str, column: str) -> Subquery:
 
 
 def with_cost(cycles: QuerySet[Cycle]) -> QuerySet[Cycle]:
-    """``cycles`` annotated with each part of ``PARTS`` and their sum ``cost_usd`` (exact Decimals; 0 when none)."""
+    """``cycles`` annotated with each part of ``PARTS`` (exact Decimals; 0 when none): ``total`` adds them."""
+    return cycles.annotate(**_cost_parts())
+
+
+@functools.cache
+def _cost_parts() -> dict[str, Any]:
+    """``with_cost``'s annotations, built once a process: they name their cycle only through ``OuterRef``, so their
+    shape never changes, and annotating copies an expression as it resolves it (the ones built here are never
+    changed). Building their three subqueries cost more than running them, on every read of a cycle's cost."""
     replays = Replay.objects.filter(round__cycle=OuterRef("pk"))
     watch = Grade.objects.filter(
         entity=OuterRef("entity_id"),
@@ -60,12 +69,12 @@ def with_cost(cycles: QuerySet[Cycle]) -> QuerySet[Cycle]:
     )
     # The parts are added in Python (``total``): Django types a sum of two money columns as a plain decimal,
     # which SQLite would CAST to NUMERIC and read back as integer units.
-    return cycles.annotate(
-        proposer_usd=F("spent_usd"),
-        replays_usd=_money(_summed(replays, "round__cycle", "execution__cost_usd")),
-        check_judge_usd=_money(_summed(replays, "round__cycle", "execution__grade__cost_usd")),
-        watch_judge_usd=_money(_summed(watch, "entity", "cost_usd")),
-    )
+    return {
+        "proposer_usd": F("spent_usd"),
+        "replays_usd": _money(_summed(replays, "round__cycle", "execution__cost_usd")),
+        "check_judge_usd": _money(_summed(replays, "round__cycle", "execution__grade__cost_usd")),
+        "watch_judge_usd": _money(_summed(watch, "entity", "cost_usd")),
+    }
 
 
 def total(row: Any) -> Decimal:

@@ -18,8 +18,9 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Count, IntegerField, OuterRef, Prefetch, QuerySet, Subquery, Sum, Value
-from django.db.models.functions import Coalesce
+from django.db import connection
+from django.db.models import Count, IntegerField, Prefetch, QuerySet, Sum
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from evolution.core import outcomes, spend
@@ -34,6 +35,21 @@ ZERO = Decimal(0)
 MONTHS = 6
 #: The grades loop_summary counts by (the seed's five), and "ungraded" for a settle with no verdict.
 GRADES = ("improvement", "regression", "tradeoff", "tie", "inconclusive", "ungraded")
+
+
+#: What a month's line reads of a cycle (``_line``; its grade, strength and what it moved through ``outcomes``)
+#: beside its cost: the frozen set, the window and the terms stay unread.
+LINE_FIELDS = (
+    "id",
+    "phase",
+    "status",
+    "reason",
+    "started_at",
+    "watch_verdict",
+    "watch_window",
+    "confounded_by",
+    "confounded_by_edit",
+)
 
 
 def _rounds() -> Prefetch:
@@ -146,18 +162,16 @@ def _months_back(now: datetime, count: int) -> list[datetime]:
 
 
 def entity_months(entity: Entity, *, now: datetime | None = None, months: int = MONTHS) -> dict[str, Any]:
-    """The entity page's Spend section: {months (newest first), ceiling, refused, turns_at} in two queries.
+    """The entity page's Spend section: {months (newest first), ceiling, refused, turns_at} in two queries, of
+    what the months' lines read of their cycles (``LINE_FIELDS``) and rounds.
 
     ``refused`` is the monthly ceiling's refusal standing now ("" when it opens).
     """
     now = now or timezone.now()
     starts = _months_back(now, months)
     by_start = {start: Month(start) for start in starts}
-    cycles = (
-        spend.with_cost(spend.opened_in(starts[-1], spend.month_of(now)[1]).filter(entity=entity))
-        .prefetch_related(_rounds())
-        .order_by("started_at", "id")
-    )
+    mine = spend.opened_in(starts[-1], spend.month_of(now)[1]).filter(entity=entity).only(*LINE_FIELDS)
+    cycles = spend.with_cost(mine).prefetch_related(_rounds()).order_by("started_at", "id")
     for cycle in cycles:
         by_start[spend.month_of(cycle.started_at)[0]].add(_line(cycle))
     ceiling = spend.month_ceiling(entity)
@@ -181,31 +195,51 @@ MONTH_FIELDS = ("month_cycles", "month_validated", "month_regressed", *(f"month_
 def with_month(entities: QuerySet[Entity], *, now: datetime) -> QuerySet[Entity]:
     """``entities`` annotated with this calendar month's loop: cycles opened, validated, regressed, each cost part.
 
-    Correlated subqueries in the entities' own query (the fleet reads its page's rows in one query).
+    Correlated subqueries in the entities' own query (the fleet reads its page's rows in one query), written out
+    (``MONTH``): built by the ORM they were seven subqueries holding sixteen more, which cost several times
+    running them on every read. The same sums as ``spend.with_cost``'s parts of each of the month's cycles
+    (``tests/evolution/test_fleet_month.py``).
     """
-    start, end = spend.month_of(now)
-
-    def mine() -> QuerySet[Cycle]:
-        return spend.opened_in(start, end).filter(entity=OuterRef("pk")).order_by()
-
-    def counted(**where: Any) -> Any:
-        rows = mine().filter(**where).values("entity").annotate(n=Count("id")).values("n")[:1]
-        return Coalesce(Subquery(rows, output_field=IntegerField()), 0)
-
-    def summed(name: str) -> Any:
-        rows = spend.with_cost(mine()).values("entity").annotate(total=Sum(name, output_field=MoneyField()))
-        return Coalesce(
-            Subquery(rows.values("total")[:1], output_field=MoneyField()),
-            Value(ZERO, output_field=MoneyField()),
-            output_field=MoneyField(),
-        )
-
+    start, end = (connection.ops.adapt_datetimefield_value(at) for at in spend.month_of(now))
+    money, count = MoneyField(), IntegerField()
     return entities.annotate(
-        month_cycles=counted(),
-        month_validated=counted(status=Cycle.Status.VALIDATED),
-        month_regressed=counted(status=Cycle.Status.REGRESSED),
-        **{f"month_{name}": summed(name) for name in spend.PARTS},
+        **{
+            name: RawSQL(sql, (start, end, *more), output_field=money if name.endswith("_usd") else count)
+            for name, (sql, more) in MONTH.items()
+        }
     )
+
+
+#: An entity's cycles (``c``) that opened in a month (its first instant and the next's: two parameters) and could
+#: have spent (``spend.opened_in``). ``grading_entity`` is the row of the query annotated.
+_MINE = "c.entity_id = grading_entity.id AND c.analysed AND c.started_at >= %s AND c.started_at < %s"
+_COUNTED = f"SELECT COUNT(*) FROM evolution_cycle c WHERE {_MINE}"
+#: Their replays' runs (``x``), as ``spend.with_cost`` reads them: a replay not yet run has none.
+_REPLAYED = (
+    "evolution_cycle c JOIN evolution_round r ON r.cycle_id = c.id JOIN evolution_replay p ON p.round_id = r.id "
+    "JOIN grading_execution x ON x.id = p.execution_id"
+)
+#: ``with_month``'s figures: {name: (a subquery of the entity's row, its parameters after the month's two)}. Money
+#: (``_usd``) is summed as stored (SQLite's integer units, Postgres's numeric) and read through ``MoneyField``:
+#: exact on both.
+MONTH: dict[str, tuple[str, tuple[str, ...]]] = {
+    "month_cycles": (_COUNTED, ()),
+    "month_validated": (f"{_COUNTED} AND c.status = %s", (Cycle.Status.VALIDATED.value,)),
+    "month_regressed": (f"{_COUNTED} AND c.status = %s", (Cycle.Status.REGRESSED.value,)),
+    "month_proposer_usd": (f"SELECT COALESCE(SUM(c.spent_usd), 0) FROM evolution_cycle c WHERE {_MINE}", ()),
+    "month_replays_usd": (f"SELECT COALESCE(SUM(x.cost_usd), 0) FROM {_REPLAYED} WHERE {_MINE}", ()),
+    "month_check_judge_usd": (
+        f"SELECT COALESCE(SUM(g.cost_usd), 0) FROM {_REPLAYED} JOIN grading_grade g ON g.execution_id = x.id "
+        f"WHERE {_MINE}",
+        (),
+    ),
+    # The watch's exempt gradings name their cycle and were booked since it opened: each counts for one cycle.
+    "month_watch_judge_usd": (
+        "SELECT COALESCE(SUM(g.cost_usd), 0) FROM evolution_cycle c JOIN grading_grade g ON g.entity_id = c.entity_id "
+        f"WHERE {_MINE} AND g.booked_at >= c.started_at AND g.reason = %s || CAST(c.id AS TEXT)",
+        (spend.WATCH_REASON,),
+    ),
+}
 
 
 def month_of_row(entity: Entity) -> dict[str, Any]:

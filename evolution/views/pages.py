@@ -50,6 +50,22 @@ STATE_BADGE = {
 STATUS_BADGE = {"validated": "ok", "regressed": "failed", "failed": "failed", "unvalidated": "warning"}
 ENTITY_CYCLES = 20
 ENTITY_LESSONS = 20
+#: What the Lessons section shows of a lesson: its cycle and round (number, who decided), what came of it, its
+#: tally and a person's no; neither the cycle nor the round is read whole with it.
+LESSON_FIELDS = (
+    "id",
+    "cycle",
+    "round",
+    "round__number",
+    "round__decided_by",
+    "outcome",
+    "summary",
+    "hypothesis",
+    "rejection",
+    "note",
+    "helpful",
+    "harmful",
+)
 
 
 def _badged(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -178,7 +194,8 @@ def entity_cycles_context(entity: Entity) -> dict[str, Any]:
     held = None if row["state"] == "paused" or not entity.present else ""
     lessons = list(
         Lesson.objects.filter(entity=entity)
-        .select_related("round", "cycle")
+        .select_related("round")
+        .only(*LESSON_FIELDS)
         .order_by("-created_at", "-id")[:ENTITY_LESSONS]
     )
     return {

@@ -80,8 +80,7 @@ def test_the_pages_month_read_in_one_statement_equals_each_cycles_cost_and_the_a
     assert sum(e.month_cycles for e in read) and sum(e.month_replays_usd for e in read)  # the history holds some
     for entity in read:
         assert month(entity) == expected(entity)
-        if connection.vendor == "postgresql":  # SQLite's SUM of the annotation reads money back as a float
-            assert month(entity) == month(annotated[entity.pk])
+        assert month(annotated[entity.pk]) == month(entity)
         assert economics.month_of_row(entity)["spent_usd"] == sum(
             (expected(entity)[f"month_{name}"] for name in spend.PARTS), Decimal(0)
         )
@@ -95,4 +94,39 @@ def test_an_entity_with_no_cycle_this_month_reads_zero_without_a_statement_when_
     (read,) = fleet.with_months([Entity.objects.get(pk=entity.pk)], now=NOW)
     assert month(read) == {
         name: (0 if name.endswith(("cycles", "validated", "regressed")) else 0) for name in economics.MONTH_FIELDS
+    }
+
+
+def test_the_months_annotation_counts_the_cycles_opened_in_the_month_and_their_watchs_gradings_since_each_opened():
+    """The written-out annotation's edges: the month's first instant counts and the next month's does not, a
+    refusal row spent nothing, a watch's grading counts when it names the cycle exactly and was booked since it
+    opened."""
+    entity = looped("edges")
+    start, end = spend.month_of(NOW)
+    first = spent_cycle(entity, at=start, proposer="1.000000000001", status=Cycle.Status.VALIDATED)
+    last = spent_cycle(entity, at=end - timedelta(microseconds=1), proposer="2", status=Cycle.Status.REGRESSED)
+    spent_cycle(entity, at=end, proposer="40")
+    spent_cycle(entity, at=start - timedelta(microseconds=1), proposer="80")
+    refused = spent_cycle(entity, at=start + timedelta(days=1), proposer="160", status=Cycle.Status.SKIPPED)
+    Cycle.objects.filter(pk=refused.pk).update(analysed=False)
+    rnd = Round.objects.create(cycle=first, number=1, status=Round.Status.MERGED)
+    replayed(rnd, slot=0, side="candidate", run_cost="0.000000000003", judge_cost="0.5", at=start)
+    Round.objects.create(cycle=last, number=1, status=Round.Status.MERGED)  # a round with no replay
+    booked = start + timedelta(hours=1)
+    judged(make_run(entity), cost="0.25", reason=f"exempt:watch:{first.pk}", at=booked)
+    judged(make_run(entity), cost="320", reason=f"exempt:watch:{first.pk}", at=start - timedelta(seconds=1))
+    judged(make_run(entity), cost="640", reason=f"exempt:watch:{first.pk}0", at=booked)
+    judged(make_run(entity), cost="1280", reason=f"exempt:watch:{refused.pk}", at=booked + timedelta(days=1))
+
+    (read,) = economics.with_month(Entity.objects.filter(pk=entity.pk), now=NOW)
+
+    assert month(read) == expected(entity)
+    assert month(read) == {
+        "month_cycles": 2,
+        "month_validated": 1,
+        "month_regressed": 1,
+        "month_proposer_usd": Decimal("3.000000000001"),
+        "month_replays_usd": Decimal("0.000000000003"),
+        "month_check_judge_usd": Decimal("0.5"),
+        "month_watch_judge_usd": Decimal("0.25"),
     }
