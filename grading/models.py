@@ -16,6 +16,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Q
 from django.db.models.fields.json import KT, KeyTransform
 from django.utils import timezone
 from django.utils.deconstruct import deconstructible
@@ -295,6 +296,12 @@ class Grade(models.Model):
             # /api/grades/ pages by its cursor from the newest booked, for the fleet or one entity.
             models.Index(fields=["-booked_at", "-execution"], name="grade_booked"),
             models.Index(fields=["entity", "-booked_at"], name="grade_entity_booked"),
+            # The watch's exempt gradings of a cycle (reason ``exempt:watch:<cycle id>``: what it cost to judge,
+            # ``evolution.core.spend``), found by their reason among a few, not among every grade of the entity
+            # booked since the cycle opened (a cycle's cost read every one). Written for those grades only.
+            models.Index(
+                fields=["entity", "reason"], condition=Q(reason__startswith="exempt:watch:"), name="grade_watch_exempt"
+            ),
         ]
 
     def __str__(self) -> str:

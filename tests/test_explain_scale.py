@@ -223,3 +223,34 @@ def test_the_inbox_history_reads_a_page_from_its_index(web, alice):
     plan = plan_of(history[0], None)
     assert "card_history" in plan and "Sort" not in plan.split("->")[0], plan
     assert "Seq Scan on hitl_card" not in plan, plan
+
+
+def test_a_cycles_watch_gradings_are_found_by_their_reason_not_among_every_grade_since_it_opened():
+    """A cycle's cost finds the watch's exempt gradings of it (reason ``exempt:watch:<id>``) in ``grade_watch_exempt``,
+    which holds those grades only, not by walking every grade of its entity booked since the cycle opened: the
+    per-cycle read (``spend.with_cost``) and the month's written-out one (``economics.with_month``)."""
+    from evolution.core import spend
+    from evolution.reads import economics
+    from grading.models import Entity, Execution, Grade
+
+    entity = in_loop("busy")
+    cycle = make_cycle(entity, phase=Cycle.Phase.SETTLED)
+    now = timezone.now()
+    runs = Execution.objects.bulk_create(
+        Execution(entity=entity, run_kind="scenario", status="succeeded", started_at=now, completed_at=now)
+        for _ in range(400)
+    )
+    reasons = [f"{spend.WATCH_REASON}{cycle.pk}" if n % 100 == 0 else "sampled" for n in range(len(runs))]
+    Grade.objects.bulk_create(
+        Grade(execution=run, entity=entity, status="graded", reason=reason, day=now.date(), due_at=now, booked_at=now)
+        for run, reason in zip(runs, reasons, strict=True)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE grading_grade")
+    with CaptureQueriesContext(connection) as read:
+        list(spend.with_cost(Cycle.objects.filter(pk=cycle.pk)).values("watch_judge_usd"))
+        list(economics.with_month(Entity.objects.filter(pk=entity.pk), now=now).values("month_watch_judge_usd"))
+    assert len(read.captured_queries) == 2
+    for query in read.captured_queries:
+        plan = plan_of(query["sql"], None)
+        assert "grade_watch_exempt" in plan, f"{query['sql'][:300]}\n{plan}"

@@ -65,6 +65,7 @@ def _cost_parts() -> dict[str, Any]:
     watch = Grade.objects.filter(
         entity=OuterRef("entity_id"),
         booked_at__gte=OuterRef("started_at"),
+        reason__startswith=WATCH_REASON,  # the condition of ``grade_watch_exempt``: the few grades it holds
         reason=Concat(Value(WATCH_REASON), Cast(OuterRef("pk"), output_field=CharField()), output_field=CharField()),
     )
     # The parts are added in Python (``total``): Django types a sum of two money columns as a plain decimal,
@@ -152,7 +153,9 @@ def spent_many(entity_ids: Iterable[int], *, now: datetime) -> dict[int, Decimal
         watch_reason=Concat(Value(WATCH_REASON), Cast("pk", output_field=CharField()), output_field=CharField())
     ).values("watch_reason")
     add(
-        Grade.objects.filter(entity_id__in=ids, booked_at__gte=start, reason__in=reasons)
+        Grade.objects.filter(
+            entity_id__in=ids, booked_at__gte=start, reason__startswith=WATCH_REASON, reason__in=reasons
+        )
         .order_by()
         .values("entity_id")
         .annotate(t=Sum("cost_usd", output_field=money))

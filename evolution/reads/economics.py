@@ -236,7 +236,8 @@ MONTH: dict[str, tuple[str, tuple[str, ...]]] = {
     # The watch's exempt gradings name their cycle and were booked since it opened: each counts for one cycle.
     "month_watch_judge_usd": (
         "SELECT COALESCE(SUM(g.cost_usd), 0) FROM evolution_cycle c JOIN grading_grade g ON g.entity_id = c.entity_id "
-        f"WHERE {_MINE} AND g.booked_at >= c.started_at AND g.reason = %s || CAST(c.id AS TEXT)",
+        f"WHERE {_MINE} AND g.booked_at >= c.started_at AND g.reason = %s || CAST(c.id AS TEXT) "
+        "AND g.reason LIKE 'exempt:watch:%%'",  # the condition of ``grade_watch_exempt``: the few grades it holds
         (spend.WATCH_REASON,),
     ),
 }
