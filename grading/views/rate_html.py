@@ -16,9 +16,9 @@ from django.contrib.humanize.templatetags.humanize import naturaltime
 from django.utils.formats import localize
 from django.utils.safestring import SafeString, mark_safe
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # (a row and a cell are ``grading.views.rate``'s ``RateRow`` and ``RateCell``: not imported, as
+    # that module imports this one)
     from grading.calibration import MetricCalibration
-    from grading.views.rate import RateCell, RateRow
 
 
 def esc(value: Any) -> str:
@@ -54,23 +54,21 @@ def _csrf_html(token: Any) -> str:
     return f'<input type="hidden" name="csrfmiddlewaretoken" value="{_v(str(token))}">'
 
 
-def rate_rows_html(rows: list[RateRow], *, csrf_token: Any, entity_filter: str) -> SafeString:
+def rate_rows_html(rows: list[Any], *, csrf_token: Any, entity_filter: str) -> SafeString:
     """The page's rows (``rate_rows``), as its loop including ``rate_row_html`` for each rendered them."""
     csrf = _csrf_html(csrf_token)
     # Each include renders the row and the partial's last newline (no out-of-band part on the page).
     return mark_safe("".join(f"\n  {_row(row, csrf, entity_filter)}\n\n" for row in rows))  # noqa: S308 - ``_v``
 
 
-def rate_row_html(
-    row: RateRow, *, csrf_token: Any, entity_filter: str, oob: dict[str, Any] | None = None
-) -> SafeString:
+def rate_row_html(row: Any, *, csrf_token: Any, entity_filter: str, oob: dict[str, Any] | None = None) -> SafeString:
     """One run's row, with its entity's calibration swapped in out of band (``oob``: entity and calibration)
     when given: what HTMX gets back after a rating."""
     swapped = calibration_html(oob["entity"].pk, oob["calibration"], oob=True) if oob else ""
     return mark_safe(_row(row, _csrf_html(csrf_token), entity_filter) + swapped + "\n")  # noqa: S308 - ``_v``
 
 
-def _row(row: RateRow, csrf: str, entity_filter: str) -> str:
+def _row(row: Any, csrf: str, entity_filter: str) -> str:
     """The row's article, led and followed by a newline (the partial's text up to its out-of-band part)."""
     run, head = row.run, row.head
     run_id, rate_url, status = _v(run.id), _v(head["rate_url"]), _v(run.status)
@@ -113,7 +111,7 @@ def _row(row: RateRow, csrf: str, entity_filter: str) -> str:
     )
 
 
-def _cell(c: RateCell, graded: bool, form_head: str, filtered: str) -> str:
+def _cell(c: Any, graded: bool, form_head: str, filtered: str) -> str:
     """One metric's table row of a run's row, followed by the loop's indentation."""
     metric_id = _v(c.metric_id)
     criterion = c.spec.get("criterion")
