@@ -109,12 +109,15 @@ else:
     # the worker's share it; ``SINGULARITY_DB_POOL=false`` opens a connection a request again (behind a pooler
     # such as PgBouncer). ``max_size`` bounds what one process holds open at once; a caller waits up to
     # ``timeout`` seconds for one to come back, then fails with a clear error.
+    # A connection is checked as it is handed out (Django's health check, one round trip): one the server ended while
+    # it sat in the pool (a restart, an idle timeout, a terminated backend) is replaced, never handed to a request.
     if env_bool("SINGULARITY_DB_POOL", True):
         DATABASES["default"]["OPTIONS"]["pool"] = {
             "min_size": 1,
             "max_size": env_int("SINGULARITY_DB_POOL_MAX", 20, minimum=1, maximum=1000),
             "timeout": env_float("SINGULARITY_DB_POOL_TIMEOUT_SECS", 30.0),
         }
+        DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     # One test database per test run, so two runs side by side never share it.
     _test_db = f"test_{DATABASES['default'].get('NAME') or 'singularity'}_{os.getpid()}"
     DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME", _test_db)}

@@ -17,7 +17,8 @@ PG = "postgres://postgres@127.0.0.1:5432/postgres"
 #: Prints the default database's OPTIONS as JSON, as the settings built them from the environment.
 SHOW = (
     "import json, django; from django.conf import settings; django.setup(); "
-    "print(json.dumps(settings.DATABASES['default'].get('OPTIONS', {})))"
+    "db = settings.DATABASES['default']; "
+    "print(json.dumps({**db.get('OPTIONS', {}), 'checked': db.get('CONN_HEALTH_CHECKS', False)}))"
 )
 
 
@@ -33,12 +34,20 @@ def options(**env):
 
 def test_postgres_pools_its_connections_by_default():
     pool = options(DATABASE_URL=PG)["pool"]
-    assert pool == {"min_size": 1, "max_size": 20, "timeout": 30.0}
+    assert pool == {
+        "min_size": 1,
+        "max_size": 20,
+        "timeout": 30.0,
+    }
 
 
 def test_the_pool_is_sized_and_timed_from_the_environment():
     pool = options(DATABASE_URL=PG, SINGULARITY_DB_POOL_MAX="4", SINGULARITY_DB_POOL_TIMEOUT_SECS="2.5")["pool"]
-    assert pool == {"min_size": 1, "max_size": 4, "timeout": 2.5}
+    assert pool == {
+        "min_size": 1,
+        "max_size": 4,
+        "timeout": 2.5,
+    }
 
 
 def test_the_pool_can_be_turned_off_behind_a_pooler():
@@ -79,3 +88,28 @@ def test_a_closed_connection_goes_back_to_the_pool_and_the_next_request_reuses_i
         with connection.cursor() as cursor:  # the next request
             cursor.execute("SELECT 1")
     assert opened() == before  # each took a connection the pool held open: none was opened
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the pool is Postgres's")
+def test_a_pooled_connection_the_server_ended_is_replaced_not_handed_to_the_next_request():
+    import psycopg
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+    connection.close()  # back to the pool, where the server ends it (a restart, an idle timeout, an operator)
+    info = connection.settings_dict
+    with psycopg.connect(
+        host=info["HOST"] or "127.0.0.1", port=info["PORT"] or 5432, user=info["USER"], dbname=info["NAME"],
+        autocommit=True,
+    ) as admin:  # fmt: skip
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            [info["NAME"]],
+        )
+    for _ in range(3):  # every connection the pool held was ended: each request still gets a live one
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            assert cursor.fetchone()[0] != pid
+        connection.close()
