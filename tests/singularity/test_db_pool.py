@@ -32,8 +32,8 @@ def options(**env):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_postgres_pools_its_connections_by_default():
-    pool = options(DATABASE_URL=PG)["pool"]
+def test_postgres_pools_its_connections_when_asked():
+    pool = options(DATABASE_URL=PG, SINGULARITY_DB_POOL="true")["pool"]
     assert pool == {
         "min_size": 1,
         "max_size": 20,
@@ -42,7 +42,9 @@ def test_postgres_pools_its_connections_by_default():
 
 
 def test_the_pool_is_sized_and_timed_from_the_environment():
-    pool = options(DATABASE_URL=PG, SINGULARITY_DB_POOL_MAX="4", SINGULARITY_DB_POOL_TIMEOUT_SECS="2.5")["pool"]
+    pool = options(
+        DATABASE_URL=PG, SINGULARITY_DB_POOL="true", SINGULARITY_DB_POOL_MAX="4", SINGULARITY_DB_POOL_TIMEOUT_SECS="2.5"
+    )["pool"]
     assert pool == {
         "min_size": 1,
         "max_size": 4,
@@ -50,7 +52,8 @@ def test_the_pool_is_sized_and_timed_from_the_environment():
     }
 
 
-def test_the_pool_can_be_turned_off_behind_a_pooler():
+def test_the_pool_is_off_unless_asked_for():
+    assert "pool" not in options(DATABASE_URL=PG)
     assert "pool" not in options(DATABASE_URL=PG, SINGULARITY_DB_POOL="false")
 
 
@@ -62,9 +65,12 @@ def test_sqlite_has_no_pool():
     "env, named",
     [
         ({"SINGULARITY_DB_POOL": "sometimes"}, "SINGULARITY_DB_POOL"),
-        ({"SINGULARITY_DB_POOL_MAX": "0"}, "SINGULARITY_DB_POOL_MAX"),
-        ({"SINGULARITY_DB_POOL_MAX": "many"}, "SINGULARITY_DB_POOL_MAX"),
-        ({"SINGULARITY_DB_POOL_TIMEOUT_SECS": "soon"}, "SINGULARITY_DB_POOL_TIMEOUT_SECS"),
+        ({"SINGULARITY_DB_POOL": "true", "SINGULARITY_DB_POOL_MAX": "0"}, "SINGULARITY_DB_POOL_MAX"),
+        ({"SINGULARITY_DB_POOL": "true", "SINGULARITY_DB_POOL_MAX": "many"}, "SINGULARITY_DB_POOL_MAX"),
+        (
+            {"SINGULARITY_DB_POOL": "true", "SINGULARITY_DB_POOL_TIMEOUT_SECS": "soon"},
+            "SINGULARITY_DB_POOL_TIMEOUT_SECS",
+        ),
     ],
 )
 def test_a_bad_pool_setting_stops_the_start_naming_it(env, named):
@@ -73,12 +79,17 @@ def test_a_bad_pool_setting_stops_the_start_naming_it(env, named):
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="the pool is Postgres's")
+@pytest.mark.skipif(
+    connection.vendor != "postgresql" or not connection.settings_dict["OPTIONS"].get("pool"),
+    reason="the pool is Postgres's, and on when SINGULARITY_DB_POOL=true",
+)
 def test_a_closed_connection_goes_back_to_the_pool_and_the_next_request_reuses_it():
     def opened():
         return connection.pool.get_stats().get("connections_num", 0)  # connections the pool ever opened
 
     assert connection.pool is not None
+    connection.close()
+    connection.close_pool()  # a pool of this test's own: none of its connections was ended by an earlier test
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
     before = opened()
@@ -91,7 +102,10 @@ def test_a_closed_connection_goes_back_to_the_pool_and_the_next_request_reuses_i
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="the pool is Postgres's")
+@pytest.mark.skipif(
+    connection.vendor != "postgresql" or not connection.settings_dict["OPTIONS"].get("pool"),
+    reason="the pool is Postgres's, and on when SINGULARITY_DB_POOL=true",
+)
 def test_a_pooled_connection_the_server_ended_is_replaced_not_handed_to_the_next_request():
     import psycopg
 
