@@ -62,7 +62,7 @@ class LoopStatus(APIView):
             OpenApiParameter(
                 "limit",
                 OpenApiTypes.INT,
-                description="Entities per page of the fleet: 1-100, default 50 (the dashboard's page).",
+                description="Entities per page of the fleet: 1-100, default 25 (the dashboard's page).",
             ),
             OpenApiParameter("cursor", OpenApiTypes.STR, description="A previous page's nextCursor."),
         ],

@@ -91,12 +91,12 @@ def test_the_lean_live_read_reads_no_column_it_left_out_as_live_cycles_grow():
     every_phase("a")
     more_waits("b")
     with CaptureQueriesContext(connection) as few:
-        fleet.fleet_page()
-        fleet.loop_status()
+        fleet.fleet_page(per_page=50)  # every entity on the page: its live cycles are read whole
+        fleet.loop_status(limit=50)
     for index in range(3):
         every_phase(f"more{index}")
         more_waits(f"again{index}")
     with CaptureQueriesContext(connection) as many:
-        fleet.fleet_page()
-        fleet.loop_status()
+        fleet.fleet_page(per_page=50)  # every entity on the page: its live cycles are read whole
+        fleet.loop_status(limit=50)
     assert len(many.captured_queries) == len(few.captured_queries)
