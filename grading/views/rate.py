@@ -352,6 +352,9 @@ def rate_runs(request: HttpRequest) -> HttpResponse:
         return HttpResponseBadRequest(str(exc))
     every = rateable()  # their terms are read for the entities on the page only
     chosen = _entity_filter(request)
+    if chosen is None and request.GET.get("entity"):
+        named = request.GET["entity"][:100]
+        return HttpResponseBadRequest(f"entity: {named!r} is not an entity (its kind and id, as kind:id)")
     entities = [e for e in every if chosen is not None and e.pk == chosen.pk] if chosen else every
     runs = rate_runs_for(entities, before=before)
     older = rate_cursor(runs[RATE_RUNS - 1]) if len(runs) > RATE_RUNS else ""

@@ -35,15 +35,13 @@ def _v(value: Any) -> str:
     return esc(value if hasattr(value, "__html__") else localize(value))
 
 
-#: The attributes of the entity filter's link that is the page's.
-ACTIVE = 'class="active" aria-current="true"'
-
-
 def nav_html(nav: list[tuple[str, str, bool]]) -> SafeString:
-    """The entity filter's links, one a (key, label, whether it is the page's) of ``nav``: what
-    ``format_html_join`` over them built, without its per-link call."""
+    """The entity filter's choices, one an (key, label, whether it is the page's) of ``nav``: the options of its
+    select (a list of links grew to a screen of them with a fleet; a select stays one line however many)."""
     return mark_safe(  # noqa: S308 - ``esc``
-        "".join(f'<a href="?entity={esc(key)}" {ACTIVE if on else ""}>{esc(label)}</a>' for key, label, on in nav)
+        "".join(
+            f'<option value="{esc(key)}"{" selected" if on else ""}>{esc(label)}</option>' for key, label, on in nav
+        )
     )
 
 

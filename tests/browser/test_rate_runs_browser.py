@@ -185,3 +185,25 @@ def test_a_person_rates_runs_by_keyboard_and_moves_to_the_next_run(page, live_se
         timeout=8000
     )
     assert Rating.objects.get(execution=newer, user=alice, metric_id="layout_fit").value == 5
+
+
+def test_a_person_narrows_rate_runs_to_one_entity_from_its_select(page, live_server, alice) -> None:
+    first, second = make_entity("storyboard", name="Storyboard"), make_entity("poster", name="Poster")
+    now = timezone.now()
+    runs = {}
+    for entity in (first, second):
+        runs[entity.slug] = make_run(entity, completed_at=now - timedelta(minutes=5))
+        make_grade(runs[entity.slug], metrics={"layout_fit": 0.5, "quality": 0.7})
+
+    log_in(page, live_server, "/evolution/rate/")
+    assert page.locator(f"#run-{runs['storyboard'].id}").count() == 1
+    assert page.locator(f"#run-{runs['poster'].id}").count() == 1
+    page.select_option("select[name=entity]", label="Poster")
+    page.click("form[aria-label=entities] button[type=submit]")
+    page.wait_for_url("**/evolution/rate/?entity=scenario%3Aposter")
+    assert page.locator(f"#run-{runs['poster'].id}").count() == 1
+    assert page.locator(f"#run-{runs['storyboard'].id}").count() == 0
+    assert page.locator("select[name=entity] option:checked").inner_text() == "Poster"
+    page.click("form[aria-label=entities] a")  # "all": every entity again
+    page.wait_for_url(f"{live_server.url}/evolution/rate/")
+    assert page.locator(f"#run-{runs['storyboard'].id}").count() == 1

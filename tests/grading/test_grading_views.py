@@ -304,11 +304,22 @@ def test_the_admin_lists_grading_rows_read_only(web) -> None:
     assert web.post(f"/admin/grading/entity/{entity.pk}/delete/", {"post": "yes"}).status_code == 403
 
 
-def test_rate_runs_filters_link_every_rated_entity_and_mark_the_chosen_one(web) -> None:
+def test_rate_runs_filter_offers_every_rated_entity_in_one_select_and_marks_the_chosen_one(web) -> None:
     first = make_entity("first", name="First")
     make_entity("second", name="")
     graded(first)
     html = web.get("/evolution/rate/?entity=scenario:first").content.decode()
-    assert '<a href="?entity=scenario:first" class="active" aria-current="true">First</a>' in html
-    assert '<a href="?entity=scenario:second" >second</a>' in html  # no name: the slug
+    assert '<select name="entity">' in html and html.count("<select") == 1  # one line, however many entities
+    assert '<option value="scenario:first" selected>First</option>' in html
+    assert '<option value="scenario:second">second</option>' in html  # no name: the slug
+    assert '<option value="">every entity people rate</option>' in html  # the filtered page can go back to all
+    assert '<option value="" selected>' in web.get("/evolution/rate/").content.decode()
     assert f'action="/evolution/rate/" hx-post="/evolution/rate/" hx-target="#run-{first.executions.get().id}"' in html
+
+
+def test_rate_runs_refuses_an_entity_that_is_not_one_and_names_it(web) -> None:
+    graded(make_entity("first"))
+    response = web.get("/evolution/rate/?entity=scenario:nobody")
+    assert response.status_code == 400
+    assert response.content.decode().startswith("entity: 'scenario:nobody' is not an entity")
+    assert web.get("/evolution/rate/?entity=").status_code == 200  # the select's "every entity": all of them

@@ -20,7 +20,7 @@ from grading.calibration import MetricCalibration, calibration
 from grading.models import Execution, Rating
 from grading.people import people_values
 from grading.views import rate_rows, rated_on_scale
-from grading.views.rate_html import ACTIVE, calibration_html, calibrations_html, nav_html, rate_row_html, rate_rows_html
+from grading.views.rate_html import calibration_html, calibrations_html, nav_html, rate_row_html, rate_rows_html
 from tests.grading.rating_helpers import HELPFUL, LAYOUT_FIT, SCORE100, make_entity, make_grade, make_run, metric
 
 pytestmark = pytest.mark.django_db
@@ -182,10 +182,12 @@ def test_the_pages_calibrations_are_what_the_templates_rendered():
     assert str(calibrations_html([])) == ""
 
 
-def test_the_filters_links_are_what_format_html_join_built():
+def test_the_filters_options_are_what_format_html_join_builds():
     nav = [("scenario:plain", "Plain", False), ("scenario:odd-<one>", ODD, True), ("pulse:x&y", "x&y", False)]
     old = format_html_join(
-        "", '<a href="?entity={}" {}>{}</a>', ((key, mark_safe(ACTIVE) if on else "", label) for key, label, on in nav)
+        "",
+        '<option value="{}"{}>{}</option>',
+        ((key, mark_safe(" selected") if on else "", label) for key, label, on in nav),
     )
     assert str(nav_html(nav)) == str(old)
     assert str(nav_html([])) == ""
