@@ -106,10 +106,11 @@ else:
     # A pool of open connections (psycopg_pool, through Django's own support): a request or a task takes one and
     # hands it back when it ends, instead of opening a connection of its own (some 10 ms on the 2-core machine
     # the pages are measured on: a tenth of the fleet's page, half of a small one). The web server's threads and
-    # the worker's share it. Opt-in (``SINGULARITY_DB_POOL=true``): the Postgres suite run with it found the pool
-    # exhausted after thousands of tests (connections taken by threads and never handed back), so it stays off
-    # by default until every thread that touches the database is shown to hand its connection back. ``max_size`` bounds what one process holds open at once; a caller waits up to
-    # ``timeout`` seconds for one to come back, then fails with a clear error.
+    # the worker's share it. Opt-in (``SINGULARITY_DB_POOL=true``): after every idle connection of a pool of a
+    # dozen was ended (a restart; in the suite, a test ending every backend), the next caller waited past the
+    # timeout — psycopg_pool waits 1, 2, 4… s between the dead connections its check meets (docs/decisions.md,
+    # issue 18 seventh pass) — so it stays off by default. ``max_size`` bounds what one process holds open at once;
+    # a caller waits up to ``timeout`` seconds for one to come back, then fails with a clear error.
     # A connection is checked as it is handed out (Django's health check, one round trip): one the server ended while
     # it sat in the pool (a restart, an idle timeout, a terminated backend) is replaced, never handed to a request.
     if env_bool("SINGULARITY_DB_POOL", False):
