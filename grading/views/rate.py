@@ -381,9 +381,7 @@ def rate_runs(request: HttpRequest) -> HttpResponse:
         "calibrations": items,
         "calibrations_html": calibrations_html(items),
         "csrf_token": token,
-        "entities": every,
-        # The filters' links, one an entity (built here: a template's lookups cost more than the rows).
-        "nav": nav,
+        # The filter's options, one an entity (built here: a template's lookups cost more than the rows).
         "nav_html": nav_html(nav),
         "chosen": chosen,
         "chosen_key": chosen_key,

@@ -12,6 +12,11 @@ import pytest
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The pool's own behaviour runs where the suite runs with it: Postgres, ``SINGULARITY_DB_POOL=true``.
+POOLED = pytest.mark.skipif(
+    connection.vendor != "postgresql" or not connection.settings_dict["OPTIONS"].get("pool"),
+    reason="the pool is Postgres's, and on when SINGULARITY_DB_POOL=true",
+)
 PG = "postgres://postgres@127.0.0.1:5432/postgres"
 
 #: Prints the default database's OPTIONS as JSON, as the settings built them from the environment.
@@ -79,10 +84,7 @@ def test_a_bad_pool_setting_stops_the_start_naming_it(env, named):
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.skipif(
-    connection.vendor != "postgresql" or not connection.settings_dict["OPTIONS"].get("pool"),
-    reason="the pool is Postgres's, and on when SINGULARITY_DB_POOL=true",
-)
+@POOLED
 def test_a_closed_connection_goes_back_to_the_pool_and_the_next_request_reuses_it():
     def opened():
         return connection.pool.get_stats().get("connections_num", 0)  # connections the pool ever opened
@@ -102,10 +104,7 @@ def test_a_closed_connection_goes_back_to_the_pool_and_the_next_request_reuses_i
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.skipif(
-    connection.vendor != "postgresql" or not connection.settings_dict["OPTIONS"].get("pool"),
-    reason="the pool is Postgres's, and on when SINGULARITY_DB_POOL=true",
-)
+@POOLED
 def test_a_pooled_connection_the_server_ended_is_replaced_not_handed_to_the_next_request():
     import psycopg
 
