@@ -42,6 +42,7 @@ from grading.models import Entity, Execution, Grade
 from grading.pin import changed, snapshot
 from singularity.brain import deadline
 from singularity.brain.deadline import BrainDeadline
+from singularity.brain.sandbox import SandboxError
 from singularity.errors import SingularityError
 from singularity.gateway import Gateway
 from singularity.queue import enqueue
@@ -422,8 +423,8 @@ def _measure_many(
     for execution, (value, error) in zip(executions, answers, strict=True):
         if error is None:
             raw[execution.pk] = value
-        elif isinstance(error, BrainDeadline):
-            results[execution.pk] = MeasureError(str(error))
+        elif isinstance(error, BrainDeadline | SandboxError):
+            results[execution.pk] = MeasureError(str(error))  # the sandbox names the file and what it did
         elif isinstance(error, Exception):
             # The brain's own code: any failure fails this measurement, named.
             results[execution.pk] = MeasureError(f"{loaded.path}: measure() raised {type(error).__name__}: {error}")

@@ -22,6 +22,7 @@ from singularity.brain import deadline
 from singularity.brain.deadline import BrainDeadline
 from singularity.brain.git import GitError
 from singularity.brain.modules import BrainModule, BrainModuleError, load_at, sha256
+from singularity.brain.sandbox import SandboxError
 from singularity.errors import ConfigError
 
 
@@ -159,7 +160,7 @@ def measure(entity: Entity, execution: Execution, *, checkout: Any | None = None
         return Measured(loop_hash=loaded.sha256)
     try:
         raw = deadline.call(function, run_info(execution), path=loaded.path, name="measure")
-    except BrainDeadline as exc:
+    except (BrainDeadline, SandboxError) as exc:
         raise MeasureError(str(exc)) from exc
     except Exception as exc:  # noqa: BLE001 - the brain's own code: any failure fails this measurement, named
         raise MeasureError(f"{loaded.path}: measure() raised {type(exc).__name__}: {exc}") from exc

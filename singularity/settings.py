@@ -248,6 +248,14 @@ BRAIN_CHECKOUT = Path(env_str("BRAIN_CHECKOUT", str(VAR_DIR / "brain")))
 BRAIN_SYNC_SECS = env_float("BRAIN_SYNC_SECS", 60.0)
 #: How long the brain's own functions (window, should_open, compare, verdict, measure) may take to answer.
 BRAIN_CODE_DEADLINE_SECS = env_float("BRAIN_CODE_DEADLINE_SECS", 60.0, minimum=0.001)
+#: How long a brain module may take to import in the sandbox before it is a load error naming the file.
+BRAIN_IMPORT_DEADLINE_SECS = env_float("BRAIN_IMPORT_DEADLINE_SECS", 10.0, minimum=0.001)
+#: The address space each sandbox process may use, in MB (``resource.setrlimit``): brain code past it fails.
+BRAIN_CODE_MEMORY_MB = env_int("BRAIN_CODE_MEMORY_MB", 1024, minimum=64)
+#: How many sandbox processes brain code runs in, per engine process (started as calls need them).
+BRAIN_SANDBOX_PROCESSES = env_int("BRAIN_SANDBOX_PROCESSES", 4, minimum=1)
+#: How long a scenario's pipeline run(ctx, input) may take (its model and tool calls included).
+BRAIN_PIPELINE_DEADLINE_SECS = env_float("BRAIN_PIPELINE_DEADLINE_SECS", 900.0, minimum=0.001)
 #: How long a proposer pipeline's run(ctx, brief) may take (never past the round's review deadline).
 LOOP_PIPELINE_DEADLINE_SECS = env_float("LOOP_PIPELINE_DEADLINE_SECS", 900.0, minimum=0.001)
 #: How long a worker holds a round's apply before the due-step sweep hands it to another (its worker died).

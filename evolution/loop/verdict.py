@@ -41,6 +41,7 @@ from grading.metrics import aggregate, specs
 from grading.models import Grade
 from grading.pin import comparable
 from singularity.brain.deadline import BrainDeadline
+from singularity.brain.sandbox import is_async
 
 __all__ = ["ComparatorFault", "answer", "closed_short", "comparator"]
 
@@ -52,7 +53,7 @@ def ask_should_open(cycle: Cycle, seen: Observed, rule: Callable[..., Any]) -> A
     trigger.update(windowRuns=seen.need, minFailures=seen.min_failures)
     asked = int((cycle.watch_window or {}).get("asked") or 0)
     runs = [str(g.execution_id) for g in seen.window]
-    if inspect.iscoroutinefunction(rule):
+    if is_async(rule):
         raise ComparatorFault("should_open must answer synchronously; it is declared async")
     for upto in range(asked + 1, seen.have + 1):
         window = outcomes(reversed(seen.window[:upto]), terms)  # newest first, as the trigger asks
@@ -171,7 +172,7 @@ def _checked(result: Any) -> dict[str, Any] | None:
 def ask_compare(cycle: Cycle, seen: Observed, compare: Callable[..., Any], window: dict[str, Any]) -> Answer:
     """Ask the brain's compare(before, after, terms): None is "not yet", a verdict record settles verbatim."""
     runs = [str(g.execution_id) for g in seen.window]
-    if inspect.iscoroutinefunction(compare):
+    if is_async(compare):
         raise ComparatorFault("compare must answer synchronously; it is declared async")
     entity = cycle.entity
     arguments = {

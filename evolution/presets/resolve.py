@@ -9,7 +9,6 @@ project-wide replacement is a setting naming a callable (``LOOP_SHOULD_OPEN``,
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,6 +25,7 @@ from evolution.presets.repair import repair_should_open, repair_window
 from evolution.steering import groups
 from grading.models import Entity, Grade
 from singularity.brain import deadline
+from singularity.brain.sandbox import is_async
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def ask_should_open(entity: Entity, window: list[dict[str, Any]], trigger: dict[
     """Ask the nearest should_open (the entity's module, the project's, the preset's); RuleError on a bad shape."""
     preset_rule = evolve_should_open if preset_of(entity) == "evolve" else repair_should_open
     rule = module_function(entity, "should_open") or project_rule() or preset_rule
-    if inspect.iscoroutinefunction(rule):
+    if is_async(rule):
         raise RuleError(f"{entity}: should_open must answer synchronously; it is declared async")
     answer = rule(window=window, trigger=trigger)
     if isinstance(answer, bool) or not isinstance(answer, dict) or not isinstance(answer.get("open"), bool):
@@ -130,7 +130,7 @@ def ask_window(
         ),
         calibration=lambda: calibration_of(entity),
     )
-    if inspect.iscoroutinefunction(function):
+    if is_async(function):
         raise RuleError(f"{entity}: window must answer synchronously here; it is declared async")
     answer = function(ctx)
     cadence.check_window(entity, answer)
@@ -232,7 +232,7 @@ def ask_watch_window(cycle: Any, preset: dict[str, Any], *, now: datetime) -> di
         gradedRuns=lambda since=None, through=None, limit=None: graded_runs(entity, since, through, limit, now=now),
         calibration=lambda: calibration_of(entity),
     )
-    if inspect.iscoroutinefunction(function):
+    if is_async(function):
         raise ComparatorFault("window must answer synchronously; it is declared async")
     try:
         answer = function(ctx)

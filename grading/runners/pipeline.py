@@ -14,10 +14,13 @@ import json
 import traceback
 from typing import Any
 
+from django.conf import settings
+
 from grading.models import Entity
 from grading.runners.context import PipelineContext, RunFailed, RunRecorder, hide_labels
+from singularity.brain import deadline
 from singularity.brain.git import Checkout
-from singularity.brain.modules import load_at
+from singularity.brain.modules import BrainModuleError, load_at
 
 #: How many of the brain's own frames an error keeps.
 TRACEBACK_FRAMES = 5
@@ -32,12 +35,19 @@ def default_checkout() -> Checkout:
 
 def error_summary(exc: BaseException) -> str:
     """Return ``Type: message`` and the last few frames that are the brain's own code (``<brain>/…``)."""
-    frames = [frame for frame in traceback.extract_tb(exc.__traceback__) if frame.filename.startswith("<brain>/")]
-    lines = [f"{type(exc).__name__}: {exc}"]
-    lines += [
-        f"  at {frame.filename[len('<brain>/') :]}:{frame.lineno} in {frame.name}"
-        for frame in frames[-TRACEBACK_FRAMES:]
+    from singularity.brain.sandbox import SandboxError
+
+    if isinstance(exc, SandboxError):
+        return str(exc)  # the sandbox's own sentence names the file and what it did
+    # Raised in the sandbox, the brain's frames come with the exception (``brain_frames``); raised here, they are
+    # read off its traceback.
+    frames = getattr(exc, "brain_frames", None) or [
+        (frame.filename, frame.lineno, frame.name)
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if frame.filename.startswith("<brain>/")
     ]
+    lines = [f"{type(exc).__name__}: {exc}"]
+    lines += [f"  at {frame[0][len('<brain>/') :]}:{frame[1]} in {frame[2]}" for frame in frames[-TRACEBACK_FRAMES:]]
     return "\n".join(lines)
 
 
@@ -63,13 +73,25 @@ def run_pipeline(
         raise RunFailed(f"{entity}: no <id>.pipeline.py beside the scenario")
     if not entity.commit:
         raise RunFailed(f"{entity}: no commit recorded: sync the brain first")
-    brain_module = load_at(checkout or default_checkout(), entity.commit, entity.pipeline_path)
+    try:
+        brain_module = load_at(checkout or default_checkout(), entity.commit, entity.pipeline_path)
+    except BrainModuleError as exc:
+        raise RunFailed(str(exc)) from exc
     run = getattr(brain_module.module, "run", None)
     if not callable(run):
         raise RunFailed(f"{entity.pipeline_path}: has no module-level run(ctx, input)")
     ctx = PipelineContext(recorder, entity=entity.slug, params=params_of(entity))
     try:
-        output = run(ctx, hide_labels(run_input))
+        output = deadline.call(
+            run,
+            ctx,
+            hide_labels(run_input),
+            path=entity.pipeline_path,
+            name="run",
+            seconds=settings.BRAIN_PIPELINE_DEADLINE_SECS,
+        )
+    except deadline.BrainDeadline as exc:
+        raise RunFailed(str(exc)) from exc
     except Exception as exc:  # noqa: BLE001 - the brain's code failing is the run failing, recorded on it
         raise RunFailed(error_summary(exc)) from exc
     if not isinstance(output, dict):

@@ -1,4 +1,10 @@
-"""Brain code called with a deadline: a thread the caller can abandon, and the timeout as that function's error.
+"""Brain code called with a deadline: in the sandbox for the brain's own, in a thread the caller can abandon for
+the project's callables, and the timeout as that function's error.
+
+A function of a brain module (``singularity.brain.sandbox.RemoteFunction``, what ``load_at`` hands out) runs
+in the brain's sandbox, whose process is killed and replaced past the deadline: ``call``, ``call_each`` and
+``bounded`` hand it there. What follows is how the rest (a project's ``LOOP_*`` callables, which are the
+engine's own code) is bounded.
 
 A brain's own functions (``should_open``, ``window``, ``compare``,
 ``verdict``, ``measure``, a proposer pipeline's ``run``) are the brain's
@@ -106,6 +112,10 @@ def call(
     """
     name = name or getattr(function, "__name__", "function")
     limit = deadline_seconds() if seconds is None else float(seconds)
+    from singularity.brain.sandbox import RemoteFunction
+
+    if isinstance(function, RemoteFunction):
+        return function.call(args, kwargs, seconds=limit)
     key = _key(function, path, name)
     with _lock:
         _reap()
@@ -161,6 +171,10 @@ def call_each(
     """
     name = name or getattr(function, "__name__", "function")
     limit = deadline_seconds() if seconds is None else float(seconds)
+    from singularity.brain.sandbox import RemoteFunction
+
+    if isinstance(function, RemoteFunction):
+        return function.call_each(arguments, seconds=limit)
     key = _key(function, path, name)
     todo = [tuple(args) for args in arguments]
     if not todo:
@@ -217,8 +231,10 @@ def bounded(function: Callable[..., Any], *, path: str, name: str | None = None)
     """Return ``function`` wrapped so every call goes through ``call`` (an async function is returned as it is)."""
     import inspect
 
-    if inspect.iscoroutinefunction(function):
-        return function
+    from singularity.brain.sandbox import RemoteFunction
+
+    if isinstance(function, RemoteFunction) or inspect.iscoroutinefunction(function):
+        return function  # the sandbox keeps a brain function's deadline itself
     label = name or getattr(function, "__name__", "function")
 
     def under_deadline(*args: Any, **kwargs: Any) -> Any:

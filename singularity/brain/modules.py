@@ -3,8 +3,14 @@
 A module is built from the file's bytes at the commit being measured (never
 from whatever the working tree holds now), and the sha256 of those bytes is
 returned with it: the hash is what a grade records, so the bytes imported and
-the hash recorded are always the same. Modules are cached by hash, so a
-changed file is re-imported and an unchanged one is not.
+the hash recorded are always the same.
+
+``load_at`` is how the engine reads a module: it is imported in the brain's
+sandbox (``singularity.brain.sandbox``, separate processes under a deadline
+and a memory cap), once per (file, hash), and what comes back stands for it
+(its functions run there when called). ``module_from_source`` imports bytes
+into this process instead: for tests and tools that read a module's own code,
+never for the engine's calls.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import sys
 import threading
 import types
 from dataclasses import dataclass
+from typing import Any
 
 from singularity.brain.git import Checkout, GitError
 from singularity.errors import ConfigError
@@ -24,14 +31,16 @@ _lock = threading.Lock()
 
 @dataclass(frozen=True)
 class BrainModule:
-    module: types.ModuleType
+    #: The module as imported in the sandbox: functions run there, data is read from there.
+    module: Any
     sha256: str
     path: str
     commit: str
 
 
 class BrainModuleError(ConfigError):
-    """The file is missing at that commit, or importing it raised."""
+    """The file is missing at that commit, or importing it raised, spun past its deadline, exited or ran out of
+    memory (the message names the file and what it did)."""
 
 
 def sha256(data: bytes) -> str:
@@ -68,5 +77,19 @@ def load_at(checkout: Checkout, commit: str, path: str) -> BrainModule:
         source = checkout.read_at(commit, path)
     except GitError:
         raise BrainModuleError(f"{path}: not found at commit {commit[:12]}") from None
-    module, digest = module_from_source(path, source)
+    from singularity.brain import sandbox
+
+    digest = sha256(source)
+    try:
+        module = sandbox.load(path, digest, source)
+    except sandbox.SandboxError as exc:
+        raise BrainModuleError(str(exc)) from exc
     return BrainModule(module=module, sha256=digest, path=path, commit=commit)
+
+
+def hash_at(checkout: Checkout, commit: str, path: str) -> str:
+    """The sha256 of ``path`` as it is at ``commit`` (nothing imported); BrainModuleError when it is missing."""
+    try:
+        return sha256(checkout.read_at(commit, path))
+    except GitError:
+        raise BrainModuleError(f"{path}: not found at commit {commit[:12]}") from None

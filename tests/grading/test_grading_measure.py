@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import threading
+import time
+from dataclasses import asdict
+from types import SimpleNamespace
 
 import pytest
 
@@ -17,14 +21,20 @@ pytestmark = pytest.mark.django_db
 
 LOOP_PATH = "features/outreach/outreach.loop.py"
 MEASURE = """
+import pathlib, time
 SEEN = []
-HOOK = None
 
 def measure(run):
     SEEN.append(run)
-    if HOOK is not None:
-        HOOK()
-    return [{"id": key, "value": value} for key, value in (run.output or {}).items()]
+    hook = run.output.get("_hook_dir") if isinstance(run.output, dict) else None
+    if hook:
+        # A sync lands while this runs: say we are inside, wait until the test has moved the brain.
+        pathlib.Path(hook, "inside").touch()
+        for _ in range(500):
+            if pathlib.Path(hook, "moved").exists():
+                break
+            time.sleep(0.01)
+    return [{"id": key, "value": value} for key, value in (run.output or {}).items() if not key.startswith("_")]
 """
 REPLIED = {"kind": "computed", "direction": "max", "unit": "share", "role": "objective", "aggregate": "mean"}
 MINUTES = {"kind": "computed", "direction": "min", "unit": "minutes", "role": "guard", "floor": 120, "optional": True}
@@ -62,15 +72,21 @@ def test_measure_gets_the_execution_described_never_the_grading(brain):
     run = make_run(entity, output={"replied": 0.5}, input={"lead": "acme"})
     grade_of(run, checkout)
     seen = module(brain).SEEN[-1]
-    assert isinstance(seen, RunInfo)
-    assert seen == RunInfo(
-        runKind="pipeline",
-        runId=str(run.pk),
-        targetId="outreach",
-        completedAt=run.completed_at,
-        replay=False,
-        input={"lead": "acme"},
-        output={"replied": 0.5},
+    # measure() runs in the sandbox: the run reaches it as a namespace of RunInfo's fields, read by attribute.
+    assert vars(seen) == vars(
+        SimpleNamespace(
+            **asdict(
+                RunInfo(
+                    runKind="pipeline",
+                    runId=str(run.pk),
+                    targetId="outreach",
+                    completedAt=run.completed_at,
+                    replay=False,
+                    input={"lead": "acme"},
+                    output={"replied": 0.5},
+                )
+            )
+        )
     )
 
 
@@ -172,22 +188,26 @@ def test_an_edited_loop_module_is_used_by_the_next_grading_without_a_restart(bra
     assert second.judge["loop_hash"] == hashlib.sha256(edited.encode()).hexdigest() != first.judge["loop_hash"]
 
 
-@pytest.mark.django_db(transaction=True)  # measure() runs on its own thread and connection: the sync's write commits
-def test_a_module_changing_while_a_run_is_graded_fails_that_attempt_and_the_retry_reads_it_again(brain):
+@pytest.mark.django_db(transaction=True)  # the sync is another thread with its own connection: its write commits
+def test_a_module_changing_while_a_run_is_graded_fails_that_attempt_and_the_retry_reads_it_again(brain, tmp_path):
     checkout, _ = brain
     entity = outreach(brain, metrics={"replied": REPLIED})
     edited = "def measure(run):\n    return [{'id': 'replied', 'value': 0.75}]\n"
 
     def brain_sync_lands() -> None:
+        for _ in range(500):  # measure() is running in the sandbox: move the brain under it
+            if (tmp_path / "inside").exists():
+                break
+            time.sleep(0.01)
         commit = commit_files(checkout, {LOOP_PATH: edited})
         Entity.objects.filter(pk=entity.pk).update(commit=commit)
+        (tmp_path / "moved").touch()
 
-    module(brain).HOOK = brain_sync_lands
-    try:
-        run = make_run(entity, output={"replied": 0.2})
-        grade = grade_of(run, checkout)
-    finally:
-        module(brain).HOOK = None
+    sync = threading.Thread(target=brain_sync_lands)
+    sync.start()
+    run = make_run(entity, output={"replied": 0.2, "_hook_dir": str(tmp_path)})
+    grade = grade_of(run, checkout)
+    sync.join()
     assert grade.status == Grade.Status.FAILED
     assert grade.error.startswith(f"loop module changed while grading: {LOOP_PATH}")
 
