@@ -73,12 +73,19 @@ def human_terms(entity: Any) -> dict[str, Any]:
     return {**engine, **human}
 
 
-def in_spot_check(execution_id: Any, share: float) -> bool:
-    """True when the run falls in the ``share`` spot-checked: SHA-256 of its id, first 8 bytes, below share × 2⁶⁴.
+#: What the spot check hashes before the run id, so it draws independently of the sampler (R4.19).
+SPOT_CHECK_SALT = b"spot-check\0"
 
-    The same run id always decides the same.
+
+def in_spot_check(execution_id: Any, share: float) -> bool:
+    """True when the run falls in the ``share`` spot-checked: SHA-256 of ``SPOT_CHECK_SALT`` and its id, first 8
+    bytes, below share × 2⁶⁴.
+
+    The same run id always decides the same. The salt keeps the draw independent of the sampler's (which hashes
+    the bare id): without it only runs whose hash fell under ``sample.rate`` are graded, and of those the share
+    under ``spotCheck`` is spotCheck / rate — every graded run once rate ≤ spotCheck.
     """
-    digest = hashlib.sha256(str(execution_id).encode()).digest()
+    digest = hashlib.sha256(SPOT_CHECK_SALT + str(execution_id).encode()).digest()
     return int.from_bytes(digest[:8], "big") < Decimal(str(share)) * 2**64
 
 

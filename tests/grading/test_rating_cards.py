@@ -96,8 +96,8 @@ def calibrate(entity: Entity, person: Any, pairs: int = 5) -> None:
 
 
 def spot_checked(run_id: Any, share: float) -> bool:
-    """The seed's rule, written out: SHA-256 of the run id, its first 8 bytes against share × 2^64."""
-    return int.from_bytes(hashlib.sha256(str(run_id).encode()).digest()[:8], "big") < share * 2**64
+    """The seed's rule, written out: SHA-256 of the salted run id, its first 8 bytes against share × 2^64."""
+    return int.from_bytes(hashlib.sha256(b"spot-check\0" + str(run_id).encode()).digest()[:8], "big") < share * 2**64
 
 
 # --- Who is asked (R4.17–R4.21) ----------------------------------------------
@@ -217,6 +217,20 @@ def test_until_calibrated_then_cards_only_the_spot_check_share_by_the_run_id(car
     outside = next(run for run in runs if not decisions[run.pk])
     assert carded(make_grade(inside, status=Grade.Status.BOOKED)) is not None
     assert carded(make_grade(outside, status=Grade.Status.BOOKED)) is None
+
+
+@pytest.mark.parametrize("rate", [0.2, 0.05])
+def test_the_spot_check_is_drawn_independently_of_the_sampler(alice, rate):
+    """R4.19: of the runs the sampler grades, spotCheck's share is carded — not spotCheck / rate of them (0.5 at
+    rate 0.2, every graded run at rate 0.05), which drawing both from the same hash of the id gave."""
+    from grading.sampling import in_rate
+
+    entity = asking("until-calibrated", spotCheck=0.1)
+    calibrate(entity, alice)
+    graded = [run for run in (make_run(entity) for _ in range(2500)) if in_rate(run.pk, rate)]
+    assert len(graded) > 80
+    share = sum(decide(run)[0] for run in graded) / len(graded)
+    assert 0.03 <= share <= 0.19, share
 
 
 def test_the_spot_check_share_is_the_entitys_own(alice):
