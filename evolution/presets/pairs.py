@@ -26,7 +26,9 @@ side graded on any input → inconclusive ("no bar"). Then the engine's rules
 (g) a ``mustImprove`` objective unmeasured, or not gaining beyond the band → unvalidated;
 (g′) an objective's movement above the band → validated, below −band →
      regressed, inside → unvalidated ("within noise");
-(h) no objective measured on both sides, no veto → validated (guards only).
+(g″) a run-scoped objective the check cannot measure — ``kind: reported`` (people rate it; nobody rates a
+     replay), or, with no objective measured at all, one the replays left out → inconclusive (R4.12);
+(h) no objective measured on both sides, no veto → validated (guards only: a period-scoped objective).
 
 A metric's movement is the median (the mean under ``aggregate: mean``) of
 candidate − incumbent per pair, in its own direction, over the pairs where
@@ -319,8 +321,10 @@ def engine_verdict(terms: Mapping[str, Any], pairs: list[Pair], *, held_out: str
     }
     per_metric = [r.as_json() for r in readings.values()]
 
-    def answer(verdict: str, reason: str, rule: str) -> Verdict:
-        return Verdict(verdict, reason + suffix, rule=rule, per_metric=per_metric, per_input=rows)
+    def answer(verdict: str, reason: str, rule: str, *, inconclusive: bool = False) -> Verdict:
+        return Verdict(
+            verdict, reason + suffix, rule=rule, per_metric=per_metric, per_input=rows, inconclusive=inconclusive
+        )
 
     judged = sum(p.judged for p in pairs)
     # (a) viability
@@ -402,6 +406,25 @@ def engine_verdict(terms: Mapping[str, Any], pairs: list[Pair], *, held_out: str
     if falling:
         r = falling[0]
         return answer("regressed", f"objective {r.metric} fell {_fmt(r.moved)}, past the band ±{_fmt(r.band)}", "g′")
+    # (g″) an objective the check cannot measure (R4.12): a reported one (people rate, nobody rates a replay), or,
+    # with no objective measured, a run-scoped one the replays left out — inconclusive, never (h)'s validated.
+    reported = [r for r in objectives if metric_specs[r.metric].get("kind") == "reported"]
+    if reported:
+        return answer(
+            "unvalidated",
+            f"objective {reported[0].metric} is rated by people only and nobody rates a replay: the check cannot "
+            "measure it",
+            "unmeasured",
+            inconclusive=True,
+        )
+    if objectives and not measured:
+        names = ", ".join(r.metric for r in objectives)
+        return answer(
+            "unvalidated",
+            f"objective {names} was measured on no pair: the replays left it out",
+            "unmeasured",
+            inconclusive=True,
+        )
     inside = [r for r in measured if r.verdict == "unvalidated"]
     if inside:
         r = inside[0]

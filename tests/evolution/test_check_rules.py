@@ -191,6 +191,32 @@ def test_a_metric_no_pair_measured_is_skipped_and_a_period_metric_is_never_read(
     assert [m["metric"] for m in verdict.per_metric] == ["quality"]
 
 
+def reported(role: str = "objective") -> dict:
+    return {"kind": "reported", "direction": "max", "scope": "run", "role": role, "criterion": "Solved"}
+
+
+def test_a_reported_objective_makes_every_check_inconclusive_never_validated_guards_only():
+    # R4.12 (was WRONG: validated under (h)): nobody rates a replay, so the check cannot measure it.
+    spec = terms(helpful=reported(), quality=judged("guard"))
+    verdict = P.engine_verdict(spec, moved((0.5, 0.5), (0.5, 0.52), (0.5, 0.5)))
+    assert (verdict.verdict, verdict.rule, verdict.inconclusive) == ("unvalidated", "unmeasured", True)
+    assert "helpful is rated by people only" in verdict.reason
+    # beside a judged objective that did move, it is still inconclusive: the objective people rate is unread
+    both = terms(helpful=reported(), quality=judged())
+    assert P.engine_verdict(both, moved((0.5, 0.8), (0.5, 0.8), (0.5, 0.8))).inconclusive is True
+    # a veto still answers first: a guard past its tolerance regresses
+    vetoed = terms(helpful=reported(), quality=judged("guard"))
+    assert P.engine_verdict(vetoed, moved((0.5, 0.2), (0.5, 0.2), (0.5, 0.2))).verdict == "regressed"
+
+
+def test_a_run_scoped_objective_the_replays_left_out_is_inconclusive():
+    # R4.12 / issue 29: the objective measured on no pair (measure() of a replay may return fewer) → inconclusive.
+    spec = terms(accuracy={"kind": "computed", "direction": "max", "scope": "run", "role": "objective"})
+    verdict = P.engine_verdict(spec, moved((0.5, 0.5), (0.6, 0.6), (0.7, 0.7), metric="other"))
+    assert (verdict.verdict, verdict.rule, verdict.inconclusive) == ("unvalidated", "unmeasured", True)
+    assert verdict.reason == "objective accuracy was measured on no pair: the replays left it out"
+
+
 def test_aggregate_mean_reads_the_mean_of_the_movements():
     # R3.25: a 0/1 metric over [0, 0, 1] reads 0.333, not 0.
     spec = {"kind": "computed", "direction": "max", "scope": "run", "role": "objective", "aggregate": "mean"}
