@@ -99,21 +99,26 @@ def live_refusal(entity: Entity, *, holder: Cycle | None = UNREAD) -> str | None
 def ceiling_refusal(entity: Entity, *, now: datetime) -> str | None:
     """The sentence when cooldownHours or maxAnalysesPerDay refuses an ordinary analysis now, else None.
 
-    Both bounds count only analyses that ran: a refusal costs nothing and starts no rest.
+    Both bounds count only analyses that ran: a refusal costs nothing and starts no rest. maxAnalysesPerDay counts
+    proposer calls (R7.6): a cycle's first analysis and each refinement or Retry round opened since.
     """
     return ceilings_many([entity], now=now).get(entity.pk)
 
 
-#: Each entity's newest settled analysis (when, how) and its analyses started after an instant, in one statement:
-#: correlated subqueries over ``(entity, -started_at)`` and ``(entity, status, -completed_at)`` (``{ids}``: the
-#: entities, ``among``).
+#: Each entity's newest settled analysis (when, how), its analyses started after an instant and the later rounds
+#: (refinements, Retry rounds: each one more proposer call, R7.6) opened after it, in one statement: correlated
+#: subqueries over ``(entity, -started_at)``, ``(entity, status, -completed_at)`` and each live or recent cycle's
+#: rounds (``{ids}``: the entities, ``among``; the instant is given twice).
 CEILINGS = """
 SELECT e.id,
     (SELECT c.completed_at FROM evolution_cycle c
      WHERE c.analysed AND c.entity_id = e.id AND c.completed_at IS NOT NULL ORDER BY c.completed_at DESC LIMIT 1),
     (SELECT c.status FROM evolution_cycle c
      WHERE c.analysed AND c.entity_id = e.id AND c.completed_at IS NOT NULL ORDER BY c.completed_at DESC LIMIT 1),
-    (SELECT COUNT(*) FROM evolution_cycle c WHERE c.analysed AND c.entity_id = e.id AND c.started_at > %s)
+    (SELECT COUNT(*) FROM evolution_cycle c WHERE c.analysed AND c.entity_id = e.id AND c.started_at > %s),
+    (SELECT COUNT(*) FROM evolution_round r JOIN evolution_cycle c ON c.id = r.cycle_id
+     WHERE c.analysed AND c.entity_id = e.id AND (c.completed_at IS NULL OR c.completed_at > %s)
+       AND r.number > 1 AND r.created_at > %s)
 FROM grading_entity e WHERE e.id {ids}
 """
 
@@ -147,13 +152,13 @@ def ceilings_many(entities: list[Entity], *, now: datetime) -> dict[int, str]:
     since = connection.ops.adapt_datetimefield_value(now - timedelta(hours=24))
     with connection.cursor() as cursor:
         among_ids, params = among(ids)
-        cursor.execute(CEILINGS.format(ids=among_ids), [since, *params])
+        cursor.execute(CEILINGS.format(ids=among_ids), [since, since, since, *params])
         rows = cursor.fetchall()
     facts = {}
-    for pk, at, status, n in rows:
+    for pk, at, status, n, later_rounds in rows:
         for convert in converters:
             at = convert(at, column, connection)
-        facts[pk] = (at, status or "", n or 0)
+        facts[pk] = (at, status or "", (n or 0) + (later_rounds or 0))
     answers: dict[int, str] = {}
     for entity in entities:
         at, status, n = facts.get(entity.pk, (None, "", 0))

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from evolution.core import cycles
 from evolution.loop import machine, trigger
-from evolution.models import Cycle
+from evolution.models import Cycle, Round
 from tests.evolution.loop_helpers import cycles_of, graded, history, looped, settled_cycle
 
 pytestmark = pytest.mark.django_db
@@ -74,6 +74,25 @@ def test_max_analyses_per_day_is_a_rolling_day_of_analyses_that_ran():
     assert not third.opened
     assert third.reason == "maxAnalysesPerDay: 2 analyses in the last 24 hours (ceiling 2)"
     assert open_on_bad(entity, now=start + timedelta(hours=24, minutes=1)).opened
+
+
+def test_max_analyses_per_day_counts_proposer_calls_so_a_retry_or_refinement_round_counts():
+    # R7.6: "a rolling-24h ceiling on proposer agents"; DESIGN: refinements count toward it. One cycle that called
+    # its proposer three times (its analysis, a refinement, a Retry) has used a ceiling of 3.
+    from evolution.loop.decide import new_round
+
+    entity = looped(loop={"maxAnalysesPerDay": 3, "cooldownHours": 0})
+    start = timezone.now()
+    first = open_on_bad(entity, now=start)
+    assert first.opened
+    new_round(first.cycle, refinement="shorter, please", now=start + timedelta(minutes=5))
+    new_round(first.cycle, now=start + timedelta(minutes=10))
+    machine.settle(first.cycle, Cycle.Status.SKIPPED, reason="test", now=start + timedelta(minutes=15))
+    refused = open_on_bad(entity, now=start + timedelta(hours=1))
+    assert not refused.opened
+    assert refused.reason == "maxAnalysesPerDay: 3 analyses in the last 24 hours (ceiling 3)"
+    # the rounds leave the rolling day as the cycle does
+    assert open_on_bad(entity, now=start + timedelta(hours=24, minutes=11)).opened
 
 
 def test_a_request_is_exempt_from_the_rest_but_not_from_the_live_claim():
@@ -162,7 +181,7 @@ def test_the_ceilings_of_many_entities_are_each_entitys_own_facts_read_from_its_
         for k in range(rng.randrange(5)):
             started = now - timedelta(hours=rng.uniform(0, 40))
             settled = rng.random() < 0.7
-            Cycle.objects.create(
+            cycle = Cycle.objects.create(
                 entity=entity,
                 key=f"r:{entity.pk}:{k}",
                 origin=Cycle.Origin.GRADE,
@@ -173,12 +192,19 @@ def test_the_ceilings_of_many_entities_are_each_entitys_own_facts_read_from_its_
                 completed_at=started + timedelta(minutes=rng.randrange(1, 300)) if settled else None,
                 moved_at=started,
             )
+            for number in range(1, rng.randrange(1, 4) + 1):  # its analysis, then refinements or Retry rounds
+                opened = started + timedelta(minutes=rng.randrange(0, 600))
+                if cycle.completed_at is not None:
+                    opened = min(opened, cycle.completed_at)
+                Round.objects.create(cycle=cycle, number=number, created_at=opened)
     answers = ceilings_many(entities, now=now)
     assert answers  # the draw refuses some
     for entity in entities:
         analysed = Cycle.objects.filter(entity=entity, analysed=True)
         last = analysed.exclude(completed_at=None).order_by("-completed_at").first()
-        ran = analysed.filter(started_at__gt=now - timedelta(hours=24)).count()
+        since = now - timedelta(hours=24)
+        ran = analysed.filter(started_at__gt=since).count()
+        ran += Round.objects.filter(cycle__in=analysed, number__gt=1, created_at__gt=since).count()
         expected = ceiling_words(
             loop_terms(entity), last.completed_at if last else None, last.status if last else "", ran, now
         )
