@@ -32,6 +32,8 @@ APPROVE, DECLINE = "approve", "decline"
 OP_JOIN, OP_SET, OP_WIDEN = "loop_join", "loop_set", "loop_widen"
 SET, REMOVE = "set", "remove"
 INVALID, NOT_FOUND, PRECONDITION, REFUSED, CONFLICT = "invalid", "not_found", "precondition", "refused", "conflict"
+#: An agent with too many asks waiting on people (``MAX_PENDING_CARDS``): the next one is refused.
+TOO_MANY = "too_many_pending"
 
 
 #: How many times a write is made again on a default branch that moved under it (the file itself unchanged).
@@ -48,6 +50,10 @@ ADVISORY_KEY = int.from_bytes(b"loopsett", "big") & 0x7FFFFFFFFFFFFFFF
 
 #: How long a widen card waits when the entity says nothing (loop.reviewDeadlineHours).
 CARD_HOURS = 72
+
+
+#: How many of an agent's asks (widen cards) may wait on people at once (settings.LOOP_SETTINGS_MAX_PENDING_CARDS).
+MAX_PENDING_CARDS = 20
 
 
 #: The most of a diff a widen card's text carries (Telegram messages are short).
@@ -115,6 +121,8 @@ class Answer:
 
     files: list[dict[str, str]] = field(default_factory=list)
     widened: list[dict[str, Any]] = field(default_factory=list)
+    #: The loosenings of spend, the check or the watch the write makes (``loosening``): an agent's wait on a card.
+    loosened: list[dict[str, Any]] = field(default_factory=list)
     commit: str | None = None
     pending: bool = False
     card_id: str | None = None
@@ -137,6 +145,7 @@ class Answer:
             "dryRun": self.dry_run,
             "files": self.files,
             "widened": self.widened,
+            "loosened": self.loosened,
             "commit": self.commit,
             "pending": self.pending,
             "cardId": self.card_id,
