@@ -28,6 +28,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from evolution.steering import asks
 from evolution.steering import settings as sw
 from singularity.auth import is_agent
 
@@ -140,7 +141,7 @@ def asker_of(request: Request) -> str:
     """Whose asks a card counts against: "agent:<token name> of <username>" for an agent token, else the username."""
     username = request.user.get_username()
     if is_agent(request):
-        return f"agent:{request.auth.name} of {username}"[:200]
+        return asks.asker_for(username, request.auth.name)
     return username
 
 

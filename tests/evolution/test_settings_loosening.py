@@ -244,7 +244,7 @@ def test_an_agents_join_under_the_ceiling_is_made_at_once(sb, agent) -> None:
 
 
 def test_the_twenty_first_waiting_ask_is_refused_naming_the_cap(sb, agent, settings) -> None:
-    assert settings.LOOP_SETTINGS_MAX_PENDING_CARDS == 20
+    assert settings.LOOP_AGENT_MAX_PENDING_CARDS == 20
     for n in range(20):
         response = agent.post("/api/loop/set/", {**BRAIN, "key": "loop.budget.maxUsdPerMonth", "value": 100 + n},
                               format="json")  # fmt: skip
@@ -257,7 +257,7 @@ def test_the_twenty_first_waiting_ask_is_refused_naming_the_cap(sb, agent, setti
     body = refused.json()
     assert body["error"] == "too_many_pending"
     assert "20 asks waiting" in body["detail"] and "the cap is 20" in body["detail"]
-    assert "LOOP_SETTINGS_MAX_PENDING_CARDS" in body["detail"]
+    assert "LOOP_AGENT_MAX_PENDING_CARDS" in body["detail"]
     assert Card.objects.count() == 20 and sb.head() == head
     # Asking again for one already waiting finds its card; a tightening still goes through.
     again = agent.post("/api/loop/set/", {**BRAIN, "key": "loop.budget.maxUsdPerMonth", "value": 100},
@@ -269,7 +269,7 @@ def test_the_twenty_first_waiting_ask_is_refused_naming_the_cap(sb, agent, setti
 
 
 def test_the_cap_counts_one_agent_not_another(sb, alice, settings) -> None:
-    settings.LOOP_SETTINGS_MAX_PENDING_CARDS = 1
+    settings.LOOP_AGENT_MAX_PENDING_CARDS = 1
     first, second = client_for(alice, agent=True), client_for(alice, agent=True, name="bot-2")
     body = {**BRAIN, "key": "loop.budget.maxUsdPerMonth", "value": 100}
     assert first.post("/api/loop/set/", body, format="json").status_code == 202

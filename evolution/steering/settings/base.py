@@ -32,7 +32,7 @@ APPROVE, DECLINE = "approve", "decline"
 OP_JOIN, OP_SET, OP_WIDEN = "loop_join", "loop_set", "loop_widen"
 SET, REMOVE = "set", "remove"
 INVALID, NOT_FOUND, PRECONDITION, REFUSED, CONFLICT = "invalid", "not_found", "precondition", "refused", "conflict"
-#: An agent with too many asks waiting on people (``MAX_PENDING_CARDS``): the next one is refused.
+#: An agent with too many asks waiting on people (``evolution.steering.asks``): the next one is refused.
 TOO_MANY = "too_many_pending"
 
 
@@ -50,10 +50,6 @@ ADVISORY_KEY = int.from_bytes(b"loopsett", "big") & 0x7FFFFFFFFFFFFFFF
 
 #: How long a widen card waits when the entity says nothing (loop.reviewDeadlineHours).
 CARD_HOURS = 72
-
-
-#: How many of an agent's asks (widen cards) may wait on people at once (settings.LOOP_SETTINGS_MAX_PENDING_CARDS).
-MAX_PENDING_CARDS = 20
 
 
 #: The most of a diff a widen card's text carries (Telegram messages are short).

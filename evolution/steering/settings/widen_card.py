@@ -2,9 +2,9 @@
 
 An agent's loop_widen that widens oversight, and any agent write (loop_set,
 loop_widen, loop_join) that loosens spend, the check or the watch, opens one.
-How many of one agent's cards wait at once is capped
-(settings.LOOP_SETTINGS_MAX_PENDING_CARDS): the next ask is refused naming the
-cap and how many wait.
+How many of one agent's cards wait at once is capped (``evolution.steering.asks``,
+settings.LOOP_AGENT_MAX_PENDING_CARDS): the next ask is refused naming the cap
+and how many wait.
 """
 
 from __future__ import annotations
@@ -15,15 +15,14 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
 from django.utils import timezone
 
+from evolution.steering import asks
 from evolution.steering.settings.base import (
     APPROVE,
     CARD_DIFF_CHARS,
     CARD_HOURS,
     DECLINE,
-    MAX_PENDING_CARDS,
     OP_WIDEN,
     PRODUCER,
     TOO_MANY,
@@ -48,33 +47,11 @@ def _request_key(
     return hashlib.sha256(body.encode()).hexdigest()[:32]
 
 
-def max_pending() -> int:
-    """How many of one agent's asks may wait on people at once (settings.LOOP_SETTINGS_MAX_PENDING_CARDS, 20)."""
-    return int(getattr(settings, "LOOP_SETTINGS_MAX_PENDING_CARDS", MAX_PENDING_CARDS))
-
-
-def pending_asks(asker: str) -> int:
-    """How many of ``asker``'s widen cards wait on a person now (past their deadline counts as closed)."""
-    from hitl.models import Card
-
-    return Card.objects.filter(
-        producer=PRODUCER,
-        kind=Card.Kind.WIDEN,
-        status=Card.Status.PENDING,
-        expires_at__gt=timezone.now(),
-        payload__asker=asker,
-    ).count()
-
-
 def _refuse_over_cap(asker: str) -> None:
     """SettingsRefusal(too_many_pending) when ``asker`` already has the most cards a person may be asked at once."""
-    cap, waiting = max_pending(), pending_asks(asker)
-    if waiting >= cap:
-        raise SettingsRefusal(
-            TOO_MANY,
-            f"{asker} has {waiting} asks waiting on a person (the cap is {cap}, "
-            "LOOP_SETTINGS_MAX_PENDING_CARDS): nothing was asked; wait until a person answers some of them",
-        )
+    why = asks.over_cap(asker)
+    if why is not None:
+        raise SettingsRefusal(TOO_MANY, why)
 
 
 def _open_card(
