@@ -226,6 +226,9 @@ class Round(models.Model):
     apply_claimed_at = models.DateTimeField(null=True, blank=True)
     #: When the due-step sweep last handed this round's apply to a worker again (its message was lost).
     apply_sent_at = models.DateTimeField(null=True, blank=True)
+    #: The heartbeat of the worker analysing this round (set at its claim, renewed while it works): one older than
+    #: the analysis's lease (LOOP_ANALYSIS_LEASE_SECS, two ticks) is a worker that died (evolution.core.due).
+    analysis_beat_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["cycle_id", "number"]

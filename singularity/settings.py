@@ -260,6 +260,10 @@ BRAIN_PIPELINE_DEADLINE_SECS = env_float("BRAIN_PIPELINE_DEADLINE_SECS", 900.0, 
 LOOP_PIPELINE_DEADLINE_SECS = env_float("LOOP_PIPELINE_DEADLINE_SECS", 900.0, minimum=0.001)
 #: How long a worker holds a round's apply before the due-step sweep hands it to another (its worker died).
 LOOP_APPLY_LEASE_SECS = env_float("LOOP_APPLY_LEASE_SECS", 900.0, minimum=1.0)
+#: How long an analysing worker's heartbeat stays good: past it the tick's sweep takes the analysis as lost (two ticks).
+LOOP_ANALYSIS_LEASE_SECS = env_float("LOOP_ANALYSIS_LEASE_SECS", 60.0, minimum=1.0)
+#: How many of one agent's asks (approval cards: settings widenings, ideas, supervision moves) may wait at once.
+LOOP_AGENT_MAX_PENDING_CARDS = env_int("LOOP_AGENT_MAX_PENDING_CARDS", 20, minimum=1)
 #: How long a step handed to a worker may wait for it before the tick's sweep hands it over again.
 LOOP_STEP_RESEND_AFTER_SECS = env_float("LOOP_STEP_RESEND_AFTER_SECS", 60.0)
 DEMO_BRAIN_DIR = BASE_DIR / "demo_brain"

@@ -23,7 +23,7 @@ from rest_framework.views import APIView
 from evolution.loop import intake
 from evolution.models import Idea
 from evolution.reads import status
-from evolution.steering import ideas
+from evolution.steering import asks, ideas
 from singularity.auth import is_agent
 from singularity.models import ApiToken
 from singularity.serializers import ErrorSerializer
@@ -87,6 +87,17 @@ def actor(request: Request) -> str:
     return request.user.get_username()
 
 
+#: An IdeaRefused's code → its status (anything else is 400).
+REFUSED_HTTP = {"not_found": http.HTTP_404_NOT_FOUND, asks.TOO_MANY: http.HTTP_429_TOO_MANY_REQUESTS}
+
+
+def asker_of(request: Request) -> str:
+    """Whose asks an agent's idea card counts against ("agent:<token name> of <username>"); "" for a person."""
+    if is_agent(request):
+        return asks.asker_for(request.user.get_username(), request.auth.name)
+    return ""
+
+
 def idea_dict(idea: Idea, place: str | None = None) -> dict[str, Any]:
     """One idea as the API answers it."""
     return {
@@ -148,6 +159,10 @@ class LoopIdeas(APIView):
         responses={
             201: IdeaAnswerSerializer,
             400: OpenApiResponse(ErrorSerializer, description="precondition (the reason) or invalid (the body)."),
+            429: OpenApiResponse(
+                ErrorSerializer,
+                description="too_many_pending: the agent's cards waiting on people are at the cap (named).",
+            ),
             404: NOT_FOUND,
         },
     )
@@ -159,12 +174,13 @@ class LoopIdeas(APIView):
         data = form.validated_data
         try:
             entity = status.entity_named(data["targetKind"], data["targetId"])
-            posted = intake.post(entity, data["text"], author=actor(request), is_agent=is_agent(request))
+            posted = intake.post(
+                entity, data["text"], author=actor(request), is_agent=is_agent(request), asker=asker_of(request)
+            )
         except status.NotFound as exc:
             return _error("not_found", str(exc), http.HTTP_404_NOT_FOUND)
         except ideas.IdeaRefused as exc:
-            code = http.HTTP_404_NOT_FOUND if exc.code == "not_found" else http.HTTP_400_BAD_REQUEST
-            return _error(exc.code, exc.reason, code)
+            return _error(exc.code, exc.reason, REFUSED_HTTP.get(exc.code, http.HTTP_400_BAD_REQUEST))
         body = {
             "ideaId": posted.idea.pk,
             "opened": posted.opened,

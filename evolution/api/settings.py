@@ -10,8 +10,11 @@ to have it refused with ``conflict`` if the file changed in between.
 
 Writes need a staff user (an agent token acts for its user). An agent may
 join and make narrowing writes; its loop_widen opens a widen card a person
-approves (202, ``pending``). A refusal is ``{error, detail, widened?}``:
-invalid (400), refused (403), not_found (404), precondition (409), conflict (409).
+approves (202, ``pending``), and so does any of its writes that loosens spend,
+the pre-merge check or the watch (``loosened``). A refusal is
+``{error, detail, widened?}``: invalid (400), refused (403), not_found (404),
+precondition (409), conflict (409), too_many_pending (429: the agent's asks
+waiting on people are at the cap).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from evolution.steering import asks
 from evolution.steering import settings as sw
 from singularity.auth import is_agent
 
@@ -34,6 +38,7 @@ HTTP = {
     sw.NOT_FOUND: http.HTTP_404_NOT_FOUND,
     sw.PRECONDITION: http.HTTP_409_CONFLICT,
     sw.CONFLICT: http.HTTP_409_CONFLICT,
+    sw.TOO_MANY: http.HTTP_429_TOO_MANY_REQUESTS,
 }
 
 
@@ -88,14 +93,23 @@ class WidenedSerializer(serializers.Serializer):
         return fields
 
 
+class LoosenedSerializer(WidenedSerializer):
+    family = serializers.ChoiceField(choices=["spend", "check", "watch"], help_text="What the knob guards.")
+
+
 class SettingsAnswerSerializer(serializers.Serializer):
     ok = serializers.BooleanField()
     changed = serializers.BooleanField(help_text="Whether the write changes (or, dry run, would change) a file.")
     dryRun = serializers.BooleanField()
     files = FileDiffSerializer(many=True)
     widened = WidenedSerializer(many=True)
+    loosened = LoosenedSerializer(
+        many=True, help_text="The loosenings of spend, the check or the watch: an agent's wait on a person's card."
+    )
     commit = serializers.CharField(allow_null=True, help_text="The brain commit the write made.")
-    pending = serializers.BooleanField(help_text="An agent's widening waits on a person's widen card.")
+    pending = serializers.BooleanField(
+        help_text="An agent's widening or loosening waits on a person's widen card (cardId)."
+    )
     cardId = serializers.CharField(allow_null=True)
     resumed = serializers.BooleanField(required=False, help_text="loop_join: the entity's own enabled went back on.")
 
@@ -116,7 +130,19 @@ REFUSALS = {
         SettingsRefusalSerializer,
         description="precondition (the entity cannot join) or conflict (the file kept changing).",
     ),
+    429: OpenApiResponse(
+        SettingsRefusalSerializer,
+        description="too_many_pending: the agent's asks waiting on people are at the cap (the detail names it).",
+    ),
 }
+
+
+def asker_of(request: Request) -> str:
+    """Whose asks a card counts against: "agent:<token name> of <username>" for an agent token, else the username."""
+    username = request.user.get_username()
+    if is_agent(request):
+        return asks.asker_for(username, request.auth.name)
+    return username
 
 
 # --- Views ---------------------------------------------------------------------------------
@@ -173,10 +199,11 @@ class LoopJoin(_Write):
             "Writes evaluation.enabled and loop.enabled true in the entity's frontmatter, and its own top-level "
             "enabled back to true when it was false (resumed). Refused: an entity whose feature is switched off, "
             "a brain whose loop (or grading) switch is off, an entity whose settings do not load, and an "
-            "unattended entity with no evaluation.sample.maxPerDay at any tier unless dailyCap is named."
+            "unattended entity with no evaluation.sample.maxPerDay at any tier unless dailyCap is named. An "
+            "agent's join whose dailyCap raises the daily grading ceiling opens a person's card (202 pending)."
         ),
         request=JoinRequestSerializer,
-        responses={200: SettingsAnswerSerializer, **REFUSALS},
+        responses={200: SettingsAnswerSerializer, 202: SettingsAnswerSerializer, **REFUSALS},
     )
     def post(self, request: Request) -> Response:
         return super().post(request)
@@ -185,6 +212,8 @@ class LoopJoin(_Write):
         return sw.loop_join(
             target,
             actor=actor,
+            is_agent=is_agent(request),
+            asker=asker_of(request),
             daily_cap=data.get("dailyCap"),
             dry_run=data.get("dryRun", False),
             expect=data.get("expect") or None,
@@ -201,10 +230,12 @@ class LoopSet(_Write):
             "Validated against every entity the write reaches before anything is written; the file keeps every "
             "comment. A write that widens oversight (autonomy knobs, editablePaths/protectedPaths/maxChangedLines, "
             "turning the brain-wide loop switch back on) is refused with widened[] — use loop_widen. Pulling "
-            "either kill switch (loop.enabled or evaluation.enabled false) asks nobody."
+            "either kill switch (loop.enabled or evaluation.enabled false) asks nobody. An agent's write that "
+            "loosens spend (budget, maxAnalysesPerDay, sampling), the pre-merge check or the watch opens a "
+            "person's card and answers 202 pending with loosened[] and its cardId."
         ),
         request=SetRequestSerializer,
-        responses={200: SettingsAnswerSerializer, **REFUSALS},
+        responses={200: SettingsAnswerSerializer, 202: SettingsAnswerSerializer, **REFUSALS},
     )
     def post(self, request: Request) -> Response:
         return super().post(request)
@@ -216,6 +247,8 @@ class LoopSet(_Write):
             data.get("op", sw.SET),
             data.get("value"),
             actor=actor,
+            is_agent=is_agent(request),
+            asker=asker_of(request),
             dry_run=data.get("dryRun", False),
             expect=data.get("expect") or None,
         )
@@ -246,6 +279,7 @@ class LoopWiden(_Write):
             data.get("value"),
             actor=actor,
             is_agent=is_agent(request),
+            asker=asker_of(request),
             dry_run=data.get("dryRun", False),
             expect=data.get("expect") or None,
         )

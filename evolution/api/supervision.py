@@ -28,7 +28,7 @@ from evolution.steering import supervision
 from singularity.auth import is_agent
 from singularity.serializers import ErrorSerializer
 
-HTTP = {"not_found": 404, "precondition": 409, "refused": 403, "invalid": 400}
+HTTP = {"not_found": 404, "precondition": 409, "refused": 403, "invalid": 400, "too_many_pending": 429}
 
 
 # --- Shapes -------------------------------------------------------------------------------
@@ -105,6 +105,9 @@ ERRORS = {
     403: OpenApiResponse(ErrorSerializer, description="refused: not staff, or a group loop.groups does not declare."),
     404: OpenApiResponse(ErrorSerializer, description="not_found: the entity or cycle names nothing."),
     409: OpenApiResponse(ErrorSerializer, description="precondition: a hold with no reason, nothing to release, …"),
+    429: OpenApiResponse(
+        ErrorSerializer, description="too_many_pending: the agent's cards waiting on people are at the cap (named)."
+    ),
 }
 APPLIED = OpenApiResponse(MoveAnswerSerializer, description="Applied: the row written.")
 WAITING = OpenApiResponse(MoveAnswerSerializer, description="An agent's move: it waits on a person's approval card.")

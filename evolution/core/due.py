@@ -8,16 +8,30 @@ is delivered; a claim older than the apply's lease (``LOOP_APPLY_LEASE_SECS``)
 is a worker that died, and the round is due again. ``evolution.loop.recovery``
 hands what is due to a worker again; the needs-you list shows what has been
 due for longer than ``STUCK_AFTER``.
+
+An analysis works the same way with a heartbeat in place of a fixed lease
+(an analysis may take many minutes): the worker's claim stamps
+``Round.analysis_beat_at`` and ``analysis_heartbeat`` renews it while the
+worker works; a beat older than ``analysis_lease`` (two ticks) is a worker
+that died, and ``analyses_lost`` finds it for the machine's sweep.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db import DatabaseError, connections
 from django.db.models import Q, QuerySet
+from django.utils import timezone
 
 from evolution.models import Cycle, Round
+
+log = logging.getLogger(__name__)
 
 #: How often the sweep hands the same due apply over again while no worker takes it.
 RESEND_EVERY = timedelta(minutes=5)
@@ -33,6 +47,55 @@ def apply_lease() -> timedelta:
 def resend_after() -> timedelta:
     """How long a step may wait for its first worker before the sweep hands it over again (two ticks: 60 s)."""
     return timedelta(seconds=float(getattr(settings, "LOOP_STEP_RESEND_AFTER_SECS", 60)))
+
+
+def analysis_lease() -> timedelta:
+    """How long an analysing worker's heartbeat stays good (``LOOP_ANALYSIS_LEASE_SECS``, 60 s: two loop ticks)."""
+    return timedelta(seconds=float(getattr(settings, "LOOP_ANALYSIS_LEASE_SECS", 60)))
+
+
+def beat_analysis(round_id: int, now: datetime) -> bool:
+    """Renew the heartbeat of round ``round_id``'s analysis; False when it is no longer analysing (failed meanwhile)."""
+    return bool(Round.objects.filter(pk=round_id, status=Round.Status.ANALYSING).update(analysis_beat_at=now))
+
+
+@contextmanager
+def analysis_heartbeat(round_id: int) -> Iterator[None]:
+    """Keep round ``round_id``'s analysis alive while the block runs: a thread renews its beat every third of
+    the lease, on its own database connection (closed when the block ends)."""
+    every = analysis_lease().total_seconds() / 3
+    stop = threading.Event()
+
+    def run() -> None:
+        try:
+            while not stop.wait(every):
+                try:
+                    if not beat_analysis(round_id, timezone.now()):
+                        return  # no longer analysing: nothing to keep alive
+                except DatabaseError as exc:
+                    log.warning("loop: round %s: the analysis's heartbeat failed (%s); trying again", round_id, exc)
+        finally:
+            connections.close_all()  # this thread's own connections
+
+    thread = threading.Thread(target=run, name=f"analysis-beat-{round_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=max(every, 1.0))
+
+
+def analyses_lost(now: datetime) -> QuerySet[Round]:
+    """Rounds of live cycles a worker claimed for analysis whose heartbeat is older than the lease (it died)."""
+    return Round.objects.filter(
+        status=Round.Status.ANALYSING, cycle__status="", analysis_beat_at__lt=now - analysis_lease()
+    )
+
+
+def take_lost_analysis(round_id: int, now: datetime) -> bool:
+    """Take a lost analysis for the sweep to fail (one sweep does, and only while its beat is still stale)."""
+    return bool(analyses_lost(now).filter(pk=round_id).update(status=Round.Status.FAILED))
 
 
 def _unclaimed(now: datetime) -> Q:
@@ -65,7 +128,7 @@ def stuck_step(cycle: Cycle, rnd: Round, now: datetime) -> tuple[str, datetime] 
 
     Read from rows already loaded (no query), for every phase with a step a
     sweep picks up (``evolution.loop.recovery.BY_PHASE``): an apply nobody
-    holds, an analysis no worker has claimed, a poll of the PR (checking,
+    holds, an analysis no worker has claimed or whose worker's heartbeat stopped, a poll of the PR (checking,
     merge wait, reverting: a taken poll pushes ``next_poll_at`` out by its
     lease, so one left in the past is a poll nobody ran), a check or a watch
     past its deadline and still open, a revert due and never opened.
@@ -90,8 +153,12 @@ def _due_step(cycle: Cycle, rnd: Round, now: datetime) -> tuple[str, datetime] |
         if rnd.apply_claimed_at is not None and rnd.apply_claimed_at >= now - apply_lease():
             return None
         return "the accepted change", due_since(rnd, cycle)
-    if phase == Cycle.Phase.ANALYSING and rnd.status == Round.Status.ANALYSING and not rnd.brief:
-        return "the analysis", cycle.moved_at
+    if phase == Cycle.Phase.ANALYSING and rnd.status == Round.Status.ANALYSING:
+        if not rnd.brief:
+            return "the analysis", cycle.moved_at
+        beat = rnd.analysis_beat_at
+        if beat is not None and beat < now - analysis_lease():  # its worker stopped answering
+            return "the analysis (its worker stopped answering)", beat + analysis_lease()
     if phase in (Cycle.Phase.CHECKING, Cycle.Phase.MERGE_WAIT) and rnd.status == Round.Status.APPLIED and rnd.pr_number:
         times = [cycle.next_poll_at, cycle.check_deadline if phase == Cycle.Phase.CHECKING else None]
         due = [t for t in times if t is not None]

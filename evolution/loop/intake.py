@@ -66,6 +66,7 @@ def post(
     *,
     author: str,
     is_agent: bool = False,
+    asker: str = "",
     reply_to: str = "",
     now: datetime | None = None,
 ) -> Posted:
@@ -77,7 +78,7 @@ def post(
     but not started at once answers opened False with the reason.
     """
     now = now or timezone.now()
-    idea = write(entity, text, author=author, is_agent=is_agent, reply_to=reply_to, now=now)
+    idea = write(entity, text, author=author, is_agent=is_agent, asker=asker, reply_to=reply_to, now=now)
     log.info("loop: %s: idea %s posted by %s", entity, idea.pk, author)
     if is_agent:
         return Posted(idea, False, AWAITING_APPROVAL)

@@ -23,7 +23,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from evolution.core import cycles
+from evolution.core import cycles, due
 from evolution.core.cycles import Opened
 from evolution.core.polling import LEASE
 from evolution.core.polling import take as take_poll
@@ -110,6 +110,16 @@ def analyse(round_id: int, *, now: datetime | None = None) -> Round | None:
     rnd = proposer.claim(round_id, now)
     if rnd is None:
         return None
+    with due.analysis_heartbeat(rnd.pk):  # a worker that dies here stops beating: the sweep fails the round
+        return _analyse(rnd, now)
+
+
+def _analyse(rnd: Round, now: datetime) -> Round:
+    """The claimed round's analysis: the switch, the budget, the brief, the proposer, then the decide gate.
+
+    Whatever breaks in the brief or the proposer fails the round with the error it raised (its type and
+    message): under decide: auto the cycle closes failed at once; under a person's, a Retry card says why.
+    """
     cycle = rnd.cycle
     off = proposer.switched_off(rnd)
     if off is not None:
@@ -126,6 +136,16 @@ def analyse(round_id: int, *, now: datetime | None = None) -> Round | None:
     except SingularityError as exc:
         cycles.add_spend(cycle, getattr(exc, "cost_usd", None))
         return fail(rnd, f"the analysis failed: {exc}", now=now, unattended=unattended)
+    except Exception as exc:  # noqa: BLE001 - a bug in the brief or the proposer is this round's failure, said on it
+        log.exception("loop: cycle %s r%s: the analysis broke", cycle.pk, rnd.number)
+        if not proposer.still_analysing(rnd):
+            return rnd
+        return fail(rnd, f"the analysis failed: {type(exc).__name__}: {exc}", now=now, unattended=unattended)
+    if not proposer.still_analysing(rnd):
+        # Taken as lost meanwhile (this worker stopped beating for longer than the lease): its answer is not used.
+        cycles.add_spend(cycle, getattr(proposal, "cost_usd", None))
+        log.warning("loop: cycle %s r%s: the analysis was taken as lost before it answered", cycle.pk, rnd.number)
+        return rnd
     # The proposer waited on something outside: the switch and the holds are read again before its answer counts.
     cycle.entity.refresh_from_db(fields=["loop_enabled", "terms"])
     stopped = proposer.switched_off(rnd) or _held_meanwhile(rnd)
@@ -652,14 +672,29 @@ def start_revert(cycle: Cycle, now: datetime) -> bool:
 
 
 def sweep_lost(*, now: datetime | None = None, after: timedelta = timedelta(minutes=30)) -> int:
-    """Fail rounds whose analysis was claimed by a worker that died (claimed longer than ``after`` ago)."""
+    """Fail every analysis whose worker died (its heartbeat older than ``due.analysis_lease``: two ticks) and hand
+    an analysis no worker claimed in ``after`` to a worker again; return how many were failed.
+
+    The failure is the round's like any broken analysis: under decide: auto the cycle closes failed at once
+    (unattended: no card, no lesson), under a person's a Retry card says what happened.
+    """
     now = now or timezone.now()
     lost = 0
+    for rnd in due.analyses_lost(now).select_related("cycle", "cycle__entity"):
+        beat = rnd.analysis_beat_at
+        if not due.take_lost_analysis(rnd.pk, now):
+            continue  # another sweep took it, or its worker beat again
+        unattended = autonomy.gates(rnd.cycle.entity, now=now).decide == autonomy.AUTO
+        silent = int((now - beat).total_seconds()) if beat is not None else 0
+        fail(rnd, f"the analysis was lost: its worker stopped answering ({silent} s without a heartbeat)", now=now,
+             unattended=unattended)  # fmt: skip
+        lost += 1
     for rnd in Round.objects.select_related("cycle", "cycle__entity").filter(
-        status=Round.Status.ANALYSING, cycle__status="", cycle__moved_at__lt=now - after
+        status=Round.Status.ANALYSING, cycle__status="", cycle__moved_at__lt=now - after, analysis_beat_at__isnull=True
     ):
-        if (rnd.brief or {}).get("_claimed"):
-            fail(rnd, "the analysis was lost: its worker stopped before answering", now=now)
+        if (rnd.brief or {}).get("_claimed"):  # claimed before heartbeats were kept: the old half hour
+            unattended = autonomy.gates(rnd.cycle.entity, now=now).decide == autonomy.AUTO
+            fail(rnd, "the analysis was lost: its worker stopped before answering", now=now, unattended=unattended)
             lost += 1
         else:
             enqueue("analyse", rnd.pk)

@@ -390,15 +390,21 @@ def propose(
 def claim(round_id: int, now: datetime) -> Round | None:
     """Take round ``round_id`` for this worker's analysis; None when it is not waiting for one (or its cycle ended).
 
-    The claim is a conditional UPDATE: one worker analyses a round, however often its task is delivered.
+    The claim is a conditional UPDATE: one worker analyses a round, however often its task is delivered. It
+    stamps the analysis's first heartbeat (``evolution.core.due.analysis_heartbeat`` renews it).
     """
     claimed = Round.objects.filter(pk=round_id, status=Round.Status.ANALYSING, brief={}).update(
-        brief={"_claimed": now.isoformat()}
+        brief={"_claimed": now.isoformat()}, analysis_beat_at=now
     )
     if not claimed:
         return None
     rnd = Round.objects.select_related("cycle", "cycle__entity").get(pk=round_id)
     return None if rnd.cycle.status else rnd
+
+
+def still_analysing(rnd: Round) -> bool:
+    """Whether ``rnd`` is still this worker's analysis (the lost-analysis sweep did not fail it meanwhile)."""
+    return Round.objects.filter(pk=rnd.pk, status=Round.Status.ANALYSING, cycle__status="").exists()
 
 
 def budget_refusal(cycle: Cycle) -> str | None:

@@ -16,8 +16,10 @@ whole, so a new phase cannot be left without one.
   the first time two ticks after the Accept, then every five minutes while
   nobody takes it. ``run_apply`` is what the worker runs: the claim, then
   ``machine.apply``, which adopts a PR an earlier attempt opened.
-- **analyse** (``machine.sweep_lost``) — re-sent when unclaimed, failed onto a
-  Retry card when its worker died.
+- **analyse** (``machine.sweep_lost``) — re-sent when unclaimed for half an
+  hour; failed when its worker died (its heartbeat older than the analysis's
+  lease, two ticks: ``due.analysis_heartbeat``) — under decide: auto the
+  cycle closes failed at once, under a person's a Retry card.
 - **check** (``machine.check_tick``) — replays lost or whose worker died, a
   replay run and never booked, a PR opened whose next step never ran, the
   check's deadline.

@@ -23,6 +23,7 @@ from django.utils import timezone
 from evolution.core import cycles
 from evolution.core.outcomes import phase_label
 from evolution.models import Cycle, Idea, Lesson
+from evolution.steering import asks
 from grading.models import Entity
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,8 @@ TELEGRAM_PREFIX = "telegram:"
 
 
 class IdeaRefused(Exception):
-    """A post refused with nothing written: ``code`` is "precondition" or "not_found", ``reason`` says why."""
+    """A post refused with nothing written: ``code`` is "precondition", "not_found" or "too_many_pending",
+    ``reason`` says why."""
 
     def __init__(self, code: str, reason: str) -> None:
         super().__init__(reason)
@@ -177,6 +179,7 @@ def write(
     *,
     author: str,
     is_agent: bool = False,
+    asker: str = "",
     reply_to: str = "",
     now: datetime | None = None,
 ) -> Idea:
@@ -184,13 +187,20 @@ def write(
 
     Raises IdeaRefused — not_found when there is no entity, precondition when
     the entity is not in the loop, switched off or gone, or the text is empty
-    or longer than MAX_CHARS — and then nothing is written.
+    or longer than MAX_CHARS, too_many_pending when the agent (``asker``,
+    else ``author``) has as many cards waiting on people as it may — and then
+    nothing is written.
     """
     if entity is None:
         raise IdeaRefused("not_found", "no such entity")
     why = entity_refusal(entity) or text_refusal(text)
     if why:
         raise IdeaRefused("precondition", why)
+    asker = asker or author
+    if is_agent:
+        too_many = asks.over_cap(asker)
+        if too_many:
+            raise IdeaRefused(asks.TOO_MANY, too_many)
     now = now or timezone.now()
     with transaction.atomic():
         idea = Idea.objects.create(
@@ -202,7 +212,7 @@ def write(
             created_at=now,
         )
         if is_agent:
-            _ask_approval(idea, now=now)
+            _ask_approval(idea, asker=asker, now=now)
     return idea
 
 
@@ -251,7 +261,7 @@ def quote(text: str) -> str:
     return f"“{text if len(text) <= QUOTE_CHARS else text[: QUOTE_CHARS - 1] + '…'}”"
 
 
-def _ask_approval(idea: Idea, *, now: datetime) -> None:
+def _ask_approval(idea: Idea, *, asker: str, now: datetime) -> None:
     """Open the approval card of an agent's idea (Approve / Decline, expiring at the review deadline)."""
     from hitl.actions import open_card
     from hitl.models import Card
@@ -271,7 +281,7 @@ def _ask_approval(idea: Idea, *, now: datetime) -> None:
         ),
         expires_at=_review_deadline(entity, now),
         options=[{"value": APPROVE, "label": "Approve"}, {"value": DECLINE, "label": "Decline"}],
-        payload={"idea": idea.pk},
+        payload={"idea": idea.pk, asks.ASKER: asker},
     )
     Idea.objects.filter(pk=idea.pk).update(card=card)
     idea.card = card

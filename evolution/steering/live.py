@@ -58,6 +58,7 @@ ROUND_WAIT_FIELDS = (
     "revert_outcome",
     "revert_merge_gate",
     "apply_claimed_at",
+    "analysis_beat_at",
 )
 CARD_WAIT_FIELDS = ("id", "kind", "status", "expires_at", "created_at")
 

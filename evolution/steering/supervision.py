@@ -37,6 +37,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from evolution.models import ActionLog, Cycle, Supervision
+from evolution.steering import asks
 from grading.models import Entity
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,8 @@ _VERB = {
 
 
 class Refusal(Exception):
-    """A supervision move refused: ``code`` is not_found, precondition or refused; the message says why."""
+    """A supervision move refused: ``code`` is not_found, precondition, refused or too_many_pending (an agent's
+    cards waiting on people at the cap); the message says why."""
 
     def __init__(self, code: str, detail: str) -> None:
         super().__init__(detail)
@@ -490,6 +492,9 @@ def ask(op: str, target: Any, *, actor: str, reason: str, cycle: Cycle | None = 
     if op not in (Supervision.Kind.RELEASE, Supervision.Kind.REARM, Supervision.Kind.DISMISS):
         raise Refusal("refused", f"{op!r} needs no approval card")
     actor = _actor(actor)
+    too_many = asks.over_cap(actor)  # the agent's cap of cards waiting on people (issue 27)
+    if too_many:
+        raise Refusal(asks.TOO_MANY, too_many)
     reason = (reason or "").strip()
     if op == Supervision.Kind.DISMISS:
         if not isinstance(cycle, Cycle):
@@ -520,6 +525,7 @@ def ask(op: str, target: Any, *, actor: str, reason: str, cycle: Cycle | None = 
             "group": where.group,
             "cycle": cycle.pk if cycle is not None else None,
             "actor": actor,
+            asks.ASKER: actor,
             "reason": reason,
         },
     )

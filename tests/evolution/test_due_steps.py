@@ -190,10 +190,12 @@ def test_an_analysis_whose_worker_died_fails_onto_a_retry_card(analysing):
 
     start = analysing.cycle.moved_at
     assert proposer.claim(analysing.pk, start) is not None  # a worker took it ... and died
-    with time_machine.travel(start + timedelta(minutes=31), tick=False):
-        assert machine.sweep_lost() == 1
+    with time_machine.travel(start + timedelta(seconds=50), tick=False):
+        assert machine.sweep_lost() == 0  # its heartbeat is not two ticks old yet
+    with time_machine.travel(start + timedelta(seconds=61), tick=False):
+        assert machine.sweep_lost() == 1  # issue 27: two ticks, not half an hour
     analysing.refresh_from_db()
-    assert analysing.status == Round.Status.FAILED and "its worker stopped before answering" in analysing.error
+    assert analysing.status == Round.Status.FAILED and "its worker stopped answering" in analysing.error
     cycle = Cycle.objects.get(pk=analysing.cycle_id)
     assert cycle.phase == Cycle.Phase.DECIDING and not cycle.status
     assert Card.objects.filter(kind=Card.Kind.RETRY, status=Card.Status.PENDING).count() == 1

@@ -3,8 +3,8 @@
 The package by topic: ``base`` (what a write may name, the refusal, an
 edit, the answer), ``yaml_edits`` (the round trip), ``oversight`` (what a
 write reaches and the widenings it makes), ``lock``, ``write`` (stage,
-validate, push, sync, record), ``writes`` (the three verbs), ``widen_card``
-and ``reads``. What callers use is named here.
+validate, push, sync, record), ``writes`` (the three verbs), ``loosening``
+(what loosens spend, the check or the watch), ``widen_card`` and ``reads``. What callers use is named here.
 """
 
 from evolution.steering.settings.base import (
@@ -21,6 +21,7 @@ from evolution.steering.settings.base import (
     REFUSED,
     REMOVE,
     SET,
+    TOO_MANY,
     Answer,
     SettingsRefusal,
     target_named,
@@ -45,6 +46,7 @@ __all__ = [
     "REFUSED",
     "REMOVE",
     "SET",
+    "TOO_MANY",
     "Answer",
     "SettingsRefusal",
     "actions",

@@ -32,6 +32,8 @@ APPROVE, DECLINE = "approve", "decline"
 OP_JOIN, OP_SET, OP_WIDEN = "loop_join", "loop_set", "loop_widen"
 SET, REMOVE = "set", "remove"
 INVALID, NOT_FOUND, PRECONDITION, REFUSED, CONFLICT = "invalid", "not_found", "precondition", "refused", "conflict"
+#: An agent with too many asks waiting on people (``evolution.steering.asks``): the next one is refused.
+TOO_MANY = "too_many_pending"
 
 
 #: How many times a write is made again on a default branch that moved under it (the file itself unchanged).
@@ -115,6 +117,8 @@ class Answer:
 
     files: list[dict[str, str]] = field(default_factory=list)
     widened: list[dict[str, Any]] = field(default_factory=list)
+    #: The loosenings of spend, the check or the watch the write makes (``loosening``): an agent's wait on a card.
+    loosened: list[dict[str, Any]] = field(default_factory=list)
     commit: str | None = None
     pending: bool = False
     card_id: str | None = None
@@ -137,6 +141,7 @@ class Answer:
             "dryRun": self.dry_run,
             "files": self.files,
             "widened": self.widened,
+            "loosened": self.loosened,
             "commit": self.commit,
             "pending": self.pending,
             "cardId": self.card_id,

@@ -1,4 +1,11 @@
-"""An agent's loop_widen waits on a person's widen card; its answer applies the write once."""
+"""An agent's ask waits on a person's widen card; its answer applies the write once.
+
+An agent's loop_widen that widens oversight, and any agent write (loop_set,
+loop_widen, loop_join) that loosens spend, the check or the watch, opens one.
+How many of one agent's cards wait at once is capped (``evolution.steering.asks``,
+settings.LOOP_AGENT_MAX_PENDING_CARDS): the next ask is refused naming the cap
+and how many wait.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +17,18 @@ from typing import Any
 
 from django.utils import timezone
 
+from evolution.steering import asks
 from evolution.steering.settings.base import (
     APPROVE,
     CARD_DIFF_CHARS,
     CARD_HOURS,
     DECLINE,
+    OP_WIDEN,
     PRODUCER,
+    TOO_MANY,
     Answer,
     Edit,
+    SettingsRefusal,
     subject_of,
 )
 from evolution.steering.settings.oversight import _show
@@ -26,39 +37,65 @@ from evolution.steering.settings.write import Staged
 from grading.models import Entity
 
 
-def _request_key(target: Entity | None, key: str, op: str, value: Any, expect: dict[str, str]) -> str:
-    body = json.dumps([subject_of(target), key, op, value, expect], sort_keys=True, ensure_ascii=False)
+def _request_key(
+    target: Entity | None, key: str, op: str, value: Any, expect: dict[str, str], verb: str = OP_WIDEN
+) -> str:
+    parts: list[Any] = [subject_of(target), key, op, value, expect]
+    if verb != OP_WIDEN:  # loop_widen's key stays what it was, so a card opened before still matches
+        parts.append(verb)
+    body = json.dumps(parts, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(body.encode()).hexdigest()[:32]
 
 
+def _refuse_over_cap(asker: str) -> None:
+    """SettingsRefusal(too_many_pending) when ``asker`` already has the most cards a person may be asked at once."""
+    why = asks.over_cap(asker)
+    if why is not None:
+        raise SettingsRefusal(TOO_MANY, why)
+
+
 def _open_card(
-    target: Entity | None, key: str, op: str, value: Any, *, actor: str, preview: Answer, staged: Staged | None
+    target: Entity | None,
+    key: str,
+    op: str,
+    value: Any,
+    *,
+    actor: str,
+    preview: Answer,
+    staged: Staged | None,
+    verb: str = OP_WIDEN,
+    asker: str = "",
+    extra: dict[str, Any] | None = None,
 ) -> Any:
-    """Open (or find, for the same request) the widen card an agent's loop_widen waits on."""
+    """Open (or find, for the same request) the widen card an agent's write waits on; ``verb`` is the write a
+    person's Approve makes (loop_set, loop_widen or loop_join). Refused over the agent's cap."""
     from evolution.core import links as status
     from hitl.actions import open_card
     from hitl.models import Card
 
+    asker = asker or actor
     expect = {f["path"]: f["base"] for f in preview.files}
-    request = _request_key(target, key, op, value, expect)
+    request = _request_key(target, key, op, value, expect, verb)
     pending = Card.objects.filter(
         producer=PRODUCER, kind=Card.Kind.WIDEN, status=Card.Status.PENDING, payload__request=request
     ).first()
     if pending is not None:
         return pending
+    _refuse_over_cap(asker)
     hours = CARD_HOURS
     if staged is not None and staged.tip.definition is not None and staged.tip.definition.ok:
         hours = staged.tip.definition.terms["loop"].get("reviewDeadlineHours") or CARD_HOURS
     edit = Edit(key, op, value)
     url = policy_path(target)
+    what = "Widen oversight" if preview.widened else "Loosen spend or checks"
     return open_card(
         producer=PRODUCER,
         kind=Card.Kind.WIDEN,
         key=f"{PRODUCER}:widen:{uuid.uuid4().hex}",
-        title=f"Widen oversight: {preview.subject} {edit.words()}"[:200],
+        title=f"{what}: {preview.subject} {_what(edit, preview, verb)}"[:200],
         subject=preview.subject[:200],
         subject_url=status.absolute(url),
-        text=card_text(actor, edit, preview),
+        text=card_text(actor, edit, preview, verb=verb),
         expires_at=timezone.now() + timedelta(hours=float(hours)),
         options=[{"value": APPROVE, "label": "Approve"}, {"value": DECLINE, "label": "Decline"}],
         payload={
@@ -71,14 +108,41 @@ def _open_card(
             "actor": actor,
             "expect": expect,
             "widened": preview.widened,
+            "loosened": preview.loosened,
+            "verb": verb,
+            "asker": asker,
+            **(extra or {}),
         },
     )
 
 
-def card_text(actor: str, edit: Edit, preview: Answer) -> str:
-    """The widen card's text: who asks, each widening, the diff of the write."""
-    lines = [f"{actor} asks to widen oversight on {preview.subject}: {edit.words()}.", "", "This widens:"]
-    lines += [f"- {w['subject']} {w['knob']}: {_show(w['from'])} → {_show(w['to'])}" for w in preview.widened]
+#: The most widenings or loosenings a card's text names one by one.
+CARD_LINES = 20
+
+
+def _listed(entries: list[dict[str, Any]]) -> list[str]:
+    lines = [f"- {w['subject']} {w['knob']}: {_show(w['from'])} → {_show(w['to'])}" for w in entries[:CARD_LINES]]
+    if len(entries) > CARD_LINES:
+        lines.append(f"- … and {len(entries) - CARD_LINES} more")
+    return lines
+
+
+def _what(edit: Edit, preview: Answer, verb: str) -> str:
+    """The asked write in a few words: the key for loop_set/loop_widen, every edit for loop_join."""
+    return f"loop_join ({preview.summary})" if verb == "loop_join" else edit.words()
+
+
+def card_text(actor: str, edit: Edit, preview: Answer, *, verb: str = OP_WIDEN) -> str:
+    """The widen card's text: who asks, each widening and loosening, the diff of the write."""
+    what = _what(edit, preview, verb)
+    if preview.widened:
+        lines = [f"{actor} asks to widen oversight on {preview.subject}: {what}.", "", "This widens:"]
+        lines += _listed(preview.widened)
+    else:
+        lines = [f"{actor} asks to loosen spend or checks on {preview.subject}: {what} ({verb})."]
+    if preview.loosened:
+        families = sorted({w["family"] for w in preview.loosened})
+        lines += ["", f"This loosens ({', '.join(families)}):", *_listed(preview.loosened)]
     diff = "".join(f["diff"] for f in preview.files)
     if len(diff) > CARD_DIFF_CHARS:
         diff = diff[:CARD_DIFF_CHARS] + "\n… (the rest of the diff is on the dashboard)\n"

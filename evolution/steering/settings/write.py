@@ -6,7 +6,7 @@ import difflib
 import hashlib
 import re
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from evolution.steering.settings.base import (
     subject_of,
 )
 from evolution.steering.settings.lock import settings_lock
+from evolution.steering.settings.loosening import loosenings
 from evolution.steering.settings.oversight import _widen_refusal, breakages, held_departures, widenings
 from evolution.steering.settings.yaml_edits import edit_file
 from grading.models import Entity
@@ -49,6 +50,8 @@ class Staged:
     edits: list[Edit]
     widened: list[dict[str, Any]]
     tip: Tip
+    #: The loosenings of spend, the check or the watch (``loosening.loosenings``).
+    loosened: list[dict[str, Any]] = field(default_factory=list)
     #: The target's resolved terms with the write made (None: nothing changed, or the target is the manifest).
     terms_after: dict[str, Any] | None = None
 
@@ -123,6 +126,7 @@ def _stage(
             REFUSED, "; ".join(departures) + " — the hold would stop applying to it; lifting a hold is loop_release's"
         )
     staged.widened = widenings(tip.snapshot, snapshot, tip.definition)
+    staged.loosened = loosenings(tip.snapshot, snapshot, tip.definition)
     if tip.definition is not None:
         after = snapshot.entity(tip.definition.target_kind, tip.definition.slug)
         staged.terms_after = after.terms if after is not None and after.ok else None
@@ -174,8 +178,14 @@ def _run(
     dry_run: bool,
     expect: dict[str, str] | None,
     allow_widen: bool,
+    hold_loosening: bool = False,
 ) -> tuple[Answer, Staged | None]:
-    """Make (or, dry run, only validate) one write; see the module docstring for the steps."""
+    """Make (or, dry run, only validate) one write; see the module docstring for the steps.
+
+    ``hold_loosening`` (an agent's call): a write that loosens spend, the check
+    or the watch is validated and not written — the answer carries ``loosened``
+    and the caller opens a person's card.
+    """
     from evolution.forges import get_forge
     from evolution.forges.git import throwaway_clone
 
@@ -191,12 +201,12 @@ def _run(
         for _ in range(ATTEMPTS):
             onto = git("rev-parse", "HEAD", cwd=clone).decode().strip()
             staged = _stage(clone, branch, target, plan, expect, actor=actor, op=op)
-            answer.files, answer.widened = staged.files(), staged.widened
+            answer.files, answer.widened, answer.loosened = staged.files(), staged.widened, staged.loosened
             answer.summary = "; ".join(e.words() for e in staged.edits)
             answer.terms_after = staged.terms_after
             if staged.widened and not allow_widen:
                 raise SettingsRefusal(REFUSED, _widen_refusal(staged.widened), widened=staged.widened)
-            if dry_run or not answer.changed:
+            if dry_run or not answer.changed or (hold_loosening and staged.loosened):
                 return answer, staged
             try:
                 _push(clone, branch)

@@ -1,4 +1,9 @@
-"""The three verbs: loop_set (narrowing), loop_widen (a person's call, or an agent's card) and loop_join."""
+"""The three verbs: loop_set (narrowing), loop_widen (a person's call, or an agent's card) and loop_join.
+
+An agent's call of any of them that loosens spend, the pre-merge check or
+the watch (``loosening``) waits on a person's card (answer ``pending``); a
+person's makes the write at once.
+"""
 
 from __future__ import annotations
 
@@ -90,16 +95,20 @@ def loop_set(
     value: Any = None,
     *,
     actor: str,
+    is_agent: bool = False,
+    asker: str = "",
     dry_run: bool = False,
     expect: dict[str, str] | None = None,
 ) -> Answer:
     """Set or remove one loop/evaluation key at the entity's tier (None: the manifest); refuse a widening.
 
     Asks nobody: narrowing writes and writes no person relies on go through
-    (pulling either kill switch included). Raises SettingsRefusal.
+    (pulling either kill switch included). An agent's write that loosens
+    spend, the check or the watch opens a person's card instead (``pending``);
+    ``asker`` names the agent for its cap of waiting cards. Raises SettingsRefusal.
     """
     check_key(key, op, value, target)
-    answer, _ = _run(
+    answer, staged = _run(
         target,
         lambda tip: key_edits(tip, key, op, value),
         op=OP_SET,
@@ -107,8 +116,32 @@ def loop_set(
         dry_run=dry_run,
         expect=expect,
         allow_widen=False,
+        hold_loosening=is_agent,
     )
+    if is_agent and not dry_run and answer.loosened and answer.commit is None:
+        return _pending(target, key, op, value, answer, staged, verb=OP_SET, actor=actor, asker=asker)
     return answer
+
+
+def _pending(
+    target: Entity | None,
+    key: str,
+    op: str,
+    value: Any,
+    preview: Answer,
+    staged: Any,
+    *,
+    verb: str,
+    actor: str,
+    asker: str,
+    extra: dict[str, Any] | None = None,
+) -> Answer:
+    """Open (or find) the person's card an agent's held write waits on; the answer says pending with its id."""
+    card = _open_card(
+        target, key, op, value, actor=actor, preview=preview, staged=staged, verb=verb, asker=asker, extra=extra
+    )
+    preview.dry_run, preview.pending, preview.card_id = False, True, str(card.pk)
+    return preview
 
 
 def loop_widen(
@@ -119,11 +152,13 @@ def loop_widen(
     *,
     actor: str,
     is_agent: bool,
+    asker: str = "",
     dry_run: bool = False,
     expect: dict[str, str] | None = None,
 ) -> Answer:
     """loop_set's write, widenings allowed once a person approves: a person calling it is the approval; an
-    agent's call opens a widen card (answer ``pending``) unless the write widens nothing. Raises SettingsRefusal."""
+    agent's call opens a widen card (answer ``pending``) unless the write widens and loosens nothing.
+    Raises SettingsRefusal."""
     check_key(key, op, value, target)
 
     def plan(tip: Tip) -> list[Edit]:
@@ -131,10 +166,8 @@ def loop_widen(
 
     if is_agent and not dry_run:
         preview, staged = _run(target, plan, op=OP_WIDEN, actor=actor, dry_run=True, expect=expect, allow_widen=True)
-        if preview.widened:
-            card = _open_card(target, key, op, value, actor=actor, preview=preview, staged=staged)
-            preview.dry_run, preview.pending, preview.card_id = False, True, str(card.pk)
-            return preview
+        if preview.widened or preview.loosened:
+            return _pending(target, key, op, value, preview, staged, verb=OP_WIDEN, actor=actor, asker=asker)
     answer, _ = _run(target, plan, op=OP_WIDEN, actor=actor, dry_run=dry_run, expect=expect, allow_widen=True)
     return answer
 
@@ -204,12 +237,15 @@ def loop_join(
     target: Entity | None,
     *,
     actor: str,
+    is_agent: bool = False,
+    asker: str = "",
     daily_cap: int | None = None,
     dry_run: bool = False,
     expect: dict[str, str] | None = None,
 ) -> Answer:
     """Turn the loop on for an entity: evaluation.enabled and loop.enabled true (and its own ``enabled`` back to
-    true when it was paused: ``resumed``); ``daily_cap`` writes evaluation.sample.maxPerDay. Raises SettingsRefusal."""
+    true when it was paused: ``resumed``); ``daily_cap`` writes evaluation.sample.maxPerDay. An agent's join
+    whose daily cap raises the ceiling waits on a person's card (``pending``). Raises SettingsRefusal."""
     if target is None:
         raise SettingsRefusal(INVALID, "loop_join names an entity (targetKind and targetId)")
     answer, staged = _run(
@@ -220,13 +256,28 @@ def loop_join(
         dry_run=dry_run,
         expect=expect,
         allow_widen=False,
+        hold_loosening=is_agent,
     )
+    if is_agent and not dry_run and answer.loosened and answer.commit is None:
+        return _pending(
+            target,
+            "evaluation.sample.maxPerDay",
+            SET,
+            daily_cap,
+            answer,
+            staged,
+            verb=OP_JOIN,
+            actor=actor,
+            asker=asker,
+            extra={"dailyCap": daily_cap},
+        )
     answer.resumed = bool(staged and any(e.key == "enabled" for e in staged.edits) and answer.changed)
     return answer
 
 
 def on_widen_card(card: Any) -> None:
-    """Hear a closed widen card (producer ``loop-settings``): make the write when a person approved it.
+    """Hear a closed widen card (producer ``loop-settings``): make the write it asks (its ``verb``: loop_widen,
+    loop_set or loop_join) when a person approved it.
 
     Made over the bytes the card showed: a file changed since answers
     conflict. A write that can no longer be made is said in a notice.
@@ -241,17 +292,25 @@ def on_widen_card(card: Any) -> None:
         return
     person = card.responded_by.get_username() if card.responded_by is not None else "someone"
     actor = f"{payload.get('actor', '?')} (approved by {person})"
+    verb = payload.get("verb") or OP_WIDEN
     try:
         target = target_named(payload.get("targetKind"), payload.get("targetId"))
-        loop_widen(
-            target,
-            payload.get("key", ""),
-            payload.get("op", SET),
-            payload.get("value"),
-            actor=actor,
-            is_agent=False,
-            expect=payload.get("expect") or None,
-        )
+        expect = payload.get("expect") or None
+        if verb == OP_JOIN:
+            loop_join(target, actor=actor, daily_cap=payload.get("dailyCap"), expect=expect)
+        elif verb == OP_SET:
+            loop_set(target, payload.get("key", ""), payload.get("op", SET), payload.get("value"), actor=actor,
+                     expect=expect)  # fmt: skip
+        else:
+            loop_widen(
+                target,
+                payload.get("key", ""),
+                payload.get("op", SET),
+                payload.get("value"),
+                actor=actor,
+                is_agent=False,
+                expect=expect,
+            )
     except SettingsRefusal as refusal:
         log.warning("loop settings: approved widen card %s not applied: %s", card.pk, refusal.detail)
         post_notice(
