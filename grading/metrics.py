@@ -172,30 +172,53 @@ def floors_failed(terms: Mapping[str, Any], vector: Mapping[str, Any]) -> list[s
 # --- Reading a grade --------------------------------------------------------
 
 
-def run_value(grade: Grade, metric_id: str, ratings: Mapping[str, float] | None = None) -> Any:
-    """Return the observed value of one metric of a graded run, or None when nobody measured it.
+def observed(spec: Mapping[str, Any], judged: Any, rated: float | None) -> Any:
+    """The one reading of a run's value of a metric (R3.15, R4.10): every reader of a run's value comes here.
 
-    For a human-rated metric (reported, or judged with human: true) people's
-    median rating on 0..1 stands over the judge's number. ``ratings`` is
-    people's medians for this run by metric id (as grading.people.people_values
-    gives); None looks them up.
+    ``judged`` is the grade's own value (the judge's or the code's), ``rated`` people's median on 0..1 (None when
+    nobody rated the run). On a human-rated metric (reported, or judged with human: true) a person's rating stands
+    over the judge's number; a reported metric is people's alone — unrated, it has no value (never a zero, never a
+    number some other hand wrote). Any other metric is the grade's.
+    """
+    if human_rated(spec):
+        if rated is not None:
+            return rated
+        if spec.get("kind") == "reported":
+            return None
+    return judged
+
+
+def run_value(grade: Grade, metric_id: str, ratings: Mapping[str, float] | None = None) -> Any:
+    """Return the observed value of one metric of a graded run (``observed``), or None when nobody measured it.
+
+    ``ratings`` is people's medians for this run by metric id (as grading.people.people_values gives); None looks
+    them up.
     """
     spec = specs(grade.entity.terms).get(metric_id) or {}
+    rated = None
     if human_rated(spec):
-        people = people_value(grade.execution, metric_id) if ratings is None else ratings.get(metric_id)
-        if people is not None:
-            return people
-    return (grade.metrics or {}).get(metric_id)
+        rated = people_value(grade.execution, metric_id) if ratings is None else ratings.get(metric_id)
+    return observed(spec, (grade.metrics or {}).get(metric_id), rated)
 
 
-def missed_targets(grade: Grade, terms: Mapping[str, Any], ratings: Mapping[str, float] | None = None) -> list[str]:
-    """Return the declared targets the run missed, read through people's ratings; observe metrics never count."""
+def missed_targets(
+    grade: Grade,
+    terms: Mapping[str, Any],
+    ratings: Mapping[str, float] | None = None,
+    *,
+    vector: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """Return the declared targets the run missed, read through people's ratings; observe metrics never count.
+
+    ``vector`` is the run's observed vector when the caller has read it (``grading.observed``): its values are
+    the ones read, so a window read from one source per metric judges its targets from that source too.
+    """
     return [
         metric_id
         for metric_id, spec in specs(terms).items()
         if spec.get("role") in VERDICT_ROLES
         and spec.get("target") is not None
-        and missed_target(spec, run_value(grade, metric_id, ratings))
+        and missed_target(spec, vector.get(metric_id) if vector is not None else run_value(grade, metric_id, ratings))
     ]
 
 
@@ -204,7 +227,13 @@ def missed_targets(grade: Grade, terms: Mapping[str, Any], ratings: Mapping[str,
 OUTCOME_FIELDS = ("entity_id", "status", "graded_at", "score", "passed", "failure_category", "metrics", "judge")
 
 
-def is_bad(grade: Grade, terms: Mapping[str, Any], ratings: Mapping[str, float] | None = None) -> bool:
+def is_bad(
+    grade: Grade,
+    terms: Mapping[str, Any],
+    ratings: Mapping[str, float] | None = None,
+    *,
+    vector: Mapping[str, Any] | None = None,
+) -> bool:
     """Return True when a graded run is bad for the repair trigger and watch.
 
     Bad: it failed its evaluation, or the judge's score is below
@@ -222,7 +251,7 @@ def is_bad(grade: Grade, terms: Mapping[str, Any], ratings: Mapping[str, float] 
         threshold = (terms.get("loop") or {}).get("threshold")
         if threshold is None or grade.score is None or grade.score < float(threshold):
             return True
-    return bool(missed_targets(grade, terms, ratings))
+    return bool(missed_targets(grade, terms, ratings, vector=vector))
 
 
 # --- Bands and aggregates ---------------------------------------------------

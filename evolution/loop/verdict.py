@@ -34,9 +34,10 @@ from evolution.presets.base import (
     record,
     trigger_terms,
 )
-from evolution.presets.readings import how, overlay_people
+from evolution.presets.readings import how
 from evolution.presets.repair import count
 from evolution.presets.resolve import ask_watch_window, comparator
+from grading import observed as O
 from grading.metrics import aggregate, specs
 from grading.models import Grade
 from grading.pin import comparable
@@ -83,12 +84,19 @@ def ask_should_open(cycle: Cycle, seen: Observed, rule: Callable[..., Any]) -> A
     )
 
 
-def _vector(grades: list[Grade], period: Any, terms: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Per-metric median (mean for ``aggregate: mean``) of the grades' vectors, people's ratings over the judge's,
-    the window's own period metrics laid over it."""
+def _vector(
+    grades: list[Grade],
+    period: Any,
+    terms: dict[str, Any] | None = None,
+    *,
+    people: Any = None,
+    sources: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Per-metric median (mean for ``aggregate: mean``) of the grades' observed vectors (``grading.observed``, from
+    ``sources`` when two windows are compared), the window's own period metrics laid over it."""
     terms = terms or {}
     metric_specs = specs(terms)
-    vectors = overlay_people(grades, terms)
+    vectors = O.vectors([(g.execution_id, g.metrics) for g in grades], terms, people=people, sources=sources)
     ids = sorted({metric for vector in vectors.values() for metric in vector})
     vector = {
         metric: aggregate(
@@ -103,33 +111,44 @@ def _vector(grades: list[Grade], period: Any, terms: dict[str, Any] | None = Non
     return {metric: value for metric, value in vector.items() if value is not None}
 
 
-def before_side(cycle: Cycle) -> dict[str, Any]:
-    """The window the cycle opened on, as compare reads it: {window, vector, outcomes} under the pinned judge."""
-    window = cycle.window or {}
-    ids = [str(run) for run in window.get("runIds") or []]
-    grades = [
+def _before_grades(cycle: Cycle) -> list[Grade]:
+    """The graded runs of the window the cycle opened on, under the judge it pinned, oldest first."""
+    ids = [str(run) for run in (cycle.window or {}).get("runIds") or []]
+    return [
         grade
         for grade in Grade.objects.filter(execution_id__in=ids, status=Grade.Status.GRADED)
         .select_related("entity", "execution")
         .order_by("execution__completed_at", "execution_id")
         if comparable(cycle.judge, grade.judge)
     ]
-    terms = cycle.entity.terms or {}
+
+
+def _side(window: dict[str, Any], grades: list[Grade], terms: dict[str, Any], people: Any, chosen: Any) -> dict:
     return {
         "window": window,
-        "vector": _vector(grades, window.get("metrics"), terms),
-        "outcomes": outcomes(grades, terms),
+        "vector": _vector(grades, window.get("metrics"), terms, people=people, sources=chosen),
+        "outcomes": outcomes(grades, terms, people=people, sources=chosen),
     }
 
 
-def after_side(cycle: Cycle, seen: Observed, window: dict[str, Any]) -> dict[str, Any]:
-    """The window the watch sampled, as compare reads it (oldest first)."""
+def sides(cycle: Cycle, seen: Observed, window: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The window the cycle opened on and the one the watch sampled, as compare reads them ({window, vector,
+    outcomes}, oldest first), each human-rated metric read from ONE source for both (R4.15,
+    ``grading.observed.sources``): neither side's number moves merely because of who rated which run."""
     terms = cycle.entity.terms or {}
-    return {
-        "window": window,
-        "vector": _vector(seen.window, window.get("metrics"), terms),
-        "outcomes": outcomes(seen.window, terms),
-    }
+    before, after = _before_grades(cycle), list(seen.window)
+    people = O.ratings_of([g.execution_id for g in before + after], terms)
+    chosen = O.sources(terms, [g.execution_id for g in before], [g.execution_id for g in after], people)
+    return (
+        _side(cycle.window or {}, before, terms, people, chosen),
+        _side(window, after, terms, people, chosen),
+    )
+
+
+def before_side(cycle: Cycle) -> dict[str, Any]:
+    """The window the cycle opened on, as compare reads it alone (each run's own reading)."""
+    terms = cycle.entity.terms or {}
+    return _side(cycle.window or {}, _before_grades(cycle), terms, None, None)
 
 
 def compare_arguments(compare: Callable[..., Any], arguments: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
@@ -175,12 +194,13 @@ def ask_compare(cycle: Cycle, seen: Observed, compare: Callable[..., Any], windo
     if is_async(compare):
         raise ComparatorFault("compare must answer synchronously; it is declared async")
     entity = cycle.entity
+    before, after = sides(cycle, seen, ask_watch_window(cycle, window, now=timezone.now()))
     arguments = {
         "targetKind": entity.target_kind,
         "targetId": entity.slug,
         "spec": specs(entity.terms or {}),
-        "before": before_side(cycle),
-        "after": after_side(cycle, seen, ask_watch_window(cycle, window, now=timezone.now())),
+        "before": before,
+        "after": after,
         "terms": entity.terms,
     }
     args, kwargs = compare_arguments(compare, arguments)

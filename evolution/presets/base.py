@@ -7,13 +7,14 @@ these shapes; the loop's watch and verdict stages pass them between them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from evolution.core.errors import RuleError as RuleError
-from grading.metrics import is_bad
+from grading import observed as O
+from grading.metrics import is_bad, specs
 from grading.models import Grade
 
 UNIT = "graded runs"
@@ -39,31 +40,54 @@ def trigger_terms(loop: dict[str, Any]) -> dict[str, Any]:
 
 
 def outcomes(
-    grades: Iterable[Grade], terms: dict[str, Any], *, memo: dict[Any, dict[str, Any]] | None = None
+    grades: Iterable[Grade],
+    terms: dict[str, Any],
+    *,
+    memo: dict[Any, dict[str, Any]] | None = None,
+    sources: Mapping[str, str] | None = None,
+    people: Mapping[str, Mapping[str, float]] | None = None,
 ) -> list[dict[str, Any]]:
     """Each grade as the trigger rule reads it: run id, score, passed, bad, metrics (newest first as given).
+
+    ``metrics`` is the run's observed vector (``grading.observed``: a person's rating over the judge's on a
+    human-rated metric, a reported metric people's alone) and ``bad`` is judged on it — so a brain's
+    ``should_open``, its ``window()``'s ``ctx.gradedRuns`` and the preset read one value. ``sources`` reads two
+    windows compared with each other from one source per metric (``grading.observed.sources``); ``people`` is
+    their ratings when the caller read them.
 
     ``memo`` (by run id) shares one grade's outcome between the windows of a batch that hold it; only for a rule
     that reads its window without changing it (the engine's own).
     """
+    grades = list(grades)
+    rated = O.rated_ids(terms)
+    if rated and people is None:
+        wanted = [g.execution_id for g in grades if memo is None or g.execution_id not in memo]
+        people = O.ratings_of(wanted, terms)
+    reading = (specs(terms), rated, people or {}, sources) if rated else None
     if memo is None:
-        return [_outcome(g, terms) for g in grades]
+        return [_outcome(g, terms, reading) for g in grades]
     answer = []
     for g in grades:
         known = memo.get(g.execution_id)
         if known is None:
-            known = memo[g.execution_id] = _outcome(g, terms)
+            known = memo[g.execution_id] = _outcome(g, terms, reading)
         answer.append(known)
     return answer
 
 
-def _outcome(g: Grade, terms: dict[str, Any]) -> dict[str, Any]:
+def _outcome(g: Grade, terms: dict[str, Any], reading: tuple | None) -> dict[str, Any]:
+    if reading is None:
+        vector, bad = g.metrics, is_bad(g, terms, {})
+    else:
+        metric_specs, rated, people, sources = reading
+        vector = O.vector_of(metric_specs, rated, g.metrics, people.get(str(g.execution_id)), sources)
+        bad = is_bad(g, terms, vector=vector)
     return {
         "runId": str(g.execution_id),
         "overallScore": g.score,
         "passed": g.passed,
-        "bad": is_bad(g, terms),
-        "metrics": g.metrics,
+        "bad": bad,
+        "metrics": vector,
         "failureCategory": g.failure_category,
     }
 

@@ -31,8 +31,9 @@ from evolution.presets import readings as R
 from evolution.presets.base import EVOLVE, UNIT, Answer, ComparatorFault, Observed, trigger_terms
 from evolution.steering import groups
 from grading.cards import observed
-from grading.metrics import OUTCOME_FIELDS
+from grading.metrics import OUTCOME_FIELDS, human_rated
 from grading.models import Entity, Grade
+from grading.people import people_values
 from grading.pin import comparable_text, judge_text
 
 #: The most graded runs one evolve window holds (the seed's "engine's window bound"; docs/decisions.md).
@@ -207,7 +208,7 @@ def pinned_runs(cycle: Cycle, run_ids: list[Any]) -> list[R.Run]:
 
 def _pinned(cycle: Cycle, ids: Any) -> list[R.Run]:
     terms = cycle.entity.terms or {}
-    with_ids = any(R.human_rated(spec) for _, spec in R.voting(terms))
+    with_ids = any(human_rated(spec) for _, spec in R.voting(terms))
     columns = ["execution_id"] if with_ids else []
     rows = (
         Grade.objects.filter(execution__id__in=ids, status=Grade.Status.GRADED)
@@ -370,7 +371,7 @@ def window_values(cycle: Cycle) -> dict[str, tuple[list[float], list[float]]]:
     before = before_runs(cycle)
     after = pinned_runs(cycle, (cycle.watch_window or {}).get("runIds") or [])
     people = any(m.get("source") == R.PEOPLE for m in read.values())
-    ratings = R.people_values([run for run, _ in before + after]) if people else {}
+    ratings = people_values([run for run, _ in before + after]) if people else {}
 
     def side(runs: list[R.Run], metric: str, source: str | None) -> list[float]:
         if source == R.PEOPLE:

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
+from grading import observed as O
 from grading.metrics import (
     VERDICT_ROLES,
     aggregate,
-    human_rated,
     movement,
     on_floor,
     specs,
@@ -29,8 +29,6 @@ from grading.metrics import (
     tolerance_band,
 )
 from grading.models import Grade
-from grading.people import people_values
-from singularity.brain.defaults import EVALUATION
 
 #: Resamples of the evolve watch's bootstrap (DESIGN: 2,000, seeded from the cycle id).
 RESAMPLES = 2000
@@ -38,7 +36,7 @@ RESAMPLES = 2000
 DEFAULT_CONFIDENCE = 0.9
 #: Below this many runs on either side a run metric has no interval to read.
 MIN_RUNS = 3
-PEOPLE, JUDGE = "people", "judge"
+PEOPLE, JUDGE = O.PEOPLE, O.JUDGE
 
 
 # --- Which metrics vote, and their terms --------------------------------------------------
@@ -96,24 +94,9 @@ def is_period(spec: Mapping[str, Any]) -> bool:
 # --- People or the judge ------------------------------------------------------------------
 
 
-def min_pairs(terms: Mapping[str, Any]) -> int:
-    """``evaluation.human.agreement.minPairs`` (engine 5)."""
-    human = (terms.get("evaluation") or {}).get("human") or {}
-    agreement = {**EVALUATION["human"]["agreement"], **(human.get("agreement") or {})}
-    return int(agreement["minPairs"])
-
-
-def source_of(spec: Mapping[str, Any], rated_before: int, rated_after: int, need: int) -> str:
-    """Where one metric is read on BOTH windows: people when each holds ``need`` rated runs, else the judge.
-
-    A reported metric is always read off people (there is no judge to fall back to); a metric people do not rate
-    is the judge's (or the code's).
-    """
-    if spec.get("kind") == "reported":
-        return PEOPLE
-    if not human_rated(spec):
-        return JUDGE
-    return PEOPLE if rated_before >= need and rated_after >= need else JUDGE
+# ``min_pairs`` and ``source_of`` are grading's (``grading.observed``): the one reading of a run's value.
+min_pairs = O.min_pairs
+source_of = O.source_of
 
 
 @dataclass
@@ -154,43 +137,29 @@ def measured(values: Iterable[Any]) -> list[Any]:
 def values_by_source(
     terms: Mapping[str, Any], metric_ids: Iterable[str], before: list[Run], after: list[Run]
 ) -> dict[str, Sides]:
-    """Each run metric's values on both windows, from one source per metric (people only when both windows hold
-    at least minPairs rated runs); people's ratings are read in one query, only when a metric is human-rated."""
-    metrics = specs(terms)
+    """Each run metric's values on both windows, from one source per metric (``grading.observed.sources``: people
+    only when both windows hold at least minPairs rated runs); people's ratings are read in one query, only when a
+    metric is human-rated."""
     ids = list(metric_ids)
-    rated = [mid for mid in ids if human_rated(metrics.get(mid) or {})]
-    ratings = people_values([run for run, _ in before + after]) if rated else {}
-    need = min_pairs(terms)
-    read: dict[str, Sides] = {}
-    for mid in ids:
-        spec = metrics.get(mid) or {}
-        judge = Sides(JUDGE, [vector.get(mid) for _, vector in before], [vector.get(mid) for _, vector in after])
-        if mid not in rated:
-            read[mid] = judge
-            continue
-        people_before = [ratings.get(str(run), {}).get(mid) for run, _ in before]
-        people_after = [ratings.get(str(run), {}).get(mid) for run, _ in after]
-        counted = sum(v is not None for v in people_before), sum(v is not None for v in people_after)
-        if source_of(spec, *counted, need) == PEOPLE:
-            read[mid] = Sides(PEOPLE, people_before, people_after)
-        else:
-            read[mid] = judge
-    return read
+    people = O.ratings_of([run for run, _ in before + after if run is not None], terms)
+    chosen = O.sources(terms, [run for run, _ in before], [run for run, _ in after], people)
+    metric_specs, rated = specs(terms), O.rated_ids(terms)
+
+    def observed(runs: list[Run]) -> list[Any]:
+        if not rated:
+            return [vector or {} for _, vector in runs]
+        return [O.vector_of(metric_specs, rated, vector, people.get(str(run)), chosen) for run, vector in runs]
+
+    seen_before, seen_after = observed(before), observed(after)
+    return {
+        mid: Sides(chosen.get(mid, JUDGE), [v.get(mid) for v in seen_before], [v.get(mid) for v in seen_after])
+        for mid in ids
+    }
 
 
 def overlay_people(grades: list[Grade], terms: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Each run's vector with people's ratings standing over the judge's (one query, none without a rated metric)."""
-    metrics = specs(terms)
-    rated = [mid for mid, spec in metrics.items() if human_rated(spec)]
-    ratings = people_values([g.execution_id for g in grades]) if rated and grades else {}
-    vectors: dict[str, dict[str, Any]] = {}
-    for grade in grades:
-        vector = dict(grade.metrics or {})
-        for mid, value in (ratings.get(str(grade.execution_id)) or {}).items():
-            if mid in rated:
-                vector[mid] = value
-        vectors[str(grade.execution_id)] = vector
-    return vectors
+    """Each run's observed vector (``grading.observed.vectors``: people's ratings over the judge's, per run)."""
+    return O.vectors([(g.execution_id, g.metrics) for g in grades], terms)
 
 
 # --- The bootstrap --------------------------------------------------------------------------
