@@ -81,10 +81,18 @@ def load_at(checkout: Checkout, commit: str, path: str) -> BrainModule:
 
     digest = sha256(source)
     try:
-        module = sandbox.load(path, digest, source)
+        module = sandbox.load(path, digest, source, resolver=lambda relative: _helper(checkout, commit, relative))
     except sandbox.SandboxError as exc:
         raise BrainModuleError(str(exc)) from exc
     return BrainModule(module=module, sha256=digest, path=path, commit=commit)
+
+
+def _helper(checkout: Checkout, commit: str, relative: str) -> bytes | None:
+    """A helper a brain module imports, as it is at the module's commit (None when there is no such file)."""
+    try:
+        return checkout.read_at(commit, relative)
+    except GitError:
+        return None
 
 
 def hash_at(checkout: Checkout, commit: str, path: str) -> str:

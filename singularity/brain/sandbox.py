@@ -218,10 +218,11 @@ class Child:
 class _Refs:
     """The parent's objects one call handed out by reference, and the exceptions its callbacks raised."""
 
-    def __init__(self) -> None:
+    def __init__(self, source: _Source | None = None) -> None:
         self.objects: dict[int, Any] = {}
         self.errors: dict[int, BaseException] = {}
         self._ids = itertools.count(1)
+        self.source = source
 
     def ref(self, value: Any) -> wire.Ref:
         for key, known in self.objects.items():
@@ -276,6 +277,8 @@ class _Refs:
     def serve(self, message: tuple) -> tuple:
         """Answer one callback: an attribute read or a call of an object handed out by reference."""
         _, op, ref_id, *rest = message
+        if op == "source":
+            return ("cb_ok", self.sibling(rest[0]))
         try:
             target = self.objects[ref_id]
             if op == "getattr":
@@ -295,6 +298,19 @@ class _Refs:
             info = wire.failure(exc)
             info["parent"] = key
             return ("cb_err", info)
+
+    def sibling(self, relative: Any) -> bytes | None:
+        """The bytes of a helper beside the running module (``import helper``), at its commit; None if none."""
+        source = self.source
+        if source is None or source.resolver is None or not isinstance(relative, str):
+            return None
+        directory, _, name = relative.rpartition("/")
+        own = source.path.rpartition("/")[0]
+        if directory != own or not name.endswith(".py") or not name[:-3].isidentifier():
+            return None
+        if name.endswith((".loop.py", ".pipeline.py")):
+            return None
+        return source.resolver(relative)
 
 
 # --- the pool -------------------------------------------------------------------------------------------------
@@ -378,6 +394,8 @@ class _Source:
     path: str
     sha: str
     source: bytes
+    #: Reads a helper the module imports (a path beside it) at the module's commit: bytes, or None.
+    resolver: Callable[[str], bytes | None] | None = dataclasses.field(default=None, compare=False)
 
 
 _manifests: dict[str, dict[str, tuple]] = {}
@@ -424,7 +442,7 @@ def _load_words(path: str, kind: str, info: dict) -> str:
 def _import_in(child: Child, source: _Source, until: float) -> dict[str, tuple]:
     """Import ``source`` in ``child``; its manifest, or LoadFailed naming what it did (the child killed on overrun)."""
     try:
-        answer = child.converse(("load", source.sha, source.path, source.source), until, _Refs())
+        answer = child.converse(("load", source.sha, source.path, source.source), until, _Refs(source))
     except _Overrun:
         child.kill()
         raise LoadFailed(f"{source.path}: did not finish importing within {_seconds(import_deadline())}") from None
@@ -439,23 +457,27 @@ def _import_in(child: Child, source: _Source, until: float) -> dict[str, tuple]:
     raise LoadFailed(_load_words(source.path, kind, info))
 
 
-def load(path: str, sha: str, source: bytes) -> RemoteModule:
-    """Import the module in the sandbox once per (file, hash) and return it; LoadFailed naming what it did."""
+def load(path: str, sha: str, source: bytes, *, resolver: Callable[[str], bytes | None] | None = None) -> RemoteModule:
+    """Import the module in the sandbox once per (file, hash) and return it; LoadFailed naming what it did.
+
+    ``resolver`` reads a helper the module imports (``import helper`` finds ``helper.py`` beside it), at the
+    module's commit; a helper is imported once per sandbox process and kept (R3.34).
+    """
     key = _key(path, sha)
     with _meta_lock:
         known = _manifests.get(key)
         if known is not None:
-            return RemoteModule(_Source(path, sha, source), known)
+            return RemoteModule(_Source(path, sha, source, resolver), known)
         if key in _failures:
             raise LoadFailed(_failures[key])
         lock = _key_locks.setdefault(key, threading.Lock())
     with lock:  # threads asking for the same file wait for one import, never start their own
         with _meta_lock:
             if key in _manifests:
-                return RemoteModule(_Source(path, sha, source), _manifests[key])
+                return RemoteModule(_Source(path, sha, source, resolver), _manifests[key])
             if key in _failures:
                 raise LoadFailed(_failures[key])
-        src = _Source(path, sha, source)
+        src = _Source(path, sha, source, resolver)
         until = time.monotonic() + import_deadline()
         the_pool = pool()
         child = the_pool.acquire(until, f"{path}: import")
@@ -611,7 +633,7 @@ def _run(source: _Source, request: tuple, *, seconds: float, label: str | None =
     from singularity.brain.deadline import BrainDeadline
 
     op, name, *rest = request
-    refs = _Refs()
+    refs = _Refs(source)
     with _ready_child(source, name, seconds) as child:
         if op == "call":
             args, kwargs = rest
@@ -636,7 +658,7 @@ def _run_each(
 ) -> list[tuple[Any, BaseException | None]]:
     from singularity.brain.deadline import BrainDeadline
 
-    refs = _Refs()
+    refs = _Refs(source)
     answers: list[tuple[Any, BaseException | None]] = []
     try:
         with _ready_child(source, name, seconds) as child:

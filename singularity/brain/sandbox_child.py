@@ -34,6 +34,7 @@ import builtins
 import dataclasses
 import datetime
 import decimal
+import importlib.util
 import inspect
 import io
 import os
@@ -275,6 +276,53 @@ def _inbound(value: object) -> object:
 # --- modules --------------------------------------------------------------------------------------------------
 
 _modules: dict[str, types.ModuleType] = {}
+#: The brain directory whose code runs now: where ``import helper`` looks for ``helper.py`` beside it.
+_running: dict[str, str | None] = {"dir": None}
+
+
+class _Siblings:
+    """Finds ``import helper`` in the brain: ``helper.py`` beside the running module, at its commit, asked of the
+    parent. Last on ``sys.meta_path`` (the standard library and installed packages answer first); a helper is
+    imported once and kept for the life of this process, as the seed says of a loop module's siblings."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None):  # noqa: ANN201
+
+        directory = _running["dir"]
+        if path is not None or "." in name or directory is None:
+            return None
+        relative = f"{directory}/{name}.py" if directory else f"{name}.py"
+        source = _callback("source", 0, relative)
+        if not isinstance(source, bytes):
+            return None
+        spec = importlib.util.spec_from_loader(name, self, origin=f"<brain>/{relative}")
+        spec.loader_state = (relative, source)
+        return spec
+
+    def create_module(self, spec: object) -> None:
+        return None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        relative, source = module.__spec__.loader_state
+        module.__file__ = f"<brain>/{relative}"
+        exec(compile(source, module.__file__, "exec", dont_inherit=True), module.__dict__)  # noqa: S102
+
+
+def _directory(path: str) -> str:
+    return path.rsplit("/", 1)[0] if "/" in path else ""
+
+
+class _InDirectory:
+    """Within it, ``import helper`` resolves beside ``path``."""
+
+    def __init__(self, path: str) -> None:
+        self.directory = _directory(path)
+
+    def __enter__(self) -> None:
+        self.before = _running["dir"]
+        _running["dir"] = self.directory
+
+    def __exit__(self, *exc: object) -> None:
+        _running["dir"] = self.before
 
 
 def _import(sha: str, path: str, source: bytes | None) -> types.ModuleType:
@@ -288,7 +336,8 @@ def _import(sha: str, path: str, source: bytes | None) -> types.ModuleType:
     module.__file__ = f"<brain>/{path}"
     sys.modules[name] = module  # before it runs, as an import does, so dataclasses and pickling find it
     try:
-        exec(compile(source, module.__file__, "exec", dont_inherit=True), module.__dict__)  # noqa: S102
+        with _InDirectory(path):
+            exec(compile(source, module.__file__, "exec", dont_inherit=True), module.__dict__)  # noqa: S102
     except BaseException:
         sys.modules.pop(name, None)
         raise
@@ -355,7 +404,8 @@ def _load(sha: str, path: str, source: bytes | None) -> dict:
 
 
 def _call_named(sha: str, path: str, source: bytes | None, name: str, args: tuple, kwargs: dict) -> object:
-    return _call(getattr(_import(sha, path, source), name), args, kwargs)
+    with _InDirectory(path):
+        return _call(getattr(_import(sha, path, source), name), args, kwargs)
 
 
 def _function(sha: str, path: str, source: bytes | None, name: str) -> object:
@@ -385,7 +435,8 @@ def serve(inp: io.BufferedIOBase, out: io.BufferedIOBase) -> None:
                 if loaded[0] != "ok":
                     _answer(out, "item", index, loaded)
                     continue
-                _answer(out, "item", index, _guarded(_call, loaded[1], args, {}))
+                with _InDirectory(where[1]):
+                    _answer(out, "item", index, _guarded(_call, loaded[1], args, {}))
         elif op == "get":
             _answer(out, *_guarded(_get, *rest))
         elif op == "ping":
@@ -413,6 +464,7 @@ def main() -> None:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="parent-watch").start()
+    sys.meta_path.append(_Siblings())
     if limit > 0:
         import resource
 

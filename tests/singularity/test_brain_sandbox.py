@@ -215,3 +215,29 @@ def test_grades_of_an_entity_whose_module_spins_fail_with_the_reason_and_other_e
         (Grade.Status.FAILED, "loop module features/s/spin.loop.py: did not finish importing within 1 s")
     }
     assert fine.status == Grade.Status.GRADED and fine.metrics["replied"] == 1.0
+
+
+def test_a_loop_module_imports_a_helper_beside_it_once_per_process(tmp_path):
+    # R3.34: `import scoring` finds scoring.py beside the module at its commit; the helper is resolved once and kept
+    # for the life of the process (an edited helper reaches a worker on restart), the module itself re-read when
+    # its own bytes change.
+    from tests.grading.grading_helpers import commit_files
+
+    files = {
+        "features/o/o.loop.py": "import scoring\n\ndef measure(run):\n    return scoring.value()\n",
+        "features/o/scoring.py": "def value():\n    return 1\n",
+    }
+    checkout, commit = brain_repo(tmp_path / "brain", files)
+    assert load_at(checkout, commit, "features/o/o.loop.py").module.measure(None) == 1
+    later = commit_files(checkout, {"features/o/scoring.py": "def value():\n    return 2\n"})
+    assert load_at(checkout, later, "features/o/o.loop.py").module.measure(None) == 1  # kept for the process
+    sandbox.shutdown()  # a restart
+    sandbox.forget()
+    assert load_at(checkout, later, "features/o/o.loop.py").module.measure(None) == 2
+
+
+def test_a_helper_that_is_not_beside_the_module_is_not_found(tmp_path):
+    files = {"features/o/o.loop.py": "import elsewhere\n", "features/p/elsewhere.py": "X = 1\n"}
+    checkout, commit = brain_repo(tmp_path / "brain", files)
+    with pytest.raises(BrainModuleError, match=r"import failed: ModuleNotFoundError: No module named 'elsewhere'"):
+        load_at(checkout, commit, "features/o/o.loop.py")
