@@ -26,6 +26,7 @@ and waterfall position; ``totals`` sums tokens, cost and wall time.
 from __future__ import annotations
 
 import json
+import secrets
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -468,6 +469,106 @@ def tool_calls(trace: Any) -> list[dict[str, Any]]:
 def logs(trace: Any) -> list[str]:
     """Return the log lines of a trace, in order."""
     return [span["attributes"][LOG] for span in normalise(trace) if isinstance(span["attributes"].get(LOG), str)]
+
+
+# --- recording spans (the engine's own runners) -----------------------------------------------
+
+
+def new_span_id() -> str:
+    """Return a fresh span id: 16 hex digits, as OpenTelemetry's."""
+    return secrets.token_hex(8)
+
+
+def _json_value(text: Any) -> Any:
+    """Return JSON text parsed when it parses, else the text itself."""
+    if isinstance(text, str):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return text
+    return text
+
+
+def _text_parts(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "content": content}]
+    if isinstance(content, list):
+        return [
+            {"type": "text", "content": part.get("text", "")}
+            for part in content
+            if isinstance(part, dict) and part.get("type", "text") == "text"
+        ]
+    return []
+
+
+def genai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Return chat-completions messages in the GenAI conventions' shape: ``{role, parts}``.
+
+    Text becomes ``text`` parts; an assistant's tool calls ``tool_call`` parts
+    (arguments parsed when they are JSON); a tool message a
+    ``tool_call_response`` part.
+    """
+    shaped = []
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        role = str(message.get("role") or "user")
+        if role == "tool":
+            parts = [
+                {
+                    "type": "tool_call_response",
+                    "id": message.get("tool_call_id"),
+                    "result": _json_value(message.get("content")),
+                }
+            ]
+        else:
+            parts = _text_parts(message.get("content"))
+            for call in message.get("tool_calls") or []:
+                function = call.get("function") or {}
+                parts.append(
+                    {
+                        "type": "tool_call",
+                        "id": call.get("id"),
+                        "name": function.get("name"),
+                        "arguments": _json_value(function.get("arguments")),
+                    }
+                )
+        shaped.append({"role": role, "parts": parts})
+    return shaped
+
+
+def fit(span: dict[str, Any]) -> dict[str, Any]:
+    """Return the span within ``TRACE_MAX_SPAN_BYTES``: its largest values cut, their names in ``singularity.cut``.
+
+    For what the engine records itself (a run is never refused for its
+    trace); a reported span over the limit is refused instead.
+    """
+    limit = max_span_bytes()
+    cut: list[str] = []
+    while span_bytes(span) > limit:
+        attributes = span["attributes"]
+        sizes = {
+            key: len(json.dumps(value, ensure_ascii=False, default=str))
+            for key, value in attributes.items()
+            if key not in cut and key != CUT
+        }
+        if "statusMessage" not in cut:
+            sizes["statusMessage"] = len(span.get("statusMessage") or "")
+        if not sizes:
+            break
+        key = max(sizes, key=lambda name: sizes[name])
+        value = span["statusMessage"] if key == "statusMessage" else attributes[key]
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+        # A character is at least one byte of JSON: dropping `over` of them (and room for the note) is enough.
+        keep = max(0, len(text) - (span_bytes(span) - limit) - 64)
+        shortened = text[:keep] + f"… [cut from {len(text):,} characters]"
+        if key == "statusMessage":
+            span["statusMessage"] = shortened
+        else:
+            attributes[key] = shortened
+        cut.append(key)
+        attributes[CUT] = cut
+    return span
 
 
 # --- the page's view of a trace --------------------------------------------------------------
