@@ -559,15 +559,18 @@ def fit(span: dict[str, Any]) -> dict[str, Any]:
         key = max(sizes, key=lambda name: sizes[name])
         value = span["statusMessage"] if key == "statusMessage" else attributes[key]
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-        # A character is at least one byte of JSON: dropping `over` of them (and room for the note) is enough.
-        keep = max(0, len(text) - (span_bytes(span) - limit) - 64)
-        shortened = text[:keep] + f"… [cut from {len(text):,} characters]"
-        if key == "statusMessage":
-            span["statusMessage"] = shortened
-        else:
-            attributes[key] = shortened
         cut.append(key)
         attributes[CUT] = cut
+        # A character is at least one byte of JSON: dropping `over` of them (and room for the note) is enough,
+        # unless escapes made the note's room too small; then it is cut again from the original.
+        keep = len(text)
+        while keep > 0 and span_bytes(span) > limit:
+            keep = max(0, keep - (span_bytes(span) - limit) - 128)
+            shortened = text[:keep] + f"… [cut from {len(text):,} characters]"
+            if key == "statusMessage":
+                span["statusMessage"] = shortened
+            else:
+                attributes[key] = shortened
     return span
 
 
