@@ -577,6 +577,12 @@ def fit(span: dict[str, Any]) -> dict[str, Any]:
 # --- the page's view of a trace --------------------------------------------------------------
 
 
+def page_context(trace: Any) -> dict[str, Any]:
+    """Return what ``grading/partials/span_tree.html`` takes: ``{"spans", "totals"}`` of a stored trace."""
+    spans = normalise(trace)
+    return {"spans": spans, "totals": totals(spans)}
+
+
 def tree(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Return the spans in tree order (each parent before its children, siblings by start) with depth and bar.
 

@@ -158,6 +158,8 @@ def test_tool_calls_land_in_the_trace_and_failures_are_counted(fake_gateway, too
     ]
     assert [span["status"] for span in called] == ["ok", "error", "ok", "error"]
     assert called[0]["attributes"]["gen_ai.tool.call.arguments"] == {"text": "hi"}
+    assert "hi" in json.dumps(called[0]["attributes"]["gen_ai.tool.call.result"])
+    assert "gen_ai.tool.call.result" not in called[1]["attributes"]  # a failed call has its error, not a result
     assert "failed on purpose" in called[1]["statusMessage"]
     assert all(span["startTime"] <= span["endTime"] for span in called)
     # The tool calls nest under the conversation that made them, beside its model calls.
