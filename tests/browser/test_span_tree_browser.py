@@ -75,3 +75,34 @@ def test_the_run_page_shows_the_model_call_and_the_tool_call_of_a_reported_trace
     # The tree stays inside the viewport: wide content scrolls in its own box, not the page.
     box = tree.bounding_box()
     assert box["x"] >= 0 and box["x"] + box["width"] <= width
+
+
+def test_a_demo_triage_run_shows_the_prompt_it_sent_and_the_label_it_got_back(page, live_server, alice, settings):
+    from decimal import Decimal
+
+    from grading.runners import run_entity
+    from singularity.demo_model import demo_policy
+    from tests.fakes.gateway import FakeGateway
+    from tests.grading.test_spans_runs import TICKET, TRIAGE, body_of
+
+    settings.BRAMA_INPUT_PRICE_USD_PER_MILLION = Decimal("3")
+    settings.BRAMA_OUTPUT_PRICE_USD_PER_MILLION = Decimal("15")
+    settings.BRAMA_MODEL = "demo-model"
+    with FakeGateway() as fake:
+        fake.handler = demo_policy
+        execution = run_entity(
+            make_entity("triage", body=body_of(TRIAGE)), input=TICKET, source="demo", gateway=fake.gateway()
+        )
+    page.set_viewport_size({"width": 390, "height": 900})
+    log_in(page, live_server, f"/evolution/runs/{execution.pk}/")
+    llm = page.locator(".span-tree li[data-kind=llm]")
+    sent = llm.locator("[data-messages=input]").inner_text()
+    assert "## Rules" in sent and "charged twice" in sent
+    assert llm.locator("[data-messages=output]").inner_text().strip().endswith("billing")
+    (call,) = [span for span in execution.trace if span["kind"] == "llm"]
+    used = call["attributes"]
+    assert llm.locator("[data-tokens]").inner_text() == (
+        f"in {used['gen_ai.usage.input_tokens']} · out {used['gen_ai.usage.output_tokens']}"
+    )
+    assert llm.locator("[data-cost]").inner_text().startswith("$0.000")
+    assert "No spans recorded" not in page.inner_text("body")
