@@ -138,3 +138,19 @@ def test_a_long_value_is_shown_cut_with_show_all_and_kept_whole(client, alice):
     assert "show all (2000 characters)" in page
     assert long in page
     assert execution.trace[0]["attributes"]["gen_ai.tool.call.arguments"] == long
+
+
+def test_what_a_reported_span_says_is_shown_as_text_never_as_markup(client, alice):
+    from tests.grading.test_spans import llm_span
+
+    evil = "<script>alert(1)</script>"
+    span = llm_span(name=evil, statusMessage=evil, status="error")
+    span["attributes"] |= {"gen_ai.request.model": evil, "x.note": evil}
+    span["attributes"]["gen_ai.input.messages"] = [{"role": evil, "parts": [{"type": "text", "content": evil}]}]
+    execution = Execution.objects.create(
+        entity=make_entity(), run_kind="workflow", status="succeeded", source="api", trace=spans.validate_trace([span])
+    )
+    client.force_login(alice)
+    page = client.get(execution.get_absolute_url()).content.decode()
+    assert evil not in page
+    assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 6
