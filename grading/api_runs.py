@@ -27,6 +27,7 @@ from rest_framework.response import Response
 
 from grading.executions import report_execution, report_many, validate_report
 from grading.models import Entity
+from grading.spans import SpanSerializer
 from singularity.apikit.parsers import StrictJSONParser
 from singularity.errors import ConfigError
 from singularity.serializers import ErrorSerializer
@@ -59,7 +60,15 @@ class RunReportSerializer(serializers.Serializer):
     input = serializers.JSONField(required=False, help_text="A JSON object; keys starting with `_` are labels.")
     output = serializers.JSONField(required=False, allow_null=True)
     error = serializers.CharField(required=False, allow_blank=True)
-    trace = serializers.ListField(child=serializers.DictField(), required=False)
+    trace = SpanSerializer(
+        many=True,
+        required=False,
+        help_text=(
+            "The run's spans (a tree by parentSpanId). Without cost_usd the run costs the sum of its spans' "
+            "`singularity.cost_usd`. Over TRACE_MAX_SPANS spans, a span over TRACE_MAX_SPAN_BYTES or the whole "
+            "over TRACE_MAX_BYTES, the run is refused naming the limit and the span."
+        ),
+    )
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         """Return ``{"entity": "<target_kind>:<slug>", "run": <the run's fields as sent>}``, or refuse naming the field."""

@@ -21,6 +21,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from grading.models import Entity, Execution
+from grading.spans import COST, ERROR, TOOL, totals, validate_trace
 from singularity.errors import ConfigError, StateError
 from singularity.fields import check_storable
 from singularity.money import MoneyError, parse_money, quantize
@@ -171,7 +172,9 @@ def validate_report(data: Any, *, where: str = "") -> dict[str, Any]:
     (ISO-8601 with an offset, completed ≥ started, not in the future). Optional:
     ``cost_usd`` (a non-negative decimal string or number, read exactly),
     ``tool_failures`` (an integer ≥ 0), ``input`` (a JSON object), ``output``
-    (any JSON), ``error`` (text), ``trace`` (a list of JSON objects).
+    (any JSON), ``error`` (text), ``trace`` (a list of spans, ``grading.spans``;
+    refused over its limits). Without ``cost_usd`` the run costs what its spans
+    cost; without ``tool_failures`` it counts its failed tool spans.
     """
     if not isinstance(data, dict):
         raise ConfigError(f"{where or 'run'}: expected a JSON object, got {type(data).__name__}")
@@ -209,11 +212,17 @@ def validate_report(data: Any, *, where: str = "") -> dict[str, Any]:
     error = data.get("error", "")
     if not isinstance(error, str):
         raise ConfigError(f"{_field(where, 'error')}: expected text, got {type(error).__name__}")
-    trace = data.get("trace", [])
-    if trace is None:
-        trace = []
-    if not isinstance(trace, list) or not all(isinstance(step, dict) for step in trace):
-        raise ConfigError(f"{_field(where, 'trace')}: expected a list of JSON objects")
+    trace = validate_trace(data.get("trace"), where=_field(where, "trace"))
+    if "cost_usd" not in data:
+        spent = totals(trace)["cost_usd"]
+        if spent is not None:
+            try:
+                check_storable(spent, what=_field(where, "trace"))
+            except MoneyError as exc:
+                raise ConfigError(f"{exc} (the sum of its spans' {COST})") from None
+            cost = quantize(spent)
+    if "tool_failures" not in data:
+        failures = sum(1 for span in trace if span["kind"] == TOOL and span["status"] == ERROR)
     return {
         "status": status,
         "started_at": started,

@@ -26,6 +26,7 @@ from django.conf import settings
 from grading.methods import ResolvedMethod, brain_checkout
 from grading.metrics import judge_scale, judged_ids, specs
 from grading.models import Entity, Execution
+from grading.spans import tool_calls
 from singularity.brain.git import GitError
 from singularity.brain.modules import sha256
 from singularity.errors import ConfigError
@@ -207,13 +208,12 @@ def _json(value: Any) -> str:
 
 
 def _trace_summary(trace: Any) -> list[str]:
+    """One line a tool call the run made (its spans or entries stored before spans): tool, status, error."""
     lines = []
-    for step in trace or []:
-        if not isinstance(step, dict):
-            continue
-        line = f"- {step.get('tool', '?')}: {step.get('status', '?')}"
-        if step.get("error"):
-            line += f" ({step['error']})"
+    for call in tool_calls(trace):
+        line = f"- {call['tool']}: {call['status']}"
+        if call.get("error"):
+            line += f" ({call['error']})"
         lines.append(line)
     return lines or ["(no tool calls)"]
 

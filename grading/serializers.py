@@ -13,6 +13,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from grading.models import Entity, Execution, Grade, Rating
+from grading.spans import SpanSerializer, normalise
 from singularity.serializers import MoneyString
 
 
@@ -167,12 +168,17 @@ class RunSerializer(serializers.ModelSerializer):
 class RunDetailSerializer(RunSerializer):
     input = serializers.JSONField()
     output = serializers.JSONField(allow_null=True)
-    trace = serializers.JSONField()
+    trace = serializers.SerializerMethodField()
     grade = serializers.SerializerMethodField()
     ratings = RatingSerializer(many=True, read_only=True)
 
     class Meta(RunSerializer.Meta):
         fields = RunSerializer.Meta.fields + ["input", "output", "trace", "grade", "ratings"]
+
+    @extend_schema_field(SpanSerializer(many=True))
+    def get_trace(self, run: Execution) -> list[dict[str, Any]]:
+        """The run's spans as stored; entries stored before spans read as spans (``grading.spans.normalise``)."""
+        return normalise(run.trace)
 
     @extend_schema_field(GradeSerializer(allow_null=True))
     def get_grade(self, run: Execution) -> dict[str, Any] | None:

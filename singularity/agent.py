@@ -71,6 +71,9 @@ class AgentHooks:
         """Return a status to end the loop before this round's model call, or None to go on."""
         return None
 
+    def before_completion(self, model: str, messages: list[dict[str, Any]], round_number: int) -> None:
+        """Called just before each model call with the model asked and the messages sent."""
+
     def after_completion(self, completion: Any, debit: Debit, round_number: int) -> None:
         """Called once per completion, after it was debited and appended to the conversation."""
 
@@ -158,10 +161,10 @@ class AgentLoop:
                 result.status = stop
                 return result
             model = self.model() if callable(self.model) else self.model
+            messages = self._messages(opening, conversation)
+            self.hooks.before_completion(model, messages, round_number)
             try:
-                completion = self.gateway.complete(
-                    model=model, messages=self._messages(opening, conversation), tools=self.tools
-                )
+                completion = self.gateway.complete(model=model, messages=messages, tools=self.tools)
             except UpstreamError as exc:
                 self.hooks.gateway_failed(exc, round_number)
                 raise

@@ -57,6 +57,8 @@ class Completion:
     elapsed_ns: int
     #: The assistant message in OpenAI wire shape, ready to append to the conversation.
     message: dict[str, Any]
+    #: Why the model stopped (the first choice's ``finish_reason``: stop, tool_calls, length…); "" when not sent.
+    finish_reason: str = ""
 
 
 class GatewayError(UpstreamError):
@@ -270,6 +272,7 @@ def parse_completion(body: bytes, *, requested_model: str, elapsed_ns: int) -> C
             {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
             for call in tool_calls
         ]
+    finish_reason = choice.get("finish_reason")
     return Completion(
         content=content,
         tool_calls=tool_calls,
@@ -277,6 +280,7 @@ def parse_completion(body: bytes, *, requested_model: str, elapsed_ns: int) -> C
         model=model or requested_model,
         elapsed_ns=elapsed_ns,
         message=wire,
+        finish_reason=finish_reason if isinstance(finish_reason, str) else "",
     )
 
 

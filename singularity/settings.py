@@ -167,6 +167,12 @@ REST_FRAMEWORK = {
 #: The largest request body the API reads (bytes): a longer one is refused with 413 before it is read.
 API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 2_621_440, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(API_MAX_BODY_BYTES, 2_621_440)
+#: A run's trace (grading/spans.py): at most this many spans, each at most this many bytes of JSON, and the
+#: whole at most TRACE_MAX_BYTES. A reported trace over one is refused with a 400 naming it; the engine's own
+#: runners keep within them (docs/decisions.md, issue 28).
+TRACE_MAX_SPANS = env_int("TRACE_MAX_SPANS", 2000, minimum=1)
+TRACE_MAX_SPAN_BYTES = env_int("TRACE_MAX_SPAN_BYTES", 65_536, minimum=1024)
+TRACE_MAX_BYTES = env_int("TRACE_MAX_BYTES", 8_388_608, minimum=1024)
 SPECTACULAR_SETTINGS = {
     "TITLE": "Singularity API",
     "DESCRIPTION": "Control plane for autonomous LLM agents: beings, the brain, grading and the self-evolving loop.",
@@ -182,7 +188,8 @@ SPECTACULAR_SETTINGS = {
         "ExecutionStatusEnum": "grading.models.Execution.Status",
         "GradeStatusEnum": "grading.models.Grade.Status",
         "CalibrationStatusEnum": ["ok", "low"],
-        "EntityLoadStatusEnum": ["ok", "error"],
+        # An entity's load status and a span's status are the same choice set: one name for both.
+        "OkOrErrorEnum": ["ok", "error"],
         "CardRefusalEnum": ["unauthorized_responder", "already_closed", "invalid", "not_found"],
         "EpisodeStatusEnum": ["open", "closed"],
     },

@@ -44,6 +44,7 @@ from evolution.loop.steps import Brief
 from evolution.models import Cycle, Recall, Round
 from grading.metrics import aggregate, is_bad, run_value, specs
 from grading.models import Entity, Execution, Grade
+from grading.spans import tool_calls
 from singularity.brain import defaults as D
 from singularity.brain.git import GitError
 from singularity.errors import SingularityError
@@ -268,7 +269,7 @@ def _vector(grade: Grade) -> dict[str, Any]:
 
 def _tool_calls(execution: Execution) -> list[dict[str, Any]]:
     """The tool calls the engine still holds for the run ([] when none: never invented)."""
-    return [dict(step) for step in execution.trace or [] if isinstance(step, dict) and "tool" in step]
+    return tool_calls(execution.trace)
 
 
 def run_record(grade: Grade, *, bad: bool, include_trace: bool) -> dict[str, Any]:

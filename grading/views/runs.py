@@ -17,6 +17,7 @@ from grading.cards import card_key, waiting_until
 from grading.models import Entity, Execution, Grade, Rating
 from grading.ratings import people_values
 from grading.run_search import GRADES, SearchError, page_of, parse_filter
+from grading.spans import page_context
 from grading.views.values import _plain, _uuid, rated_on_scale, show_metric
 from hitl.models import Card
 from singularity.errors import ConfigError, StateError
@@ -70,7 +71,7 @@ def run_detail(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
         "vector": metric_vector(execution, grade),
         "input_json": json.dumps(execution.input, indent=2, ensure_ascii=False),
         "output_json": json.dumps(execution.output, indent=2, ensure_ascii=False),
-        "trace": execution.trace or [],
+        **page_context(execution.trace),
         "awaiting_rating_until": waiting_until(execution),
         "rating_card": Card.objects.filter(key=card_key(execution.pk)).first(),
         "compare": compare_with(execution, request.GET.get("compare", "")),

@@ -80,7 +80,8 @@ def test_the_context_carries_the_run_ref_the_replay_mark_the_entity_and_its_para
         "params": {"threshold": 0.7},
         "logs": ["starting"],
     }
-    assert execution.trace[0]["log"] == "starting"
+    (log,) = execution.trace
+    assert (log["kind"], log["name"], log["attributes"]["singularity.log"]) == ("other", "log", "starting")
 
 
 def test_params_are_empty_when_the_scenario_declares_none_and_the_hash_is_null_when_unknown(brain):
@@ -196,7 +197,12 @@ def test_run_agent_and_call_tool_add_their_cost_and_calls_to_the_run(brain, fake
     assert "echo__fail: failed" in execution.output["failed"]
     assert execution.cost_usd == Decimal("0.002")
     assert execution.tool_failures == 1
-    assert [s["tool"] for s in execution.trace] == ["echo__write_marker", "echo__read_marker", "echo__fail"]
+    called = [span for span in execution.trace if span["kind"] == "tool"]
+    assert [span["attributes"]["gen_ai.tool.name"] for span in called] == [
+        "echo__write_marker",
+        "echo__read_marker",
+        "echo__fail",
+    ]
     messages = fake_gateway.requests[0].json["messages"]
     assert messages[0] == {"role": "system", "content": "Be brief."}
     assert "long text" in messages[1]["content"] and "_label" not in messages[1]["content"]
@@ -221,7 +227,8 @@ def test_under_a_replay_call_tool_answers_writes_dry_and_reads_live(brain, fake_
     assert marker.read_text(encoding="utf-8") == "earlier\n"
     # echo__fail is not annotated read-only either: under a replay it is answered dry, not run.
     assert execution.output["failed"] == ""
-    assert [s["dry_run"] for s in execution.trace] == [True, False, True]
+    called = [span for span in execution.trace if span["kind"] == "tool"]
+    assert [bool(span["attributes"].get("singularity.dry_run")) for span in called] == [True, False, True]
 
 
 def test_a_pipeline_that_calls_no_agent_starts_no_tool_servers(brain, settings):

@@ -119,6 +119,20 @@ def test_input_keys_starting_with_an_underscore_never_reach_the_agent(fake_gatew
     assert execution.input == {"ticket": "refund", "_expected": "billing"}
 
 
+def tool_spans(execution) -> list[dict]:
+    """The run's tool spans, in the order they ran."""
+    return [span for span in execution.trace if span["kind"] == "tool"]
+
+
+def tool_row(span: dict) -> tuple[str, str, bool]:
+    attributes = span["attributes"]
+    return (
+        attributes["gen_ai.tool.name"],
+        attributes["singularity.tool.status"],
+        bool(attributes.get("singularity.dry_run")),
+    )
+
+
 def test_tool_calls_land_in_the_trace_and_failures_are_counted(fake_gateway, tools, tmp_path):
     marker = tmp_path / "marker"
     fake_gateway.script(
@@ -135,15 +149,23 @@ def test_tool_calls_land_in_the_trace_and_failures_are_counted(fake_gateway, too
     execution = run_entity(workflow(), input={}, source="manual", gateway=fake_gateway.gateway(), catalogue=tools)
     execution.refresh_from_db()
     assert execution.tool_failures == 2
-    assert [(s["tool"], s["status"], s["dry_run"]) for s in execution.trace] == [
+    called = tool_spans(execution)
+    assert [tool_row(span) for span in called] == [
         ("echo__echo", "success", False),
         ("echo__fail", "failed", False),
         ("echo__write_marker", "success", False),
         ("echo__nope", "failed", False),
     ]
-    assert execution.trace[0]["arguments"] == {"text": "hi"}
-    assert "failed on purpose" in execution.trace[1]["error"]
-    assert all(isinstance(step["duration_ms"], int) for step in execution.trace)
+    assert [span["status"] for span in called] == ["ok", "error", "ok", "error"]
+    assert called[0]["attributes"]["gen_ai.tool.call.arguments"] == {"text": "hi"}
+    assert "hi" in json.dumps(called[0]["attributes"]["gen_ai.tool.call.result"])
+    assert "gen_ai.tool.call.result" not in called[1]["attributes"]  # a failed call has its error, not a result
+    assert "failed on purpose" in called[1]["statusMessage"]
+    assert all(span["startTime"] <= span["endTime"] for span in called)
+    # The tool calls nest under the conversation that made them, beside its model calls.
+    (conversation,) = [span for span in execution.trace if span["parentSpanId"] is None]
+    assert {span["parentSpanId"] for span in execution.trace if span is not conversation} == {conversation["spanId"]}
+    assert [span["kind"] for span in execution.trace].count("llm") == 2
     assert lines(marker) == 1
 
 
@@ -152,7 +174,12 @@ def test_an_indeterminate_tool_outcome_counts_as_a_failure(fake_gateway, mcp_con
     with build_catalogue(mcp_config_path=mcp_config, call_timeout=0.3, include_builtins=False) as slow:
         execution = run_entity(workflow(), input={}, source="manual", gateway=fake_gateway.gateway(), catalogue=slow)
     execution.refresh_from_db()
-    assert (execution.trace[0]["status"], execution.tool_failures) == ("indeterminate", 1)
+    (called,) = tool_spans(execution)
+    assert (called["attributes"]["singularity.tool.status"], called["status"], execution.tool_failures) == (
+        "indeterminate",
+        "error",
+        1,
+    )
 
 
 def test_a_permanent_gateway_error_fails_the_run_with_its_message(fake_gateway, tools):
@@ -166,7 +193,10 @@ def test_a_permanent_gateway_error_fails_the_run_with_its_message(fake_gateway, 
     assert "model not allowed" in execution.error
     # What was spent before the failure is still the run's.
     assert execution.cost_usd == Decimal("3")
-    assert [s["tool"] for s in execution.trace] == ["echo__echo"]
+    assert [span["attributes"]["gen_ai.tool.name"] for span in tool_spans(execution)] == ["echo__echo"]
+    # The failed model call is a span too, with the gateway's error.
+    failed = [span for span in execution.trace if span["kind"] == "llm" and span["status"] == "error"]
+    assert len(failed) == 1 and "model not allowed" in failed[0]["statusMessage"]
     assert execution.completed_at is not None
 
 
@@ -177,7 +207,9 @@ def test_the_round_limit_fails_the_run(fake_gateway, tools, settings):
     execution.refresh_from_db()
     assert execution.status == "failed"
     assert "maximum tool rounds reached (2)" in execution.error
-    assert len(execution.trace) == 2
+    assert len(tool_spans(execution)) == 2
+    (conversation,) = [span for span in execution.trace if span["name"] == "conversation"]
+    assert conversation["status"] == "error" and "maximum tool rounds" in conversation["statusMessage"]
 
 
 def test_a_workflow_is_offered_the_mcp_tools_and_no_self_tools(fake_gateway, mcp_config):
@@ -213,11 +245,11 @@ def test_under_a_replay_a_write_is_answered_dry_and_a_read_runs_live(fake_gatewa
     execution.refresh_from_db()
     assert execution.loop_launched is True
     assert lines(written) == 0
-    assert [(s["tool"], s["status"], s["dry_run"]) for s in execution.trace] == [
+    assert [tool_row(span) for span in tool_spans(execution)] == [
         ("echo__write_marker", "success", True),
         ("echo__read_marker", "success", False),
     ]
-    assert execution.trace[0]["arguments"] == {"path": str(written)}
+    assert tool_spans(execution)[0]["attributes"]["gen_ai.tool.call.arguments"] == {"path": str(written)}
     shown = [json.loads(m["content"]) for m in fake_gateway.requests[1].json["messages"] if m["role"] == "tool"]
     assert shown[0]["result"] == {"dry_run": True, "status": "success"}
     assert shown[1]["result"] == {"lines": 3}

@@ -60,6 +60,12 @@ def test_it_returns_content_usage_and_the_assistant_message(fake_gateway: FakeGa
     assert result.usage == Usage(prompt_tokens=7, completion_tokens=3, total_tokens=10)
     assert result.model == "test-model"
     assert result.message == {"role": "assistant", "content": "hi there"}
+    assert result.finish_reason == "stop"
+
+
+def test_it_reads_why_the_model_stopped(fake_gateway: FakeGateway) -> None:
+    fake_gateway.script(Reply(tool_calls=[("self__read_file", {"path": "a"})]))
+    assert complete(fake_gateway.gateway(), tools=[READ_TOOL]).finish_reason == "tool_calls"
 
 
 def test_it_sends_the_api_key_as_bearer(fake_gateway: FakeGateway) -> None:
