@@ -186,6 +186,9 @@ class Round(models.Model):
 
     card = models.ForeignKey("hitl.Card", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     review_deadline = models.DateTimeField(null=True, blank=True)
+    #: ``reviewDeadlineHours`` as it stood when the round opened: every wait on a person in this round counts it
+    #: (R9.6; an edit reaches the next round). None on rounds written before it was kept: the setting is read.
+    review_hours = models.FloatField(null=True, blank=True)
     decided_by = models.CharField(max_length=200, blank=True, default="")
     decision_note = models.TextField(blank=True, default="")
     rejection = models.CharField(max_length=10, choices=Rejection.choices, blank=True, default="")

@@ -26,9 +26,15 @@ PRODUCER = "loop"
 ACCEPT, SKIP, RETRY = "accept", "skip", "retry"
 
 
-def _review_deadline(cycle: Cycle, now: datetime) -> datetime:
-    """reviewDeadlineHours, read once as the round opens (an edit reaches the next round, never this one)."""
-    hours = cycles.loop_terms(cycle.entity).get("reviewDeadlineHours") or 72
+def review_hours(cycle: Cycle) -> float:
+    """reviewDeadlineHours as it stands now (72 by default): what a round opening now keeps for its waits."""
+    return float(cycles.loop_terms(cycle.entity).get("reviewDeadlineHours") or 72)
+
+
+def _review_deadline(rnd: Round, now: datetime) -> datetime:
+    """A wait's deadline: the round's own reviewDeadlineHours, read once as it opened (R9.6: an edit reaches the
+    next round, never a wait of this one — its decide card and its Retry card alike)."""
+    hours = rnd.review_hours if rnd.review_hours is not None else review_hours(rnd.cycle)
     return now + timedelta(hours=float(hours))
 
 
@@ -36,7 +42,13 @@ def new_round(cycle: Cycle, *, refinement: str = "", parent: Round | None = None
     """Write the next round of ``cycle`` (a refinement or a retry), waiting for its analysis; take the claim back."""
     number = (cycle.rounds.order_by("-number").values_list("number", flat=True).first() or 0) + 1
     new = Round.objects.create(
-        cycle=cycle, number=number, parent=parent, refinement=refinement, status=Round.Status.ANALYSING, created_at=now
+        cycle=cycle,
+        number=number,
+        parent=parent,
+        refinement=refinement,
+        status=Round.Status.ANALYSING,
+        created_at=now,
+        review_hours=review_hours(cycle),
     )
     cycles.take_claim(cycle)
     return new
@@ -104,7 +116,7 @@ def _wait_on_person(
     from hitl.actions import open_card
 
     cycle = rnd.cycle
-    deadline = _review_deadline(cycle, now)
+    deadline = _review_deadline(rnd, now)
     card = open_card(
         producer=PRODUCER,
         kind=kind,

@@ -328,7 +328,10 @@ def open_cycle(
                 started_at=now,
                 moved_at=now,
             )
-            first = Round.objects.create(cycle=cycle, number=1, status=Round.Status.ANALYSING, created_at=now)
+            hours = float((terms_of(entity).get("loop") or {}).get("reviewDeadlineHours") or 72)
+            first = Round.objects.create(
+                cycle=cycle, number=1, status=Round.Status.ANALYSING, created_at=now, review_hours=hours
+            )
             if idea is not None and not _take_idea(idea, cycle):
                 raise IntegrityError(f"idea {idea.pk} was taken by another cycle")
     except IntegrityError:

@@ -229,3 +229,22 @@ def test_an_llm_proposer_behind_a_loopback_gateway_produces_a_priced_round(fake_
     assert rnd.card.kind == Card.Kind.DECIDE and "Route 'invoice' to billing." in rnd.card.text
     assert "runs.json" in rnd.brief and cycle.phase == Cycle.Phase.DECIDING
     assert "$0.00" in rnd.card.text or "0.004" in rnd.card.text  # the spend so far is on the card
+
+
+def test_review_deadline_hours_is_read_once_as_the_round_opens_for_all_its_waits(opened):
+    # R9.6: the round opened under 72 h; an edit to 1 h while its decide card waits reaches neither that card nor
+    # the Retry card the same round opens later — only the next round.
+    entity = opened.entity
+    rnd = propose(opened)
+    entity.terms["loop"]["reviewDeadlineHours"] = 1
+    entity.save(update_fields=["terms"])
+    rnd.refresh_from_db()
+    now = timezone.now()
+    machine.fail(rnd, "the apply failed: the forge is gone", now=now)
+    rnd.refresh_from_db()
+    assert rnd.card.kind == Card.Kind.RETRY
+    assert abs((rnd.card.expires_at - now).total_seconds() / 3600 - 72) < 0.01
+    from evolution.loop.decide import new_round
+
+    nxt = new_round(rnd.cycle, now=now)
+    assert nxt.review_hours == 1
