@@ -398,7 +398,8 @@ def poll(cycle: Cycle, now: datetime | None = None) -> str:
                 return "opened" if _open_due_revert(cycle, now) else "failed"
             outcome = revert.poll(cycle, now)
             if outcome in revert.ENDED:
-                cycles.advance(cycle, Cycle.Phase.SETTLED, claim=None, next_poll_at=None, now=now)
+                # completed_at is the last transition's (R25.5): the revert's end, not the watch's settle
+                cycles.advance(cycle, Cycle.Phase.SETTLED, claim=None, next_poll_at=None, completed_at=now, now=now)
             return outcome
     return ""
 
@@ -412,7 +413,9 @@ def _open_due_revert(cycle: Cycle, now: datetime) -> bool:
         return True
     # It cannot be opened (the reason is on the round and the cycle): the settle goes on without it.
     cycle.refresh_from_db(fields=["reason"])
-    cycles.advance(cycle, Cycle.Phase.SETTLED, claim=None, next_poll_at=None, reverted_by_policy=False, now=now)
+    cycles.advance(
+        cycle, Cycle.Phase.SETTLED, claim=None, next_poll_at=None, reverted_by_policy=False, completed_at=now, now=now
+    )
     return False
 
 

@@ -135,6 +135,8 @@ def test_bad_grades_to_a_merged_change_validated_then_a_regression_reverted_then
     sabotage.refresh_from_db()
     assert sabotage.revert_outcome == "merged" and sabotage.revert_merged_at is not None
     assert second.phase == Cycle.Phase.SETTLED and second.claim is None
+    # R25.5: completed_at is rewritten by whichever transition finished last — here the revert's end
+    assert second.completed_at >= later + timedelta(minutes=5) > second.merged_at
     sync_brain()
     assert (
         "- otherwise -> general\n" in triage().body
