@@ -107,11 +107,14 @@ def piece(name: str, value: Any) -> Piece:
 
 
 def pieces(value: Any) -> list[Piece]:
-    """A run's input or output as pieces: an object one a key (in its order), anything else one whole; none for
-    nothing (None, an empty object or text)."""
+    """A run's input or output as pieces: an object one a key (in its order) — but one text under one key is that
+    text alone — anything else one whole; none for nothing (None, an empty object or text)."""
     if value is None or value == {} or value == "" or value == []:
         return []
     if isinstance(value, dict):
+        if len(value) == 1 and isinstance(next(iter(value.values())), str):
+            # One text under one key (a ticket's ``text``, a run's ``result``): the text alone says it.
+            return [piece("", next(iter(value.values())))]
         return [piece(str(key), item) for key, item in value.items()]
     return [piece("", value)]
 

@@ -78,7 +78,9 @@ def test_the_expected_answer_is_taken_out_of_the_input_and_long_values_are_cut_w
     assert len(text.short) <= 601 and text.short.endswith("…")
     assert (data.is_json, data.text) == (True, '{\n  "a": [\n    1,\n    2\n  ]\n}')
     assert pieces(None) == [] and pieces({}) == []
-    assert as_text({"text": "x" * 50}, 20) == "text: " + "x" * 14 + "\n… (cut at 20 characters)"
+    assert as_text({"text": "x" * 50}, 20) == "x" * 20 + "\n… (cut at 20 characters)"  # one text: itself
+    assert as_text({"text": "hi", "n": [1]}, 100) == "text: hi\nn:\n[\n  1\n]"
+    assert [p.name for p in pieces({"text": "hi"})] == [""]
 
 
 def test_a_run_view_carries_the_judges_verdicts_with_their_reasoning() -> None:

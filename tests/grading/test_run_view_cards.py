@@ -53,7 +53,7 @@ def test_the_telegram_message_of_a_rating_card_carries_the_input_the_expected_an
     carded(grade, django_capture_on_commit_callbacks)
     [sent] = telegram_on.calls_of("sendMessage")
     text = sent["text"]
-    assert f"Input:\ntext: {TICKET}" in text
+    assert f"Input:\n{TICKET}" in text
     assert "Expected: billing" in text
     assert "Output:\ntechnical" in text
     assert f"https://singularity.example.org/evolution/runs/{grade.execution_id}/" in text
