@@ -198,6 +198,10 @@ def test_the_entity_page_lists_its_newest_ratings_with_who_gave_them_their_value
     section = section[: section.index("</section>")]
     assert "bob" in section and "0 · 👎" in section and "wrong team" in section and "helpfulness" in section
     assert run.get_absolute_url() in section
+    # and the plot's hover names who rated the run
+    plot = html[html.index('<figure class="plot" data-metric="helpfulness">') :]
+    plot = plot[: plot.index("</figure>")]
+    assert re.search(r"<title>[^<]*: people [^<]*\(bob\)</title>", plot)
 
 
 # --- The check's side by side ---------------------------------------------------------------------
