@@ -271,8 +271,10 @@ def test_a_person_sees_the_ticket_the_chosen_and_expected_labels_then_rates_by_k
         "() => document.querySelector('#rate-waiting').innerText.startsWith('1 of 2 runs wait')", timeout=8000
     )
 
-    # Skip the second: it leaves the page and the queue, remembered for alice alone.
-    page.locator(f"#run-{second.id}").get_by_role("button", name="Skip this run").click()
+    # s skips the outlined run (the second, now): it leaves the page and the queue, remembered for alice alone.
+    current_is(page, second.id, "helpfulness")
+    assert page.locator(f"#run-{second.id}").get_by_role("button", name="Skip this run").is_visible()
+    page.keyboard.press("s")
     page.locator(f"#run-{second.id}").wait_for(state="detached", timeout=8000)
     assert RateSkip.objects.filter(user=alice, execution=second).exists()
     assert page.locator("#rate-waiting").inner_text().startswith("0 of 2 runs wait for you")
