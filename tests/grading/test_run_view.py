@@ -181,7 +181,7 @@ def test_rate_runs_reads_a_bounded_number_of_queries_with_many_rows(web, bob, dj
     for n in range(30):
         run = ticket_run(entities[n % 3], minutes_ago=n + 1)
         Rating.objects.create(execution=run, metric_id="helpfulness", user=bob, value=1, normalized=1.0, note="ok")
-    with django_assert_max_num_queries(18):
+    with django_assert_max_num_queries(14):  # 12 measured, with 3 rows as with 30
         html = web.get("/evolution/rate/").content.decode()
     assert html.count(TICKET) == 30 and html.count("bob: 1 · 👍") == 30
 
