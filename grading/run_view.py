@@ -107,16 +107,22 @@ def piece(name: str, value: Any) -> Piece:
 
 
 def pieces(value: Any) -> list[Piece]:
-    """A run's input or output as pieces: an object one a key (in its order) — but one text under one key is that
-    text alone — anything else one whole; none for nothing (None, an empty object or text)."""
-    if value is None or value == {} or value == "" or value == []:
+    """A run's input or output as pieces: an object one a key (in its order; empty values left out) — but one text
+    under one key is that text alone — anything else one whole; none for nothing (None, an empty object or text)."""
+    if _empty(value):
         return []
     if isinstance(value, dict):
+        value = {key: item for key, item in value.items() if not _empty(item)}  # a workflow's empty ``tasks``
         if len(value) == 1 and isinstance(next(iter(value.values())), str):
             # One text under one key (a ticket's ``text``, a run's ``result``): the text alone says it.
             return [piece("", next(iter(value.values())))]
         return [piece(str(key), item) for key, item in value.items()]
     return [piece("", value)]
+
+
+def _empty(value: Any) -> bool:
+    """None, or an empty text, object or list."""
+    return value is None or (isinstance(value, (str, dict, list)) and not value)
 
 
 def expected_of(run_input: Any) -> tuple[Any, Any]:

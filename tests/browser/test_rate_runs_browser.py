@@ -232,7 +232,7 @@ def test_a_person_sees_the_ticket_the_chosen_and_expected_labels_then_rates_by_k
         [(TICKET, "technical", "billing"), ("What are your support hours on weekends?", "general", "general")]
     ):
         run = make_run(entity, completed_at=now - timedelta(minutes=5 + n))
-        run.input, run.output = {"text": text, "_expected": expected}, {"result": label}
+        run.input, run.output = {"text": text, "_expected": expected}, {"result": label, "tasks": {}}
         run.save()
         make_grade(
             run,
@@ -261,6 +261,14 @@ def test_a_person_sees_the_ticket_the_chosen_and_expected_labels_then_rates_by_k
     assert "bob: 1 · 👍 — right" in page.locator(f"#run-{second.id} td.people").inner_text()
     assert page.locator("#rate-waiting").inner_text().startswith("2 of 2 runs wait for you")
     page.screenshot(path="/tmp/rate_runs_issue28.png", full_page=True)
+    # On a phone the run's parts stack and wrap inside their row (the page's own layout is the phone work's).
+    page.set_viewport_size({"width": 390, "height": 844})
+    widest = page.evaluate(
+        "() => Math.max(...[...document.querySelectorAll('.run-view')].map(v => v.scrollWidth - v.clientWidth))"
+    )
+    assert widest <= 0, f"a run's view scrolls sideways by {widest} px at 390 px"
+    page.screenshot(path="/tmp/rate_runs_issue28_390.png", full_page=True)
+    page.set_viewport_size({"width": 1280, "height": 1100})
 
     # The keyboard: 0 is 👎 on the outlined metric of the first run; the count follows.
     current_is(page, first.id, "helpfulness")

@@ -296,7 +296,7 @@ def test_the_admin_lists_grading_rows_read_only(web) -> None:
     entity = make_entity("pulse", kind="heartbeat", load_error="schedule: required")
     run = graded(entity)
     Rating.objects.create(execution=run, metric_id="layout_fit", user=entity_user(web), value=4, normalized=0.75)
-    for model in ("entity", "execution", "grade", "rating"):
+    for model in ("entity", "execution", "grade", "rating", "rateskip"):
         response = web.get(f"/admin/grading/{model}/")
         assert response.status_code == 200, model
         assert f"/admin/grading/{model}/add/" not in response.content.decode()

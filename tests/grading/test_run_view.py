@@ -42,7 +42,7 @@ def ticket_run(entity: Entity, *, text: str = TICKET, label: str = "technical", 
                minutes_ago: float = 5) -> Execution:  # fmt: skip
     run = make_run(entity, completed_at=timezone.now() - timedelta(minutes=minutes_ago))
     run.input = {"text": text, "_expected": expected}
-    run.output = {"result": label}
+    run.output = {"result": label, "tasks": {}}  # as the workflow runner writes it
     run.save(update_fields=["input", "output"])
     make_grade(
         run,
@@ -81,6 +81,8 @@ def test_the_expected_answer_is_taken_out_of_the_input_and_long_values_are_cut_w
     assert as_text({"text": "x" * 50}, 20) == "x" * 20 + "\n… (cut at 20 characters)"  # one text: itself
     assert as_text({"text": "hi", "n": [1]}, 100) == "text: hi\nn:\n[\n  1\n]"
     assert [p.name for p in pieces({"text": "hi"})] == [""]
+    # a workflow's output: its result, its empty tasks left out
+    assert [(p.name, p.text) for p in pieces({"result": "billing", "tasks": {}})] == [("", "billing")]
 
 
 def test_a_run_view_carries_the_judges_verdicts_with_their_reasoning() -> None:
