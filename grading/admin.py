@@ -70,4 +70,3 @@ class RateSkipAdmin(ReadOnlyAdmin):
     list_display = ["execution", "user", "created_at"]
     search_fields = ["execution__id", "user__username"]
     list_select_related = ["user", "execution"]
-
