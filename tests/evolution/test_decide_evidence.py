@@ -1,4 +1,5 @@
-"""A decide card's page shows the runs its proposal was drawn from, each as Rate runs shows a run (issue 28)."""
+"""A decide card's page shows the runs its proposal was drawn from, and a cycle's check its pairs' runs, each as
+Rate runs shows a run (issue 28)."""
 
 from __future__ import annotations
 
@@ -43,3 +44,32 @@ def test_a_round_without_its_briefs_runs_shows_the_cycles_frozen_evidence(client
     client.force_login(alice)
     html = client.get(f"/inbox/cards/{card.pk}/").content.decode()
     assert "The runs it was drawn from (1)" in html and "weekly" in html  # make_run's input
+
+
+def test_a_cycles_check_shows_both_runs_of_each_pair(client: Client, alice) -> None:
+    entity = make_entity("triage", metrics={"layout_fit": LAYOUT_FIT})
+    sides = {}
+    for side, label in (("baseline", "technical"), ("challenger", "billing")):
+        run = make_run(entity, loop_launched=True)
+        run.input, run.output = {"text": TICKET, "_expected": "billing"}, {"result": label, "tasks": {}}
+        run.save()
+        make_grade(run, criteria=[{"criterion": "Fits", "passed": label == "billing", "reasoning": f"{side} reason"}])
+        sides[side] = run
+    cycle = make_cycle(entity)
+    record = {
+        "verdict": "validated",
+        "pairs": [
+            {"slot": 0, "trial": 1, "label": "ticket 1", "source": "history",
+             **{side: {"runId": str(run.pk), "state": "graded", "vector": {}} for side, run in sides.items()}},
+            {"slot": 1, "trial": 1, "label": "ticket 2", "source": "history",
+             "baseline": {"runId": "00000000-0000-0000-0000-000000000001", "state": "graded"}, "challenger": {"runId": None, "state": "lost"}},
+        ],
+    }  # fmt: skip
+    make_round(cycle, checked_sha="c" * 40, check_verdict=record)
+    client.force_login(alice)
+    html = client.get(f"/evolution/cycles/{cycle.pk}/").content.decode()
+    pairs = html[html.index('id="check-pairs-r1"') :]
+    pairs = pairs[: pairs.index("</table>")]
+    assert pairs.count('class="run-view"') == 2
+    assert pairs.count(TICKET) == 2 and "baseline reason" in pairs and "challenger reason" in pairs
+    assert "<h4>Expected</h4>" in pairs
