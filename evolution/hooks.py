@@ -63,6 +63,7 @@ def connect() -> None:
     from evolution.forges import git_env
     from evolution.forges.base import listen_to_pulls
     from evolution.loop import intake
+    from evolution.reads.evidence import decide_card_detail
     from evolution.reads.trends import trend_markers
     from evolution.steering import ideas, supervision
     from evolution.steering import settings as settings_writes
@@ -78,6 +79,7 @@ def connect() -> None:
     grade.register_frozen_judge(_frozen)
     trends.register_trend_markers(trend_markers)  # the entity page's plots mark merges and reverts
     registry.register("loop", Card.Kind.DECIDE, _card)
+    registry.register_detail("loop", Card.Kind.DECIDE, decide_card_detail)  # its page shows the evidence runs
     registry.register("loop", Card.Kind.RETRY, _card)
     registry.register(supervision.PRODUCER, Card.Kind.GRANT, supervision.on_card)
     registry.register(ideas.PRODUCER, Card.Kind.GRANT, intake.on_card)  # an agent's idea waits on its approval

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from grading.models import Entity, Execution, Grade, Rating
+from grading.models import Entity, Execution, Grade, RateSkip, Rating
 from singularity.admin import ReadOnlyAdmin
 from singularity.templatetags.singularity_tags import money
 
@@ -60,4 +60,13 @@ class RatingAdmin(ReadOnlyAdmin):
     list_display = ["execution", "metric_id", "user", "value", "normalized", "note", "updated_at"]
     list_filter = ["metric_id"]
     search_fields = ["execution__id", "metric_id", "user__username", "note"]
+    list_select_related = ["user", "execution"]
+
+
+@admin.register(RateSkip)
+class RateSkipAdmin(ReadOnlyAdmin):
+    """Runs people skipped on Rate runs (each out of that person's queue only)."""
+
+    list_display = ["execution", "user", "created_at"]
+    search_fields = ["execution__id", "user__username"]
     list_select_related = ["user", "execution"]

@@ -6,11 +6,12 @@ class GradingConfig(AppConfig):
     verbose_name = "Grading: entities, executions, grades"
 
     def ready(self) -> None:
-        from grading.cards import KIND, PRODUCER
+        from grading.cards import KIND, PRODUCER, rating_card_detail
         from grading.ratings import on_rating_card
         from hitl import registry
 
         registry.register(PRODUCER, KIND, on_rating_card)
+        registry.register_detail(PRODUCER, KIND, rating_card_detail, replaces_text=True)
 
         from grading.chat.telegram import on_message
         from hitl.channels.telegram import register_message_handler

@@ -33,12 +33,14 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.template.loader import render_to_string
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 
 from grading.calibration import calibration
 from grading.models import Execution, Grade, Rating
 from grading.people import human_metrics, rubric_words, scale_of
+from grading.run_view import as_text, expected_of, render_run_view, run_view
 from hitl.actions import MAX_RATING_BUTTONS, open_card
 from hitl.models import Card
 from singularity.brain.defaults import EVALUATION
@@ -51,6 +53,8 @@ KIND = "rating"  # Card.Kind.RATING, as the registry keys it (a plain str)
 TEMPLATE = "grading/cards/rating.txt"
 #: The run's own summary on a card is cut here, and the card says so.
 SUMMARY_CHARS = 1500
+#: ... and its input here (a Telegram message holds 4,096 characters).
+INPUT_CHARS = 600
 #: A continuous scale (no step) is answered on a card to two decimals.
 CONTINUOUS_STEP = Decimal("0.01")
 SWEEP_BATCH = 500
@@ -304,7 +308,11 @@ def card_context(execution: Execution, metrics: dict[str, dict[str, Any]]) -> di
     is_episode = execution.run_kind == Execution.RunKind.EPISODE
     summary = "" if is_episode else summary_of(execution)
     cut = len(summary) > SUMMARY_CHARS
+    expected, run_input = (None, None) if is_episode else expected_of(execution.input)
     return {
+        # What the run read (cut at INPUT_CHARS, saying so) and the answer expected of it: never an episode's.
+        "input_text": as_text(run_input, INPUT_CHARS) if run_input is not None else "",
+        "expected_text": as_text(expected, INPUT_CHARS) if expected is not None else "",
         "run": execution,
         "entity": execution.entity,
         "is_episode": is_episode,
@@ -376,3 +384,30 @@ def open_missing_cards(*, now: datetime | None = None) -> int:
     keys = {card_key(pk): pk for pk in waiting}
     opened = set(Card.objects.filter(key__in=list(keys)).values_list("key", flat=True))
     return sum(post_card(pk) is not None for key, pk in keys.items() if key not in opened)
+
+
+# --- The card's page ------------------------------------------------------------
+
+
+DETAIL_TEMPLATE = "grading/cards/rating_detail.html"
+
+
+def rating_card_detail(card: Card) -> str:
+    """What a rating card's page shows in place of its text: the run as Rate runs shows it (input, output, the
+    expected answer, the judge's verdicts) and each metric's rubric; "" when the run is gone (the text stays)."""
+    run = Execution.objects.select_related("entity", "grade").filter(pk=(card.payload or {}).get("run_id")).first()
+    if run is None:
+        return ""
+    metrics = dict(sorted(human_metrics(run.entity).items()))
+    return render_to_string(
+        DETAIL_TEMPLATE,
+        {
+            "run": run,
+            "is_episode": run.run_kind == Execution.RunKind.EPISODE,
+            "view_html": "" if run.run_kind == Execution.RunKind.EPISODE else render_run_view(run_view(run)),
+            "metrics": [
+                {"label": metric_label(m), "criterion": spec.get("criterion") or "", **_rubric(spec)}
+                for m, spec in metrics.items()
+            ],
+        },
+    )

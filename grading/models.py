@@ -374,6 +374,17 @@ class Rating(models.Model):
         super().save(*args, **kwargs)
 
 
+class RateSkip(models.Model):
+    """A run one person passed by on Rate runs: it leaves their queue without a rating (others still see it)."""
+
+    execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="rate_skips")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="rate_skips")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "execution"], name="one_rate_skip_per_person_run")]
+
+
 class RatingSubmission(models.Model):
     """A rating request already answered, by idempotency key: a retry writes nothing and gets the same answer."""
 

@@ -16,6 +16,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>/", views.run_detail, name="run"),
     path("runs/<uuid:run_id>/grade/", views.run_grade, name="run-grade"),
     path("rate/", views.rate_runs, name="rate"),
+    path("rate/skip/", views.rate_skip, name="rate-skip"),
     path("chat/<str:slug>/", chat_views.chat, name="chat"),
     path("chat/<str:slug>/close/", chat_views.chat_close, name="chat-close"),
     path("chat/episodes/<uuid:run_id>/", chat_views.episode_detail, name="episode"),

@@ -96,7 +96,8 @@ def inbox(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def card_detail(request: HttpRequest, card_id: UUID) -> HttpResponse:
-    return render(request, "hitl/card.html", {"card": _get_card(card_id)})
+    # The card's own page draws what its producer shows of its subject (a rating card's run); the inbox does not.
+    return render(request, "hitl/card.html", {"card": _get_card(card_id), "with_detail": True})
 
 
 def _answer_inputs(request: HttpRequest, card: Card) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from evolution.core.diffs import file_diffs
 from evolution.models import Cycle, Lesson
 from evolution.reads import fleet as fleet_reads
 from evolution.reads import history, status, story
+from evolution.reads.evidence import attach_pair_views
 from evolution.steering import groups
 from evolution.views.checkchart import movement_strip
 from evolution.views.spend import spend_context
@@ -339,6 +340,7 @@ def cycle_story(request: HttpRequest, pk: int) -> HttpResponse:
     for shown in checks:
         for reading in shown["perMetric"]:
             reading["chart"] = movement_strip(reading)
+    attach_pair_views(checks)  # each pair's two runs, drawn as Rate runs draws a run
     draw_windows(cycle, detail["watch"]["verdict"])  # an evolve watch: both windows per metric
     context = {
         "cycle": cycle,

@@ -1,9 +1,11 @@
-"""One entity's page: its resolved terms and metrics, plots, calibration and recent runs; starting a run."""
+"""One entity's page: its resolved terms and metrics, plots, calibration, newest ratings and recent runs; starting
+a run."""
 
 from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
@@ -23,11 +25,11 @@ from django.utils.timezone import template_localtime
 from django.views.decorators.http import require_POST
 
 from grading.calibration import calibration
-from grading.models import Entity, Execution
+from grading.models import Entity, Execution, Rating
 from grading.ratings import human_metrics, scale_of
 from grading.trends import WINDOW
 from grading.views.entity_plots import metric_plots
-from grading.views.values import show_metric
+from grading.views.values import _plain, rated_on_scale, show_metric
 from singularity.errors import ConfigError
 from singularity.templatetags.singularity_tags import money, money_exact, status_badge
 
@@ -173,6 +175,52 @@ def recent_rows_html(runs: list[RecentRun]) -> str:
     return mark_safe("".join(rows))
 
 
+#: The entity page lists this many of its newest ratings.
+NEWEST_RATINGS = 10
+
+
+@dataclass
+class GivenRating:
+    """One rating as the entity page lists it: who gave it, to which run and metric, the value on the metric's
+    scale (with its rubric's words), the note and when."""
+
+    who: str
+    run_id: Any
+    run_url: str
+    metric_id: str
+    value: str
+    note: str
+    at: datetime
+
+
+def newest_ratings(entity: Entity, limit: int = NEWEST_RATINGS) -> list[GivenRating]:
+    """The entity's ``limit`` newest ratings (by when they were last given or changed), one query with who gave
+    them."""
+    specs = (entity.terms.get("evaluation") or {}).get("metrics") or {}
+    rows = (
+        Rating.objects.filter(entity=entity)
+        .select_related("user")
+        .only("execution_id", "metric_id", "normalized", "value", "note", "updated_at", "user__username")
+        .order_by("-updated_at", "-pk")[:limit]
+    )
+    given = []
+    for r in rows:
+        spec = specs.get(r.metric_id)
+        value = rated_on_scale(spec, r.normalized) if isinstance(spec, dict) else _plain(r.value)
+        given.append(
+            GivenRating(
+                who=r.user.get_username(),
+                run_id=r.execution_id,
+                run_url=reverse("grading:run", args=[r.execution_id]),
+                metric_id=r.metric_id,
+                value=value,
+                note=r.note,
+                at=r.updated_at,
+            )
+        )
+    return given
+
+
 @login_required
 def entity_detail(request: HttpRequest, target_kind: str, slug: str) -> HttpResponse:
     entity = _get_entity(target_kind, slug)
@@ -186,6 +234,7 @@ def entity_detail(request: HttpRequest, target_kind: str, slug: str) -> HttpResp
         "plot_span": plot_span,
         "window": WINDOW,
         "calibration": calibration(entity),
+        "ratings": newest_ratings(entity),
         "runs": runs,
         "run_rows": recent_rows_html(runs),
         "runnable": entity.kind in (Entity.Kind.WORKFLOW, Entity.Kind.PIPELINE) and entity.ok,

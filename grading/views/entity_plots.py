@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from grading.models import Entity, Grade
-from grading.ratings import human_metrics, people_values
+from grading.models import Entity, Grade, Rating
+from grading.ratings import human_metrics
 from grading.trends import WINDOW, marker_x, rolling_median, trend_markers
 from grading.views.values import _decimal, _plain, show_metric
 from singularity import display
@@ -59,19 +60,25 @@ def metric_plots(entity: Entity) -> tuple[list[dict[str, Any]], PlotSpan | None]
         first, last = grades[0][2], grades[-1][2]
         span = PlotSpan(len(grades), display.instant_text(first), display.instant_text(last))
     humans = human_metrics(entity)
-    people = people_values(execution_id for execution_id, *_ in grades) if humans else {}
+    people, raters = _people(execution_id for execution_id, *_ in grades) if humans else ({}, {})
     starts = [started for _, _, started, _ in grades]
     vlines = _change_lines(entity, starts)
     # What each run's hover says before its value, and people's numbers, once a run (not once a metric).
     runs = [
-        (number, vector or {}, people.get(str(execution_id), {}), _run_words(execution_id, started, commit))
+        (
+            number,
+            vector or {},
+            people.get(str(execution_id), {}),
+            _run_words(execution_id, started, commit),
+            raters.get(str(execution_id), {}),
+        )
         for number, (execution_id, vector, started, commit) in enumerate(grades, start=1)
     ]
     plots = []
     for metric_id, spec in specs.items():
         y_format = _y_format(spec)
         judged, rated, judged_titles, rated_titles = [], [], [], []
-        for number, vector, rated_by, words in runs:
+        for number, vector, rated_by, words, who in runs:
             value = _decimal(vector.get(metric_id))
             if value is not None:
                 judged.append((number, value))
@@ -79,7 +86,9 @@ def metric_plots(entity: Entity) -> tuple[list[dict[str, Any]], PlotSpan | None]
             median = _decimal(rated_by.get(metric_id))
             if median is not None:
                 rated.append((number, median))
-                rated_titles.append(f"{words}: people {y_format(median)}")
+                names = who.get(metric_id) or []
+                by = f" ({', '.join(names)})" if names else ""
+                rated_titles.append(f"{words}: people {y_format(median)}{by}")
         series = []
         if spec.get("kind") != "reported":
             name = "Judge" if metric_id in humans else metric_id
@@ -110,6 +119,23 @@ def metric_plots(entity: Entity) -> tuple[list[dict[str, Any]], PlotSpan | None]
         )
         plots.append({"metric_id": metric_id, "chart": chart, "changes": vlines})
     return plots, span
+
+
+def _people(execution_ids: Any) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, list[str]]]]:
+    """People's medians a run and metric (on 0..1) and who rated it, in one query: ``({run: {metric: median}},
+    {run: {metric: [names]}})``."""
+    values: dict[str, dict[str, list[float]]] = {}
+    names: dict[str, dict[str, list[str]]] = {}
+    rows = (
+        Rating.objects.filter(execution_id__in=list(execution_ids))
+        .order_by("user__username")
+        .values_list("execution_id", "metric_id", "normalized", "user__username")
+    )
+    for execution_id, metric_id, normalized, username in rows:
+        values.setdefault(str(execution_id), {}).setdefault(metric_id, []).append(normalized)
+        names.setdefault(str(execution_id), {}).setdefault(metric_id, []).append(username)
+    medians = {run: {m: statistics.median(v) for m, v in by.items()} for run, by in values.items()}
+    return medians, names
 
 
 def _run_words(execution_id: Any, started: datetime, commit: str) -> str:

@@ -14,11 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import connection
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.middleware.csrf import get_token
 from django.shortcuts import redirect, render
@@ -29,10 +30,19 @@ from django.utils.timezone import template_localtime
 from django.views.decorators.http import require_http_methods
 
 from grading.calibration import calibration, calibration_many
-from grading.models import Entity, Execution, Grade, Rating
+from grading.models import Entity, Execution, Grade, RateSkip, Rating
 from grading.people import human_rated, rubric_words
 from grading.ratings import human_metrics, rate, scale_of
-from grading.views.rate_html import calibrations_html, esc, nav_html, rate_row_html, rate_rows_html
+from grading.run_view import render_run_view, run_view
+from grading.views.rate_html import (
+    calibrations_html,
+    esc,
+    metric_nav_html,
+    nav_html,
+    rate_row_html,
+    rate_rows_html,
+    waiting_html,
+)
 from grading.views.values import _decimal, _plain, _uuid, rated_on_scale
 
 #: Rate runs shows at most this many of the newest terminal runs.
@@ -54,6 +64,8 @@ class RateCell:
     choices: list[tuple[str, str]]
     scale: dict[str, Any]
     key: str = field(default_factory=lambda: uuid.uuid4().hex)
+    #: Who rated it and what, oldest first: (their name, the value on the scale, their note).
+    given_by: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def mine_value(self) -> str:
@@ -93,6 +105,8 @@ class RateRow:
     answer: dict[str, Any] | None = None
     #: What the row's header shows of the run, as the template would render it (``rate_rows``).
     head: dict[str, str] = field(default_factory=dict)
+    #: The run itself — input, output, expected answer, the judge's verdicts — drawn (``grading.run_view``).
+    view_html: str = ""
 
 
 def scale_choices(scale: dict[str, Any]) -> list[tuple[str, str]]:
@@ -155,9 +169,10 @@ def with_terms(entities: list[Entity]) -> list[Entity]:
     return entities
 
 
-def rate_rows(user: Any, runs: list[Execution]) -> list[RateRow]:
-    """Build the Rate runs rows for ``runs``: one query, the ratings of the runs (people's medians and counts,
-    and the viewer's own ratings among them).
+def rate_rows(user: Any, runs: list[Execution], *, metric: str = "") -> list[RateRow]:
+    """Build the Rate runs rows for ``runs``: one query, the ratings of the runs with who gave them (people's
+    medians and counts, who rated what, and the viewer's own ratings among them). ``metric`` keeps that metric's
+    cells alone.
 
     What a row's cells show of a metric — its buttons, and a number on its scale — is worked out once a distinct
     spec (``_Specs``): a fleet's entities share their metrics' specs, and a page's runs few values.
@@ -165,14 +180,17 @@ def rate_rows(user: Any, runs: list[Execution]) -> list[RateRow]:
     ids = [run.pk for run in runs]
     given: dict[tuple[str, str], list[float]] = {}
     mine: dict[tuple[str, str], Rating] = {}
-    for rating in Rating.objects.filter(execution_id__in=ids):
+    by: dict[tuple[str, str], list[Rating]] = {}
+    for rating in Rating.objects.filter(execution_id__in=ids).select_related("user").order_by("created_at", "pk"):
         key = (str(rating.execution_id), rating.metric_id)
         given.setdefault(key, []).append(rating.normalized)
+        by.setdefault(key, []).append(rating)
         if rating.user_id == user.pk:
             mine[key] = rating
     people = {key: statistics.median(values) for key, values in given.items()}
     rows = []
     rate_url = reverse("grading:rate")
+    skip_url = reverse("grading:rate-skip")
     run_url = _run_url()
     entity_urls: dict[int, str] = {}
     rated: dict[int, list[tuple[str, dict[str, Any], str | None, dict[str, Any], list[tuple[str, str]]]]] = {}
@@ -184,6 +202,7 @@ def rate_rows(user: Any, runs: list[Execution]) -> list[RateRow]:
             rated[entity.pk] = [
                 (metric_id, spec, key, scale_of(spec), specs.choices(key, spec))
                 for metric_id, spec in human_metrics(entity).items()
+                if not metric or metric_id == metric
                 for key in (specs.key(spec),)
             ]
         ended = template_localtime(run.completed_at)
@@ -195,6 +214,7 @@ def rate_rows(user: Any, runs: list[Execution]) -> list[RateRow]:
             "ended_iso": ended.isoformat() if ended else "",  # what date_format(ended, "c") writes
             "ended_title": str(localize(ended)),
             "rate_url": rate_url,
+            "skip_url": skip_url,
         }
         grade = getattr(run, "grade", None) if _has_grade(run) else None
         vector = (grade.metrics or {}) if grade and grade.status == Grade.Status.GRADED else {}
@@ -213,9 +233,14 @@ def rate_rows(user: Any, runs: list[Execution]) -> list[RateRow]:
                     mine=mine.get((run_id, metric_id)),
                     choices=choices,
                     scale=scale,
+                    given_by=[
+                        (r.user.get_username(), specs.shown(key, spec, r.normalized), r.note)
+                        for r in by.get((run_id, metric_id), ())
+                    ],
                 )
             )
-        rows.append(RateRow(run=run, cells=cells, graded=bool(vector), head=head))
+        view = render_run_view(run_view(run, grade if _has_grade(run) else None))
+        rows.append(RateRow(run=run, cells=cells, graded=bool(vector), head=head, view_html=view))
     return rows
 
 
@@ -269,22 +294,44 @@ def _has_grade(run: Execution) -> bool:
     return hasattr(run, "grade")
 
 
-#: What a Rate runs row never shows of a run (its JSON and text): left unread.
-RUN_UNSHOWN = ("input", "output", "error", "trace")
-#: ... and of its grade (a row reads its status and metrics).
-GRADE_UNSHOWN = ("criteria", "feedback", "judge", "error")
+#: What a Rate runs row never shows of a run's grade (a row reads its status, metrics, criteria and feedback; and
+#: the run whole: its input, output, error and trace are the run a person rates).
+GRADE_UNSHOWN = ("judge", "error")
+#: Rate runs counts the runs waiting for a person among at most this many of the newest.
+QUEUE_CAP = 1000
 #: Up to this many entities, Rate runs reads each one's runs through its own index (a rare entity's are few).
 FEW_ENTITIES = 20
 
 
-def rate_runs_for(entities: list[Entity], *, before: tuple[datetime, uuid.UUID] | None = None) -> list[Execution]:
-    """The newest terminal runs (never loop replays) of ``entities``, older than ``before`` when given.
+def rate_runs_for(
+    entities: list[Entity], *, before: tuple[datetime, uuid.UUID] | None = None, user: Any = None
+) -> list[Execution]:
+    """The newest terminal runs (never loop replays) of ``entities``, older than ``before`` when given, without
+    those ``user`` skipped.
 
     One query: ``RATE_RUNS + 1`` runs with their grade, newest first (the extra one says whether an older page
     exists), walked from the newest through ``grading_execution_newest``. Each run's entity is the one of
-    ``entities`` (already read: not read again a run), and what no row shows of a run — its input, output,
-    error and trace — is left unread.
+    ``entities`` (already read: not read again a run).
     """
+    runs = _queue(entities)
+    if user is not None:
+        runs = runs.exclude(Exists(RateSkip.objects.filter(execution_id=OuterRef("pk"), user=user)))
+    if before is not None:
+        at, run_id = before
+        runs = runs.filter(Q(completed_at__lt=at) | Q(completed_at=at, id__lt=run_id))
+    by_id = {e.pk: e for e in entities}
+    read = list(
+        runs.select_related("grade")
+        .defer(*(f"grade__{name}" for name in GRADE_UNSHOWN))
+        .order_by("-completed_at", "-id")[: RATE_RUNS + 1]
+    )
+    for run in read:
+        run.entity = by_id[run.entity_id]
+    return read
+
+
+def _queue(entities: list[Entity]) -> QuerySet[Execution]:
+    """The terminal runs of ``entities`` people rate on Rate runs (never loop replays)."""
     runs = Execution.objects.filter(loop_launched=False, completed_at__isnull=False).exclude(
         status=Execution.Status.RUNNING
     )
@@ -294,24 +341,56 @@ def rate_runs_for(entities: list[Entity], *, before: tuple[datetime, uuid.UUID] 
         runs = runs.alias(entity_plus=F("entity_id") + 0).filter(entity_plus__in=[e.pk for e in entities])
     else:
         runs = runs.filter(entity__in=entities)
-    if before is not None:
-        at, run_id = before
-        runs = runs.filter(Q(completed_at__lt=at) | Q(completed_at=at, id__lt=run_id))
-    by_id = {e.pk: e for e in entities}
-    read = list(
-        runs.select_related("grade")
-        .defer(*RUN_UNSHOWN, *(f"grade__{name}" for name in GRADE_UNSHOWN))
-        .order_by("-completed_at", "-id")[: RATE_RUNS + 1]
+    return runs
+
+
+@dataclass
+class Waiting:
+    """How many of the queue's runs wait for a person: neither rated by them (on the metric filtered to, if any)
+    nor skipped. ``of`` counts at most ``QUEUE_CAP`` of the newest (``capped`` when there are more)."""
+
+    waiting: int
+    of: int
+    capped: bool
+
+
+def waiting_for(user: Any, entities: list[Entity], *, metric: str = "") -> Waiting:
+    """``Waiting`` of ``user`` on the runs of ``entities``: one query, whatever the history holds."""
+    if not entities:
+        return Waiting(0, 0, False)
+    mine = Rating.objects.filter(execution_id=OuterRef("pk"), user=user)
+    if metric:
+        mine = mine.filter(metric_id=metric)
+    skipped = RateSkip.objects.filter(execution_id=OuterRef("pk"), user=user)
+    seen = list(
+        _queue(entities)
+        .order_by("-completed_at", "-id")
+        .annotate(rated=Exists(mine), skipped=Exists(skipped))
+        .values_list("rated", "skipped")[: QUEUE_CAP + 1]
     )
-    for run in read:
-        run.entity = by_id[run.entity_id]
-    return read
+    capped = len(seen) > QUEUE_CAP
+    seen = seen[:QUEUE_CAP]
+    return Waiting(sum(1 for rated, skip in seen if not rated and not skip), len(seen), capped)
+
+
+def rated_metrics(entities: list[Entity]) -> dict[int, list[str]]:
+    """The ids of the metrics people rate, an entity of ``entities``: one statement reading their metrics blocks
+    alone (``entities`` are read without their terms)."""
+    if not entities:
+        return {}
+    wanted = {e.pk for e in entities}
+    blocks = Entity.objects.filter(evaluation_enabled=True, load_error="").values_list(
+        "pk", "terms__evaluation__metrics"
+    )
+    return {
+        pk: [metric_id for metric_id, spec in metrics.items() if _rated_spec(spec)]
+        for pk, metrics in blocks
+        if pk in wanted and isinstance(metrics, dict)
+    }
 
 
 def _entity_filter(request: HttpRequest) -> Entity | None:
-    wanted = request.GET.get("entity") or request.POST.get("entity_filter") or ""
-    target_kind, _, slug = wanted.partition(":")
-    return Entity.objects.filter(target_kind=target_kind, slug=slug).first() if slug else None
+    return _entity_filter_key(request.GET.get("entity") or request.POST.get("entity_filter") or "")
 
 
 def rate_cursor(run: Execution) -> str:
@@ -339,7 +418,8 @@ def _calibration_context(entity: Entity) -> dict[str, Any]:
 @login_required
 @require_http_methods(["GET", "POST"])
 def rate_runs(request: HttpRequest) -> HttpResponse:
-    """Rate runs: the newest runs with the judge and people side by side, and the viewer's own rating.
+    """Rate runs: the newest runs — each shown whole — with the judge and people side by side, and the viewer's
+    own rating; how many wait for the viewer, filters by entity and by metric, and a skip.
 
     A page of ``RATE_RUNS`` runs (``?before=`` pages back) and the calibration of the entities on it, in a
     fixed number of queries whatever the fleet or its history holds.
@@ -356,7 +436,15 @@ def rate_runs(request: HttpRequest) -> HttpResponse:
         named = request.GET["entity"][:100]
         return HttpResponseBadRequest(f"entity: {named!r} is not an entity (its kind and id, as kind:id)")
     entities = [e for e in every if chosen is not None and e.pk == chosen.pk] if chosen else every
-    runs = rate_runs_for(entities, before=before)
+    metrics_of = rated_metrics(entities)
+    metric_ids = sorted({m for ids in metrics_of.values() for m in ids})
+    metric = request.GET.get("metric") or ""
+    if metric and metric not in metric_ids:
+        where = f"{chosen.name or chosen.slug}" if chosen else "any entity"
+        return HttpResponseBadRequest(f"metric: {metric[:100]!r} is no metric people rate on {where}")
+    if metric:
+        entities = [e for e in entities if metric in metrics_of.get(e.pk, ())]
+    runs = rate_runs_for(entities, before=before, user=request.user)
     older = rate_cursor(runs[RATE_RUNS - 1]) if len(runs) > RATE_RUNS else ""
     runs = runs[:RATE_RUNS]
     shown = {run.entity_id: run.entity for run in runs}
@@ -366,7 +454,7 @@ def rate_runs(request: HttpRequest) -> HttpResponse:
     calibrations = calibration_many(list(shown.values()))
     nav = [(f"{e.target_kind}:{e.slug}", e.name or e.slug, chosen is not None and chosen.pk == e.pk) for e in every]
     chosen_key = f"{chosen.target_kind}:{chosen.slug}" if chosen else ""
-    rows = rate_rows(request.user, runs)
+    rows = rate_rows(request.user, runs, metric=metric)
     items = [
         {"entity": e, "calibration": calibrations[e.pk], "url": e.get_absolute_url(), "label": e.name or e.slug}
         for e in sorted(shown.values(), key=lambda e: (e.kind, e.slug))
@@ -374,21 +462,67 @@ def rate_runs(request: HttpRequest) -> HttpResponse:
     ]
     # One token for the page's forms and its navigation, as the template's lazy one was (read once a render).
     token = get_token(request)
+    filters = {"entity": chosen_key, "metric": metric}
     context = {
         "rows": rows,
         # The rows and the calibrations' tables (built here: two includes a row cost more than reading them).
-        "rows_html": rate_rows_html(rows, csrf_token=token, entity_filter=chosen_key),
+        "rows_html": rate_rows_html(rows, csrf_token=token, entity_filter=chosen_key, metric_filter=metric),
         "calibrations": items,
         "calibrations_html": calibrations_html(items),
         "csrf_token": token,
-        # The filter's options, one an entity (built here: a template's lookups cost more than the rows).
+        # The filters' options, one an entity and one a metric (built here: a template's lookups cost more).
         "nav_html": nav_html(nav),
+        "metric_nav_html": metric_nav_html(metric_ids, metric),
+        "waiting_html": waiting_html(waiting_for(request.user, entities, metric=metric)),
         "chosen": chosen,
         "chosen_key": chosen_key,
+        "metric": metric,
+        "filter_query": "&".join(f"{k}={quote(v, safe=':')}" for k, v in filters.items() if v),
         "older": older,
         "paged": before is not None,
     }
     return render(request, "grading/rate.html", context)
+
+
+def _filters_of(post: Any) -> tuple[list[Entity], str]:
+    """The entities and the metric a posted form's page was filtered to (its hidden fields), for its counter."""
+    chosen = _entity_filter_key(post.get("entity_filter", ""))
+    entities = [chosen] if chosen is not None else rateable()
+    metric = post.get("metric_filter", "")
+    if metric:
+        metrics_of = rated_metrics(entities)
+        entities = [e for e in entities if metric in metrics_of.get(e.pk, ())]
+    return entities, metric
+
+
+def _entity_filter_key(wanted: str) -> Entity | None:
+    target_kind, _, slug = wanted.partition(":")
+    return Entity.objects.filter(target_kind=target_kind, slug=slug).first() if slug else None
+
+
+@login_required
+@require_http_methods(["POST"])
+def rate_skip(request: HttpRequest) -> HttpResponse:
+    """Skip a run on Rate runs: it leaves the viewer's queue without a rating (remembered for them alone).
+
+    HTMX gets nothing in the row's place and the waiting count out of band; a browser a redirect back.
+    """
+    run_id = _uuid(request.POST.get("run_id"))
+    run = Execution.objects.filter(pk=run_id).only("pk").first() if run_id else None
+    if run is None:
+        return HttpResponseBadRequest(f"run_id: {request.POST.get('run_id', '')[:60]!r} is not a run")
+    RateSkip.objects.get_or_create(execution=run, user=request.user)
+    if not request.htmx:
+        back = reverse("grading:rate")
+        query = "&".join(
+            f"{name}={quote(request.POST[field], safe=':')}"
+            for name, field in (("entity", "entity_filter"), ("metric", "metric_filter"))
+            if request.POST.get(field)
+        )
+        messages.success(request, "Skipped: it left your queue.")
+        return redirect(f"{back}?{query}" if query else back)
+    entities, metric = _filters_of(request.POST)
+    return HttpResponse(waiting_html(waiting_for(request.user, entities, metric=metric), oob=True))
 
 
 def _rate_post(request: HttpRequest) -> HttpResponse:
@@ -408,22 +542,28 @@ def _rate_post(request: HttpRequest) -> HttpResponse:
     if not request.htmx:
         (messages.success if answer.ok else messages.error)(request, _said(answer.as_dict()))
         back = reverse("grading:rate")
-        if post.get("entity_filter"):
-            back += f"?entity={post['entity_filter']}"
-        return redirect(f"{back}#run-{post.get('run_id', '')}")
+        query = "&".join(
+            f"{name}={quote(post[field], safe=':')}"
+            for name, field in (("entity", "entity_filter"), ("metric", "metric_filter"))
+            if post.get(field)
+        )
+        return redirect(f"{back}{'?' + query if query else ''}#run-{post.get('run_id', '')}")
     run = Execution.objects.select_related("entity", "grade").filter(pk=_uuid(post.get("run_id"))).first()
     if run is None:
         return HttpResponse(_said(answer.as_dict()), status=status)
-    (row,) = rate_rows(request.user, [run])
+    (row,) = rate_rows(request.user, [run], metric=post.get("metric_filter", ""))
     row.answer = answer.as_dict()
+    entities, metric = _filters_of(post)
     # An answer the page shows in place: HTMX swaps 2xx only, so a refusal is still 200 with its code in the row.
     response = HttpResponse(
         rate_row_html(
             row,
             csrf_token=get_token(request),
             entity_filter=post.get("entity_filter", ""),
+            metric_filter=post.get("metric_filter", ""),
             oob=_calibration_context(run.entity),
         )
+        + waiting_html(waiting_for(request.user, entities, metric=metric), oob=True)
     )
     response["X-Rate-Code"] = answer.code
     return response

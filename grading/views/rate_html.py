@@ -45,6 +45,25 @@ def nav_html(nav: list[tuple[str, str, bool]]) -> SafeString:
     )
 
 
+def metric_nav_html(metric_ids: list[str], chosen: str) -> SafeString:
+    """The metric filter's choices: one option a metric people rate, the chosen one selected."""
+    return mark_safe(  # noqa: S308 - ``esc``
+        "".join(f'<option value="{esc(m)}"{" selected" if m == chosen else ""}>{esc(m)}</option>' for m in metric_ids)
+    )
+
+
+def waiting_html(waiting: Any, *, oob: bool = False) -> SafeString:
+    """How many runs wait for the viewer ("12 of 40 runs wait for you"), swapped in place after a rating or a skip
+    (``oob``). ``waiting`` is ``grading.views.rate.Waiting``."""
+    noun = "run waits" if waiting.of == 1 else "runs wait"
+    newest = f" (counted among the newest {waiting.of:,})" if waiting.capped else ""
+    swap = ' hx-swap-oob="true"' if oob else ""
+    return mark_safe(  # noqa: S308 - numbers only
+        f'<p id="rate-waiting" class="rate-waiting"{swap}><strong>{waiting.waiting:,} of {waiting.of:,} {noun} for '
+        f'you</strong>{newest} <span class="muted small">— not rated by you yet, not skipped</span></p>'
+    )
+
+
 def _csrf_html(token: Any) -> str:
     """What ``{% csrf_token %}`` renders with ``token`` in the context."""
     if not token or token == "NOTPROVIDED":
@@ -52,21 +71,25 @@ def _csrf_html(token: Any) -> str:
     return f'<input type="hidden" name="csrfmiddlewaretoken" value="{_v(str(token))}">'
 
 
-def rate_rows_html(rows: list[Any], *, csrf_token: Any, entity_filter: str) -> SafeString:
+def rate_rows_html(rows: list[Any], *, csrf_token: Any, entity_filter: str, metric_filter: str = "") -> SafeString:
     """The page's rows (``rate_rows``), as its loop including ``rate_row_html`` for each rendered them."""
     csrf = _csrf_html(csrf_token)
     # Each include renders the row and the partial's last newline (no out-of-band part on the page).
-    return mark_safe("".join(f"\n  {_row(row, csrf, entity_filter)}\n\n" for row in rows))  # noqa: S308 - ``_v``
+    return mark_safe(  # noqa: S308 - ``_v``
+        "".join(f"\n  {_row(row, csrf, entity_filter, metric_filter)}\n\n" for row in rows)
+    )
 
 
-def rate_row_html(row: Any, *, csrf_token: Any, entity_filter: str, oob: dict[str, Any] | None = None) -> SafeString:
+def rate_row_html(
+    row: Any, *, csrf_token: Any, entity_filter: str, metric_filter: str = "", oob: dict[str, Any] | None = None
+) -> SafeString:
     """One run's row, with its entity's calibration swapped in out of band (``oob``: entity and calibration)
     when given: what HTMX gets back after a rating."""
     swapped = calibration_html(oob["entity"].pk, oob["calibration"], oob=True) if oob else ""
-    return mark_safe(_row(row, _csrf_html(csrf_token), entity_filter) + swapped + "\n")  # noqa: S308 - ``_v``
+    return mark_safe(_row(row, _csrf_html(csrf_token), entity_filter, metric_filter) + swapped + "\n")  # noqa: S308
 
 
-def _row(row: Any, csrf: str, entity_filter: str) -> str:
+def _row(row: Any, csrf: str, entity_filter: str, metric_filter: str = "") -> str:
     """The row's article, led and followed by a newline (the partial's text up to its out-of-band part)."""
     run, head = row.run, row.head
     run_id, rate_url, status = _v(run.id), _v(head["rate_url"]), _v(run.status)
@@ -77,6 +100,17 @@ def _row(row: Any, csrf: str, entity_filter: str) -> str:
         said = "Saved." if a["ok"] else f"Not saved ({_v(a['code'])}): {_v(a['detail'])}"
         answer = f'<p class="answer {"ok" if a["ok"] else "error"}" role="status">{said}</p>'
     filtered = f'<input type="hidden" name="entity_filter" value="{_v(entity_filter)}">' if entity_filter else ""
+    if metric_filter:
+        filtered += f'<input type="hidden" name="metric_filter" value="{_v(metric_filter)}">'
+    skip_url = _v(head.get("skip_url", ""))
+    skip = (
+        f'\n    <form method="post" action="{skip_url}" hx-post="{skip_url}" hx-target="#run-{run_id}" '
+        f'hx-swap="outerHTML" class="rate-skip">{csrf}<input type="hidden" name="run_id" value="{run_id}">{filtered}'
+        '<button type="submit" class="secondary" title="Leave it out of your queue without a rating">'
+        "Skip this run</button></form>"
+        if skip_url
+        else ""
+    )
     form_head = (
         f'\n          <form method="post" action="{rate_url}" hx-post="{rate_url}" hx-target="#run-{run_id}" '
         f'hx-swap="outerHTML" class="rate-form">'
@@ -95,9 +129,10 @@ def _row(row: Any, csrf: str, entity_filter: str) -> str:
         f'\n      · <span class="muted small">ended <time datetime="{_v(head["ended_iso"])}" '
         f'title="{_v(head["ended_title"])}">{_v(naturaltime(run.completed_at))}</time></span>'
         "\n    </div>"
-        f'\n    <span class="muted small">{graded}</span>'
+        f'\n    <span class="muted small">{graded}</span>{skip}'
         "\n  </header>"
         f"\n  {answer}"
+        f"\n  {row.view_html}"
         '\n  <table class="rate">'
         '\n    <thead><tr><th>Metric</th><th class="num">Judge</th><th class="num">People</th><th>Yours</th>'
         "</tr></thead>"
@@ -121,6 +156,10 @@ def _cell(c: Any, graded: bool, form_head: str, filtered: str) -> str:
     else:
         judge = '<span class="muted">—</span>'
     count = f' <span class="muted small">(n={_v(c.people_count)})</span>' if c.people_count else ""
+    given = "".join(
+        f'<div class="given small">{_v(who)}: {_v(value)}{f" — {_v(note)}" if note else ""}</div>'
+        for who, value, note in getattr(c, "given_by", ())
+    )
     mine_value = _v(c.mine_value)
     if c.choices:
         answer = (
@@ -144,7 +183,7 @@ def _cell(c: Any, graded: bool, form_head: str, filtered: str) -> str:
         f'\n      <tr data-metric="{metric_id}">'
         f'\n        <td><code>{metric_id}</code> <span class="muted small">{_v(c.range)}</span>{about}</td>'
         f'\n        <td class="num judge">{judge}</td>'
-        f'\n        <td class="num people">{_v(c.people)}{count}</td>'
+        f'\n        <td class="num people">{_v(c.people)}{count}{given}</td>'
         '\n        <td class="mine">'
         f"{form_head}"
         f'\n            <input type="hidden" name="metric_id" value="{metric_id}">'

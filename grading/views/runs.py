@@ -17,6 +17,7 @@ from grading.cards import card_key, waiting_until
 from grading.models import Entity, Execution, Grade, Rating
 from grading.ratings import people_values
 from grading.run_search import GRADES, SearchError, page_of, parse_filter
+from grading.run_view import render_run_view, run_view
 from grading.spans import page_context
 from grading.views.values import _plain, _uuid, rated_on_scale, show_metric
 from hitl.models import Card
@@ -85,8 +86,8 @@ def _side(execution: Execution) -> dict[str, Any]:
         "run": execution,
         "grade": grade,
         "vector": metric_vector(execution, grade),
-        "input_json": json.dumps(execution.input, indent=2, ensure_ascii=False),
-        "output_json": json.dumps(execution.output, indent=2, ensure_ascii=False),
+        # The run as every place it is judged shows it: input, output, expected answer, the judge's verdicts.
+        "view_html": render_run_view(run_view(execution, grade)),
     }
 
 

@@ -1,6 +1,7 @@
 // Rate runs by keyboard, as annotation queues do: one metric of one run is current (outlined); a number key
 // answers it with that choice and moves on to the next metric, then the next run. j / ↓ and k / ↑ move
-// without answering; n writes a note first (Enter in the note answers nothing: pick a number after it).
+// without answering; s skips the run (it leaves your queue); n writes a note first (Enter in the note
+// answers nothing: pick a number after it).
 // Progressive enhancement: without this script every form still posts on its own.
 (function () {
   "use strict";
@@ -64,6 +65,22 @@
     return true;
   }
 
+  // s skips the outlined metric's run: it leaves the queue (HTMX removes its article) and the next run's first
+  // metric becomes current.
+  function skip() {
+    var article = current.closest("article");
+    var button = article ? article.querySelector("form.rate-skip button[type=submit]") : null;
+    if (!button) return false;
+    var next = null;
+    var all = rows();
+    for (var i = all.indexOf(current) + 1; i < all.length; i++) {
+      if (all[i].closest("article") !== article) { next = all[i]; break; }
+    }
+    button.click();
+    choose(next);
+    return true;
+  }
+
   // After HTMX swaps the answered run back in, the metric after the answered one becomes current. (An
   // outerHTML swap's afterSwap fires on the old, detached element; htmx:load fires on the new one.)
   document.body.addEventListener("htmx:load", function (event) {
@@ -100,6 +117,8 @@
     } else if (event.key === "k" || event.key === "ArrowUp") {
       step(-1);
       event.preventDefault();
+    } else if (event.key === "s" && current) {
+      if (skip()) event.preventDefault();
     } else if (event.key === "n" && current) {
       var note = current.querySelector("input[name=note]");
       if (note) {

@@ -200,10 +200,90 @@ def test_a_person_narrows_rate_runs_to_one_entity_from_its_select(page, live_ser
     assert page.locator(f"#run-{runs['poster'].id}").count() == 1
     page.select_option("select[name=entity]", label="Poster")
     page.click("form[aria-label=entities] button[type=submit]")
-    page.wait_for_url("**/evolution/rate/?entity=scenario%3Aposter")
+    page.wait_for_url("**/evolution/rate/?entity=scenario%3Aposter&metric=")  # the metric filter: every metric
     assert page.locator(f"#run-{runs['poster'].id}").count() == 1
     assert page.locator(f"#run-{runs['storyboard'].id}").count() == 0
     assert page.locator("select[name=entity] option:checked").inner_text() == "Poster"
     page.click("form[aria-label=entities] a")  # "all": every entity again
     page.wait_for_url(f"{live_server.url}/evolution/rate/")
     assert page.locator(f"#run-{runs['storyboard'].id}").count() == 1
+
+
+TICKET = "I was charged twice for my March subscription, please fix it."
+
+
+def test_a_person_sees_the_ticket_the_chosen_and_expected_labels_then_rates_by_keyboard_and_skips(
+    page, live_server, alice, bob
+) -> None:
+    """Issue 28: Rate runs shows the run itself — the ticket the triage read, the label it chose, the label
+    expected and the judge's reasons — and the keyboard rating still works; a skip takes a run out of the queue."""
+    from grading.models import RateSkip
+    from tests.grading.rating_helpers import THUMBS, metric
+
+    helpfulness = metric(kind="reported", direction="max", unit="share", role="observe", aggregate="mean",
+                         criterion="The label sends the ticket to the team that can answer it", scale=THUMBS)  # fmt: skip
+    accuracy = metric(kind="computed", direction="max", unit="share", role="objective", aggregate="mean")
+    entity = make_entity(
+        "triage", kind="pipeline", name="Support triage", metrics={"accuracy": accuracy, "helpfulness": helpfulness}
+    )
+    now = timezone.now()
+    runs = []
+    for n, (text, label, expected) in enumerate(
+        [(TICKET, "technical", "billing"), ("What are your support hours on weekends?", "general", "general")]
+    ):
+        run = make_run(entity, completed_at=now - timedelta(minutes=5 + n))
+        run.input, run.output = {"text": text, "_expected": expected}, {"result": label, "tasks": {}}
+        run.save()
+        make_grade(
+            run,
+            metrics={"accuracy": 1.0 if label == expected else 0.0},
+            criteria=[
+                {
+                    "criterion": "The label fits the ticket",
+                    "scope": "run",
+                    "passed": label == expected,
+                    "reasoning": f"The ticket asks about {expected}",
+                }
+            ],  # fmt: skip
+        )
+        runs.append(run)
+    first, second = runs
+    Rating.objects.create(execution=second, metric_id="helpfulness", user=bob, value=1, normalized=1.0, note="right")
+
+    log_in(page, live_server, "/evolution/rate/")
+    row = page.locator(f"#run-{first.id}")
+    assert TICKET in row.locator(".run-input").inner_text()
+    assert row.locator(".run-output").inner_text().endswith("technical")
+    assert row.locator(".run-expected").inner_text().endswith("billing")
+    assert "The ticket asks about billing" in row.locator(".run-verdicts").inner_text()
+    for part in (".run-input", ".run-output", ".run-expected"):
+        assert row.locator(part).is_visible()
+    assert "bob: 1 · 👍 — right" in page.locator(f"#run-{second.id} td.people").inner_text()
+    assert page.locator("#rate-waiting").inner_text().startswith("2 of 2 runs wait for you")
+    page.screenshot(path="/tmp/rate_runs_issue28.png", full_page=True)
+    # On a phone the run's parts stack and wrap inside their row (the page's own layout is the phone work's).
+    page.set_viewport_size({"width": 390, "height": 844})
+    widest = page.evaluate(
+        "() => Math.max(...[...document.querySelectorAll('.run-view')].map(v => v.scrollWidth - v.clientWidth))"
+    )
+    assert widest <= 0, f"a run's view scrolls sideways by {widest} px at 390 px"
+    page.screenshot(path="/tmp/rate_runs_issue28_390.png", full_page=True)
+    page.set_viewport_size({"width": 1280, "height": 1100})
+
+    # The keyboard: 0 is 👎 on the outlined metric of the first run; the count follows.
+    current_is(page, first.id, "helpfulness")
+    page.keyboard.press("0")
+    page.locator(f"#run-{first.id} .answer.ok").wait_for(timeout=8000)
+    assert Rating.objects.get(execution=first, user=alice).value == 0
+    page.wait_for_function(
+        "() => document.querySelector('#rate-waiting').innerText.startsWith('1 of 2 runs wait')", timeout=8000
+    )
+
+    # s skips the outlined run (the second, now): it leaves the page and the queue, remembered for alice alone.
+    current_is(page, second.id, "helpfulness")
+    assert page.locator(f"#run-{second.id}").get_by_role("button", name="Skip this run").is_visible()
+    page.keyboard.press("s")
+    page.locator(f"#run-{second.id}").wait_for(state="detached", timeout=8000)
+    assert RateSkip.objects.filter(user=alice, execution=second).exists()
+    assert page.locator("#rate-waiting").inner_text().startswith("0 of 2 runs wait for you")
+    assert not Rating.objects.filter(execution=second, user=alice).exists()

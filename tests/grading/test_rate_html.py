@@ -1,5 +1,6 @@
 """Rate runs' rows and calibration tables are built in the view (``grading.views.rate_html``, issue 18): each
-equals what the templates' loops and includes rendered before, on odd names, notes, answers, scales, filters and
+equals what the templates' loops and includes rendered before (with, since issue 28, the run itself, who rated
+what and the skip button), on odd names, notes, answers, scales, filters and
 calibrations (markup in them, a missing kind, decimals, no token)."""
 
 from __future__ import annotations
@@ -36,9 +37,11 @@ OLD_ROW = Template(
       · <span class="badge {{ row.run.status }}">{{ row.run.status }}</span>
       · <span class="muted small">ended <time datetime="{{ row.head.ended_iso }}" title="{{ row.head.ended_title }}">{{ row.run.completed_at|naturaltime }}</time></span>
     </div>
-    <span class="muted small">{% if row.graded %}graded{% else %}not graded: {{ row.run.get_sampling_display|default:"no booking" }}{% endif %}</span>
+    <span class="muted small">{% if row.graded %}graded{% else %}not graded: {{ row.run.get_sampling_display|default:"no booking" }}{% endif %}</span>{% if row.head.skip_url %}
+    <form method="post" action="{{ row.head.skip_url }}" hx-post="{{ row.head.skip_url }}" hx-target="#run-{{ row.run.id }}" hx-swap="outerHTML" class="rate-skip">{% csrf_token %}<input type="hidden" name="run_id" value="{{ row.run.id }}">{% if entity_filter %}<input type="hidden" name="entity_filter" value="{{ entity_filter }}">{% endif %}<button type="submit" class="secondary" title="Leave it out of your queue without a rating">Skip this run</button></form>{% endif %}
   </header>
   {% if row.answer %}<p class="answer {% if row.answer.ok %}ok{% else %}error{% endif %}" role="status">{% if row.answer.ok %}Saved.{% else %}Not saved ({{ row.answer.code }}): {{ row.answer.detail }}{% endif %}</p>{% endif %}
+  {{ row.view_html }}
   <table class="rate">
     <thead><tr><th>Metric</th><th class="num">Judge</th><th class="num">People</th><th>Yours</th></tr></thead>
     <tbody>
@@ -46,7 +49,7 @@ OLD_ROW = Template(
       <tr data-metric="{{ c.metric_id }}">
         <td><code>{{ c.metric_id }}</code> <span class="muted small">{{ c.range }}</span>{% if c.spec.criterion %}<div class="muted small">{{ c.spec.criterion }}</div>{% endif %}</td>
         <td class="num judge">{% if c.spec.kind != "judged" %}<span class="muted" title="only people rate it">no judge</span>{% elif row.graded %}{{ c.judge }}{% else %}<span class="muted">—</span>{% endif %}</td>
-        <td class="num people">{{ c.people }}{% if c.people_count %} <span class="muted small">(n={{ c.people_count }})</span>{% endif %}</td>
+        <td class="num people">{{ c.people }}{% if c.people_count %} <span class="muted small">(n={{ c.people_count }})</span>{% endif %}{% for who, value, note in c.given_by %}<div class="given small">{{ who }}: {{ value }}{% if note %} — {{ note }}{% endif %}</div>{% endfor %}</td>
         <td class="mine">
           <form method="post" action="{{ rate_url }}" hx-post="{{ rate_url }}" hx-target="#run-{{ row.run.id }}" hx-swap="outerHTML" class="rate-form">
             {% csrf_token %}
