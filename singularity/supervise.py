@@ -8,10 +8,15 @@
   crash never takes the dashboard down;
 - any other process that exits (the web server) ends the whole: ``check``
   answers its exit code and ``stop()`` ends the rest.
+
+A process named in ``niceness`` starts at that much lower a scheduling
+priority (the workers and beat under ``up``), so the web server keeps its
+share of the CPU while grading drains a backlog.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -44,6 +49,8 @@ class Supervisor:
     clock: Callable[[], float] = time.monotonic
     first_delay: float = FIRST_DELAY
     max_delay: float = MAX_DELAY
+    #: name → how much lower than ours its scheduling priority is (``os.nice`` in the child before it starts).
+    niceness: dict[str, int] = field(default_factory=dict)
     children: dict[str, _Child] = field(default_factory=dict)
 
     def start(self) -> None:
@@ -53,7 +60,9 @@ class Supervisor:
 
     def _spawn(self, name: str) -> None:
         child = self.children[name]
-        child.process = subprocess.Popen(child.command, env=self.env)
+        nice = self.niceness.get(name, 0)
+        preexec = (lambda: os.nice(nice)) if nice else None  # noqa: E731 - runs in the child, before exec
+        child.process = subprocess.Popen(child.command, env=self.env, preexec_fn=preexec)
         child.started = self.clock()
         child.due = None
 
