@@ -230,6 +230,9 @@ SPECTACULAR_SETTINGS = {
         "EntityLoadStatusEnum": ["ok", "error"],
         "CardRefusalEnum": ["unauthorized_responder", "already_closed", "invalid", "not_found"],
         "EpisodeStatusEnum": ["open", "closed"],
+        # Two "state" choice sets (a pull's, a commit status's): named, so check --deploy stays clean (issue 37).
+        "PullStateEnum": ["open", "merged", "closed"],
+        "CommitStateEnum": ["pending", "success", "failure", "error"],
     },
     # Every operation documents the errors the shared machinery can answer (singularity.apikit.schema).
     "POSTPROCESSING_HOOKS": [
