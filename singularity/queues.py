@@ -19,7 +19,8 @@ QUEUES = ("grading", "loop", "beings", DEFAULT)
 
 #: Task-name prefixes → queue (Celery's ``task_routes``, glob patterns). Imported by settings: no Django here.
 ROUTES: dict[str, dict[str, str]] = {
-    "grading.tasks.grading.*": {"queue": "grading"},
+    # Grading's jobs alone: its sweeps run on the default queue, so a backlog never holds them up.
+    "grading.tasks.grading.grade_execution": {"queue": "grading"},
     "evolution.tasks.*": {"queue": "loop"},
     "singularity.tasks.*": {"queue": "beings"},
 }
