@@ -1,5 +1,6 @@
 """The Celery application. Tasks are thin wrappers over actions; the database decides who works."""
 
+import logging
 import os
 
 from celery import Celery, signals
@@ -8,6 +9,9 @@ from singularity import broker
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "singularity.settings")
 broker.register()
+if os.environ.get("LOG_FORMAT") == "json":
+    # Python's warnings (Celery's own among them) as log records, so they come out as JSON lines too.
+    logging.captureWarnings(True)
 
 app = Celery("singularity")
 app.config_from_object("django.conf:settings", namespace="CELERY")

@@ -24,6 +24,22 @@ errorlog = "-"
 loglevel = os.environ.get("LOG_LEVEL", "info").lower()
 # Application code loaded once in the master, then forked: workers start in well under a second.
 preload_app = True
+# No control socket: its default path is one per user, shared by every gunicorn that user runs (signals do the job).
+control_socket_disable = True
+
+if os.environ.get("LOG_FORMAT") == "json":
+    # gunicorn's own lines as JSON too, one object a line (singularity.ops.jsonlog).
+    logconfig_dict = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": "singularity.ops.jsonlog.JsonFormatter"}},
+        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}},
+        "loggers": {
+            "gunicorn.error": {"handlers": ["console"], "level": loglevel.upper(), "propagate": False},
+            "gunicorn.access": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        },
+        "root": {"handlers": ["console"], "level": loglevel.upper()},
+    }
 
 
 def child_exit(server: Any, worker: Any) -> None:

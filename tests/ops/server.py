@@ -40,9 +40,10 @@ def manage(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.
 class Up:
     """A running ``manage.py up``: its port, what it has printed so far, and when it said it was up."""
 
-    def __init__(self, process: subprocess.Popen[str], port: int) -> None:
+    def __init__(self, process: subprocess.Popen[str], port: int, errors: Path) -> None:
         self.process = process
         self.port = port
+        self.errors = errors  # what the processes logged (stderr)
         self.out: list[str] = []
         self.up_at: float | None = None
         self.answered_when_announced: bool | None = None
@@ -66,9 +67,9 @@ class Up:
         deadline = time.monotonic() + timeout
         while self.up_at is None:
             if self.process.poll() is not None:
-                raise AssertionError(f"up exited {self.process.returncode}: {''.join(self.out)[-3000:]}")
+                raise AssertionError(f"up exited {self.process.returncode}: {self.errors.read_text()[-3000:]}")
             if time.monotonic() > deadline:
-                raise AssertionError(f"up never said it was up: {''.join(self.out)[-3000:]}")
+                raise AssertionError(f"up never said it was up: {self.errors.read_text()[-3000:]}")
             time.sleep(0.2)
 
     def url(self, path: str) -> str:
@@ -78,16 +79,17 @@ class Up:
 @contextmanager
 def running_up(env: dict[str, str], *args: str) -> Iterator[Up]:
     port = free_port()
+    errors = Path(env["SINGULARITY_VAR_DIR"]).parent / "up-stderr.log"
     process = subprocess.Popen(
         [sys.executable, "manage.py", "up", "--port", str(port), "--no-demo", *args],
         cwd=BASE_DIR,
         env=env,
         stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        stderr=errors.open("w"),
         text=True,
         start_new_session=True,
     )
-    up = Up(process, port)
+    up = Up(process, port, errors)
     try:
         yield up
     finally:

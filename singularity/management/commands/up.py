@@ -70,12 +70,14 @@ def web_command(python: str, host: str, port: int, *, dev: bool) -> list[str]:
 
 def worker_command(python: str, queue: str, concurrency: int) -> list[str]:
     """One Celery worker consuming ``queue`` alone, named ``<queue>@<host>``."""
+    quiet = ["--quiet"] if os.environ.get("LOG_FORMAT") == "json" else []  # no banner: every line is JSON
     return [
         python,
         "-m",
         "celery",
         "-A",
         "singularity",
+        *quiet,
         "worker",
         "-l",
         "info",
@@ -101,7 +103,8 @@ def commands_for(python: str, host: str, port: int, *, dev: bool) -> dict[str, l
     commands = {"web": web_command(python, host, port, dev=dev)}
     for queue in QUEUES:
         commands[f"worker-{queue}"] = worker_command(python, queue, worker_concurrency(queue))
-    commands["beat"] = [python, "-m", "celery", "-A", "singularity", "beat", "-l", "info"]
+    quiet = ["--quiet"] if os.environ.get("LOG_FORMAT") == "json" else []
+    commands["beat"] = [python, "-m", "celery", "-A", "singularity", *quiet, "beat", "-l", "info"]
     return commands
 
 
