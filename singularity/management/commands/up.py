@@ -15,7 +15,6 @@ import os
 import signal
 import socket
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -153,8 +152,10 @@ class Command(BaseCommand):
         env.setdefault("SINGULARITY_PUBLIC_URL", public_url(host, port))
         # Request metrics from every gunicorn worker, summed at scrape time (docs/decisions.md, issue 37).
         if not env.get("PROMETHEUS_MULTIPROC_DIR"):
-            env["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="metrics-", dir=settings.VAR_DIR)
-        for stale in Path(env["PROMETHEUS_MULTIPROC_DIR"]).glob("*.db"):
+            env["PROMETHEUS_MULTIPROC_DIR"] = str(settings.VAR_DIR / "metrics")
+        metrics_dir = Path(env["PROMETHEUS_MULTIPROC_DIR"])
+        metrics_dir.mkdir(parents=True, exist_ok=True)
+        for stale in metrics_dir.glob("*.db"):  # the last run's processes: gone
             stale.unlink()
         demo = not settings.BRAMA_BASE_URL
         if demo:
