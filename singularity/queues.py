@@ -48,19 +48,47 @@ def broker_reachable(app: Any | None = None) -> str | None:
 
 
 def depth(queue: str, app: Any | None = None) -> int | None:
-    """Return how many messages ``queue`` holds in the broker (0 for a queue never declared), None when unreachable."""
+    """Return how many messages ``queue`` holds in the broker — waiting, or taken by a worker and not yet acknowledged
+    (``reserved``) — 0 for a queue never declared, None when the broker is unreachable."""
     app = app or _app()
     try:
         with _connection(app) as conn:
             conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=BROKER_TIMEOUT_SECS)
             channel = conn.default_channel
             try:
-                return int(channel.queue_declare(queue=queue, passive=True).message_count)
+                waiting = int(channel.queue_declare(queue=queue, passive=True).message_count)
             except conn.channel_errors:
-                return 0  # never declared: nothing queued
+                waiting = 0  # never declared: nothing waiting
+            return waiting + reserved(queue)
     except Exception as exc:  # noqa: BLE001 - unreachable, whatever the transport says
         log.debug("queue depth of %s unknown: %s", queue, exc)
         return None
+
+
+def reserved(queue: str) -> int:
+    """Messages of ``queue`` a worker has taken and not yet acknowledged (Redis keeps them in its ``unacked`` hash).
+
+    A worker prefetches a few messages beyond those it runs: they have left the queue's list but are still the
+    broker's until acknowledged (redelivered if the worker dies). 0 for a broker other than Redis.
+    """
+    import json
+
+    from django.conf import settings
+
+    url = str(settings.CELERY_BROKER_URL)
+    if not url.startswith(("redis://", "rediss://")):
+        return 0
+    import redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=BROKER_TIMEOUT_SECS, socket_timeout=BROKER_TIMEOUT_SECS)
+    count = 0
+    for raw in client.hvals("unacked"):  # kombu's Redis transport: [message, exchange, routing key]
+        try:
+            if json.loads(raw)[2] == queue:  # each queue is bound by its own name (settings.CELERY_TASK_QUEUES)
+                count += 1
+        except (ValueError, IndexError, TypeError):
+            continue
+    return count
 
 
 def depths(app: Any | None = None) -> dict[str, int | None]:

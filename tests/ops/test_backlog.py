@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import time_machine
+from kombu import pools
 
 from grading.booking import on_terminal, sweep_lost
 from grading.models import Grade
@@ -41,14 +42,19 @@ def redis_broker(settings):
     client = redis.Redis.from_url(URL)
     client.flushdb()
     before = celery_app.conf.broker_url
+
+    def fresh_pools() -> None:
+        """Forget the connection and producer pools made for the other broker (Celery makes them lazily again)."""
+        pools.reset()  # kombu's pools, by connection: closed and forgotten
+        celery_app._pool = None
+        celery_app.amqp._producer_pool = None
+
+    fresh_pools()
     celery_app.conf.broker_url = URL
-    celery_app._pool = None  # the producer pool was made for the broker before
     settings.CELERY_BROKER_URL = URL
     yield client
+    fresh_pools()
     celery_app.conf.broker_url = before
-    if celery_app._pool is not None:
-        celery_app._pool.force_close_all()
-    celery_app._pool = None
     client.flushdb()
 
 
@@ -76,3 +82,24 @@ def test_a_grade_merely_queued_past_15_minutes_is_not_failed_and_one_the_broker_
     grade.refresh_from_db()
     assert grade.status == Grade.Status.BOOKED
     assert depth("grading") == 1  # sent again
+
+
+@pytest.mark.skipif(not redis_answers(), reason="needs Redis on 127.0.0.1:6379")
+@pytest.mark.django_db
+def test_a_grade_a_worker_has_taken_but_not_finished_counts_as_queued_not_lost(
+    redis_broker, django_capture_on_commit_callbacks
+):
+    entity = make_entity(evaluation=NO_JUDGE)
+    with time_machine.travel(T0), django_capture_on_commit_callbacks(execute=True):
+        grade = on_terminal(make_run(entity))
+    with celery_app.connection_for_read() as conn:
+        channel = conn.default_channel
+        taken = channel.basic_get("grading", no_ack=False)  # a worker's prefetch: out of the list, not acknowledged
+        assert taken is not None
+        assert redis_broker.llen("grading") == 0
+        assert depth("grading") == 1  # still the broker's: redelivered if that worker dies
+        with time_machine.travel(T0 + timedelta(minutes=16)), django_capture_on_commit_callbacks(execute=True):
+            assert sweep_lost() == 0
+        assert redis_broker.llen("grading") == 0  # not sent a second time
+        grade.refresh_from_db()
+        assert grade.status == Grade.Status.BOOKED
