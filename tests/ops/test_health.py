@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 
@@ -84,3 +85,33 @@ def test_readyz_names_a_missing_brain_checkout(client, parts_up, tmp_path):
     parts_up.BRAIN_CHECKOUT = tmp_path / "nowhere"
     body = client.get("/readyz").json()
     assert body["failing"] == ["brain"] and "BRAIN_CHECKOUT" in body["checks"]["brain"]["detail"]
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
+@pytest.mark.django_db
+def test_readyz_goes_503_naming_the_broker_while_redis_is_stopped_and_back_to_200_once_it_runs(
+    client, parts_up, tmp_path
+):
+    from tests.evolution.test_broker_outage import Redis, free_port
+
+    redis = Redis(free_port(), tmp_path)
+    redis.start()
+    try:
+        parts_up.CELERY_BROKER_URL = redis.url
+        # The workers and beat write their pulses to that Redis (singularity.pulse), as on a real deployment.
+        pulse.beat("beat")
+        for queue in QUEUES:
+            pulse.beat(f"worker:{queue}:{queue}@test")
+        assert client.get("/readyz").status_code == 200
+        redis.stop()
+        stopped = client.get("/readyz")
+        assert stopped.status_code == 503
+        body = stopped.json()
+        assert "broker" in body["failing"] and body["checks"]["broker"]["detail"].startswith("CELERY_BROKER_URL: ")
+        redis.start()  # nothing kept on disk: the pulses come back as the processes write them again
+        pulse.beat("beat")
+        for queue in QUEUES:
+            pulse.beat(f"worker:{queue}:{queue}@test")
+        assert client.get("/readyz").status_code == 200
+    finally:
+        redis.stop()
