@@ -62,7 +62,8 @@ class Supervisor:
         child = self.children[name]
         nice = self.niceness.get(name, 0)
         preexec = (lambda: os.nice(nice)) if nice else None  # noqa: E731 - runs in the child, before exec
-        child.process = subprocess.Popen(child.command, env=self.env, preexec_fn=preexec)
+        # A process group of its own, so stopping it stops what it started too (runserver's reloader child).
+        child.process = subprocess.Popen(child.command, env=self.env, preexec_fn=preexec, process_group=0)
         child.started = self.clock()
         child.due = None
 
@@ -99,11 +100,21 @@ class Supervisor:
         """Ask every running process to end (SIGTERM), and kill what is still running after ``grace`` seconds."""
         running = [c.process for c in self.children.values() if c.process is not None and c.process.poll() is None]
         for process in running:
-            process.send_signal(signal.SIGTERM)
+            _signal_group(process, signal.SIGTERM)
         deadline = time.monotonic() + grace
         for process in running:
             try:
                 process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                process.kill()
+                _signal_group(process, signal.SIGKILL)
                 process.wait()
+
+
+def _signal_group(process: subprocess.Popen[Any], sig: int) -> None:
+    """Send ``sig`` to the process's group (it leads one: ``process_group=0``); to the process alone if that is gone."""
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        return
+    except PermissionError:
+        process.send_signal(sig)
