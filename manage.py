@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Django's command-line utility. Configuration errors exit 2 with the variable named."""
+"""Django's command-line utility. Configuration errors, and a database that cannot be reached, exit 2 naming the variable."""
 
 import os
 import sys
@@ -15,6 +15,14 @@ def main() -> None:
     except ImproperlyConfigured as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except Exception as exc:
+        from singularity.boot import EXIT_CODE, explain
+
+        line = explain(exc)
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        sys.exit(EXIT_CODE)
 
 
 if __name__ == "__main__":

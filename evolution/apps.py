@@ -6,6 +6,11 @@ class EvolutionConfig(AppConfig):
     verbose_name = "Evolution: cycles, rounds, pull requests, lessons"
 
     def ready(self) -> None:
+        from evolution.prometheus import cycles
+        from singularity.ops import metrics
+
+        metrics.register("evolution.cycles", cycles)
+
         from evolution import hooks
 
         _check_project_functions()

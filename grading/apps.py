@@ -6,6 +6,12 @@ class GradingConfig(AppConfig):
     verbose_name = "Grading: entities, executions, grades"
 
     def ready(self) -> None:
+        from grading.prometheus import grades, runs
+        from singularity.ops import metrics
+
+        metrics.register("grading.runs", runs)
+        metrics.register("grading.grades", grades)
+
         from grading.cards import KIND, PRODUCER, rating_card_detail
         from grading.ratings import on_rating_card
         from hitl import registry

@@ -4,8 +4,10 @@ A booking is a ``Grade`` row in status ``booked`` with ``due_at`` (the run's
 end plus ``gradeAfterHours``). A sampled booking holds its ``maxPerDay`` slot
 from the terminal on, even while the judge waits. Grading is enqueued after
 commit when the booking is due now, and ``sweep_due`` enqueues the delayed
-ones when their time comes; ``sweep_lost`` fails a booking whose job never
-ran ("grading job lost") and gives its slot back. A reported batch is booked
+ones when their time comes; ``sweep_lost`` tells a queued booking from a
+lost one — a backlog is left queued, a lost job is sent again, a grading
+whose worker died is run again — and fails as "grading job lost" (giving its
+slot back) only what stays lost. A reported batch is booked
 in one pass (``on_terminal_many``), its ``method: none`` gradings done together
 in the same process. Every function here is idempotent: asking twice books once.
 """
@@ -33,6 +35,12 @@ Sampling = Execution.Sampling
 
 LOST = "grading job lost"
 DEFAULT_LOST_GRACE = timedelta(minutes=15)
+#: The queue grading's jobs wait in (singularity.queues).
+GRADING_QUEUE = "grading"
+#: A booking re-sent on every sweep while the queue is empty is failed as lost this long past due.
+GIVE_UP_AFTER = timedelta(hours=24)
+#: A grading whose worker died is run again until it has been started this many times; then failed as lost.
+MAX_ATTEMPTS = 3
 
 #: Asked at every terminal: a check returning a reason (e.g. "watch:<cycle>") books the run exempt.
 ExemptionCheck = Callable[[Execution], "str | None"]
@@ -401,17 +409,75 @@ def fail_lost(grade: Grade, *, status: str) -> bool:
     return bool(changed)
 
 
-def sweep_lost(grace: timedelta = DEFAULT_LOST_GRACE, *, now: datetime | None = None) -> int:
-    """Fail bookings whose job never started or never finished within ``grace`` of its start; return how many.
+def _grading_queue_depth() -> int | None:
+    from singularity.queues import depth
 
-    A booking still ``booked`` past ``due_at + grace`` and a grading still in
-    flight past ``started_at + grace`` are failed with "grading job lost",
-    and the ``maxPerDay`` slot they held is given back. Running it twice
-    fails nothing twice.
+    return depth(GRADING_QUEUE)
+
+
+def sweep_lost(
+    grace: timedelta = DEFAULT_LOST_GRACE,
+    *,
+    now: datetime | None = None,
+    queued: Callable[[], int | None] = _grading_queue_depth,
+) -> int:
+    """Tell a queued grade from a lost one; re-send or re-run what was lost; return how many were failed as lost.
+
+    A booking still ``booked`` past ``due_at + grace``:
+
+    - while the grading queue holds messages (``queued()`` > 0: a backlog) or
+      the broker cannot be asked (None), it is queued, not lost: left alone;
+    - when the queue is empty its message is gone: it is sent again — and
+      failed "grading job lost" (its ``maxPerDay`` slot given back) only once
+      it is ``GIVE_UP_AFTER`` past due with the queue still empty each time.
+
+    A grading still in flight past ``started_at + grace`` lost its worker (it
+    died mid-grade): it is booked again and re-sent, up to ``MAX_ATTEMPTS``
+    starts; then failed as lost. A late result of the dead start never lands
+    over the new one (``grade_now`` writes only under its own attempt).
+    Running it twice fails nothing twice.
     """
     now = now or timezone.now()
     deadline = now - grace
-    stale = list(Grade.objects.filter(status=Grade.Status.BOOKED, due_at__lt=deadline)) + list(
-        Grade.objects.filter(status=Grade.Status.GRADING, started_at__lt=deadline)
-    )
-    return sum(fail_lost(grade, status=grade.status) for grade in stale)
+    failed = 0
+    stale_booked = list(Grade.objects.filter(status=Grade.Status.BOOKED, due_at__lt=deadline).order_by("due_at"))
+    if stale_booked:
+        depth = queued()
+        if depth is None or depth > 0:
+            log.info(
+                "%d bookings past due + %s left queued: the grading queue %s",
+                len(stale_booked),
+                grace,
+                "cannot be asked (broker unreachable)" if depth is None else f"holds {depth} messages",
+            )
+        else:
+            resent = 0
+            for grade in stale_booked:
+                if grade.due_at < now - GIVE_UP_AFTER:
+                    failed += fail_lost(grade, status=Grade.Status.BOOKED)
+                else:
+                    _enqueue_on_commit(grade.pk)
+                    resent += 1
+            if resent:
+                log.warning(
+                    "%d bookings past due with the grading queue empty: their jobs were lost; sent again", resent
+                )
+    for grade in Grade.objects.filter(status=Grade.Status.GRADING, started_at__lt=deadline):
+        if grade.attempts >= MAX_ATTEMPTS:
+            failed += fail_lost(grade, status=Grade.Status.GRADING)
+            continue
+        with transaction.atomic():
+            again = Grade.objects.filter(pk=grade.pk, status=Grade.Status.GRADING, attempts=grade.attempts).update(
+                status=Grade.Status.BOOKED
+            )
+            if again:
+                _enqueue_on_commit(grade.pk)
+        if again:
+            log.warning(
+                "grading of %s started %s and never finished (its worker died?): run again (start %d of %d)",
+                grade.execution_id,
+                grade.started_at,
+                grade.attempts + 1,
+                MAX_ATTEMPTS,
+            )
+    return failed

@@ -6,6 +6,11 @@ class HitlConfig(AppConfig):
     verbose_name = "People in the loop: cards, notices, Telegram"
 
     def ready(self) -> None:
+        from hitl.prometheus import cards
+        from singularity.ops import metrics
+
+        metrics.register("hitl.cards", cards)
+
         from hitl.channels import register_channel
         from hitl.channels.telegram import TelegramSession
 

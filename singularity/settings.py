@@ -12,18 +12,62 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from kombu import Queue
 
 from singularity.env import env_bool, env_decimal, env_float, env_int, env_secret, env_str
 from singularity.forge_env import git_remote, read_forge
+from singularity.queues import DEFAULT as DEFAULT_QUEUE
+from singularity.queues import QUEUES, ROUTES
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("SINGULARITY_VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = env_secret("SECRET_KEY", "dev-only-insecure-key-change-me")
+DEV_SECRET_KEY = "dev-only-insecure-key-change-me"
+SECRET_KEY = env_secret("SECRET_KEY", DEV_SECRET_KEY)
 ALLOWED_HOSTS = [h for h in env_str("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in env_str("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+#: Production: ``SINGULARITY_ENV=production`` (README's production guide). It refuses the development secret key.
+PRODUCTION = env_str("SINGULARITY_ENV", "development") == "production"
+if PRODUCTION and SECRET_KEY == DEV_SECRET_KEY:
+    raise ImproperlyConfigured(
+        "SECRET_KEY: production (SINGULARITY_ENV=production) refuses the development key; set SECRET_KEY "
+        "(or SECRET_KEY_FILE) to a long random value, e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))'"
+    )
+
+# --- TLS and cookies (behind a TLS-terminating proxy; README, "Production") -------
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
+#: "HTTP_X_FORWARDED_PROTO=https": the header a trusted proxy sets, and the value that means the request came over TLS.
+_proxy_ssl = env_str("SECURE_PROXY_SSL_HEADER", "")
+if _proxy_ssl:
+    _header, _sep, _value = _proxy_ssl.partition("=")
+    if not _sep or not _header.strip() or not _value.strip():
+        raise ImproperlyConfigured(
+            f"SECURE_PROXY_SSL_HEADER: expected HEADER=value, e.g. HTTP_X_FORWARDED_PROTO=https, got {_proxy_ssl!r}"
+        )
+    SECURE_PROXY_SSL_HEADER = (_header.strip(), _value.strip())
+#: Paths never redirected to HTTPS: the probes a load balancer or Prometheus reaches over plain HTTP inside.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+
+# --- Operations: metrics and logs ------------------------------------------
+#: /metrics answers a request bearing ``Authorization: Bearer <METRICS_TOKEN>``, or from an address in METRICS_ALLOW.
+METRICS_TOKEN = env_secret("METRICS_TOKEN", "")
+METRICS_ALLOW = [
+    a.strip() for a in env_str("METRICS_ALLOW", "" if PRODUCTION else "127.0.0.1,::1").split(",") if a.strip()
+]
+#: "plain" (one line a record) or "json" (one JSON object a line).
+LOG_FORMAT = env_str("LOG_FORMAT", "plain")
+if LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(f"LOG_FORMAT: expected plain or json, got {LOG_FORMAT!r}")
+#: How stale beat's pulse may be before /readyz calls beat down (seconds).
+READY_BEAT_STALE_SECS = env_float("READY_BEAT_STALE_SECS", 60.0, minimum=1.0)
+READY_WORKER_STALE_SECS = env_float("READY_WORKER_STALE_SECS", 60.0, minimum=1.0)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -45,6 +89,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "singularity.ops.middleware.RequestContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "singularity.apikit.middleware.ApiGuardMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -192,6 +237,9 @@ SPECTACULAR_SETTINGS = {
         "OkOrErrorEnum": ["ok", "error"],
         "CardRefusalEnum": ["unauthorized_responder", "already_closed", "invalid", "not_found"],
         "EpisodeStatusEnum": ["open", "closed"],
+        # Two "state" choice sets (a pull's, a commit status's): named, so check --deploy stays clean (issue 37).
+        "PullStateEnum": ["open", "merged", "closed"],
+        "CommitStateEnum": ["pending", "success", "failure", "error"],
     },
     # Every operation documents the errors the shared machinery can answer (singularity.apikit.schema).
     "POSTPROCESSING_HOOKS": [
@@ -219,7 +267,13 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# django-celery-beat's database scheduler, writing beat's pulse at each tick (singularity.beat).
+CELERY_BEAT_SCHEDULER = "singularity.beat:Scheduler"
+# Grading, the loop and the beings each on a queue of their own (singularity.queues); a worker started without -Q
+# consumes every one.
+CELERY_TASK_QUEUES = [Queue(name, routing_key=name) for name in QUEUES]
+CELERY_TASK_DEFAULT_QUEUE = DEFAULT_QUEUE
+CELERY_TASK_ROUTES = ROUTES
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -344,10 +398,19 @@ if SINGULARITY_MCP_CONFIG and not Path(SINGULARITY_MCP_CONFIG).is_file():
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        # One JSON object a line, a message with newlines included (singularity.ops.jsonlog).
+        "json": {"()": "singularity.ops.jsonlog.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["context"]},
+    },
     # Celery's "sending due task" / "received" / "succeeded" for routine ticks: dropped (see log_filters).
-    "filters": {"quiet_ticks": {"()": "singularity.log_filters.QuietPeriodicTicks"}},
+    "filters": {
+        "quiet_ticks": {"()": "singularity.log_filters.QuietPeriodicTicks"},
+        "context": {"()": "singularity.ops.jsonlog.ContextFilter"},
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
         "httpx": {"level": "WARNING"},

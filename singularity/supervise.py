@@ -8,10 +8,15 @@
   crash never takes the dashboard down;
 - any other process that exits (the web server) ends the whole: ``check``
   answers its exit code and ``stop()`` ends the rest.
+
+A process named in ``niceness`` starts at that much lower a scheduling
+priority (the workers and beat under ``up``), so the web server keeps its
+share of the CPU while grading drains a backlog.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -44,6 +49,8 @@ class Supervisor:
     clock: Callable[[], float] = time.monotonic
     first_delay: float = FIRST_DELAY
     max_delay: float = MAX_DELAY
+    #: name → how much lower than ours its scheduling priority is (``os.nice`` in the child before it starts).
+    niceness: dict[str, int] = field(default_factory=dict)
     children: dict[str, _Child] = field(default_factory=dict)
 
     def start(self) -> None:
@@ -53,7 +60,10 @@ class Supervisor:
 
     def _spawn(self, name: str) -> None:
         child = self.children[name]
-        child.process = subprocess.Popen(child.command, env=self.env)
+        nice = self.niceness.get(name, 0)
+        preexec = (lambda: os.nice(nice)) if nice else None  # noqa: E731 - runs in the child, before exec
+        # A process group of its own, so stopping it stops what it started too (runserver's reloader child).
+        child.process = subprocess.Popen(child.command, env=self.env, preexec_fn=preexec, process_group=0)
         child.started = self.clock()
         child.due = None
 
@@ -90,11 +100,21 @@ class Supervisor:
         """Ask every running process to end (SIGTERM), and kill what is still running after ``grace`` seconds."""
         running = [c.process for c in self.children.values() if c.process is not None and c.process.poll() is None]
         for process in running:
-            process.send_signal(signal.SIGTERM)
+            _signal_group(process, signal.SIGTERM)
         deadline = time.monotonic() + grace
         for process in running:
             try:
                 process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                process.kill()
+                _signal_group(process, signal.SIGKILL)
                 process.wait()
+
+
+def _signal_group(process: subprocess.Popen[Any], sig: int) -> None:
+    """Send ``sig`` to the process's group (it leads one: ``process_group=0``); to the process alone if that is gone."""
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        return
+    except PermissionError:
+        process.send_signal(sig)

@@ -4,11 +4,16 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
+from singularity.ops import views as ops
+
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="being-list", permanent=False), name="home"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("healthz", ops.healthz, name="healthz"),
+    path("readyz", ops.readyz, name="readyz"),
+    path("metrics", ops.metrics_view, name="metrics"),
     path("", include("singularity.web_urls")),
     path("evolution/", include("evolution.urls")),
     path("evolution/", include("grading.urls")),

@@ -23,7 +23,7 @@ def sweep_due() -> int:
 
 @shared_task(ignore_result=True)
 def sweep_lost() -> int:
-    """Fail bookings whose grading job never ran ("grading job lost") and free their slots."""
+    """Re-send lost grading jobs, re-run gradings whose worker died, fail as lost what stays lost (grading.booking)."""
     from grading import booking
 
     return booking.sweep_lost()

@@ -12,7 +12,17 @@ import time_machine
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from grading.booking import LOST, GradingOff, book_for_rating, eval_start, on_terminal, sweep_due, sweep_lost
+from grading.booking import (
+    GIVE_UP_AFTER,
+    LOST,
+    MAX_ATTEMPTS,
+    GradingOff,
+    book_for_rating,
+    eval_start,
+    on_terminal,
+    sweep_due,
+    sweep_lost,
+)
 from grading.grade import grade_now
 from grading.models import Execution, Grade
 from grading.sampling import booked_on, calendar_day
@@ -110,8 +120,15 @@ def test_a_grade_due_now_is_enqueued_after_commit(eager_tasks, django_capture_on
     assert grade.status == Grade.Status.GRADED
 
 
+def empty_queue() -> int:
+    """The broker's answer when the grading queue holds nothing (the booking's message is gone)."""
+    return 0
+
+
 @pytest.mark.django_db
-def test_a_grading_job_that_never_ran_is_failed_as_lost_and_frees_its_slot():
+def test_a_grading_job_lost_from_an_empty_queue_is_sent_again_then_failed_as_lost_and_frees_its_slot(
+    django_capture_on_commit_callbacks,
+):
     entity = delayed_entity()
     first = make_run(entity, completed_at=T0)
     with time_machine.travel(T0, tick=False):
@@ -120,10 +137,18 @@ def test_a_grading_job_that_never_ran_is_failed_as_lost_and_frees_its_slot():
     assert booked_on(entity, day) == 1
 
     with time_machine.travel(T0 + timedelta(hours=72, minutes=14), tick=False):
-        assert sweep_lost() == 0  # inside the grace
+        with django_capture_on_commit_callbacks() as sent:
+            assert sweep_lost(queued=empty_queue) == 0  # inside the grace
+        assert sent == []
     with time_machine.travel(T0 + timedelta(hours=72, minutes=16), tick=False):
-        assert sweep_lost() == 1
-        assert sweep_lost() == 0  # idempotent
+        with django_capture_on_commit_callbacks() as sent:
+            assert sweep_lost(queued=empty_queue) == 0  # its job is gone from the queue: sent again, not failed
+        assert [c.__qualname__.split(".")[0] for c in sent] == ["_enqueue_on_commit"]
+    grade.refresh_from_db()
+    assert grade.status == Grade.Status.BOOKED and booked_on(entity, day) == 1
+    with time_machine.travel(T0 + timedelta(hours=72) + GIVE_UP_AFTER + timedelta(minutes=16), tick=False):
+        assert sweep_lost(queued=empty_queue) == 1  # still lost a day on: failed
+        assert sweep_lost(queued=empty_queue) == 0  # idempotent
     grade.refresh_from_db()
     assert grade.status == Grade.Status.FAILED
     assert grade.error == LOST == "grading job lost"
@@ -137,13 +162,38 @@ def test_a_grading_job_that_never_ran_is_failed_as_lost_and_frees_its_slot():
 
 
 @pytest.mark.django_db
-def test_a_grading_that_started_and_never_finished_is_lost_too():
+def test_a_booking_past_the_grace_is_left_queued_while_the_queue_holds_a_backlog_or_cannot_be_asked(
+    django_capture_on_commit_callbacks,
+):
     entity = make_entity(evaluation=NO_JUDGE)
-    with time_machine.travel(T0, tick=False):
+    with time_machine.travel(T0, tick=False), django_capture_on_commit_callbacks():
+        grade = on_terminal(make_run(entity))
+    for depth in (1000, None):
+        with time_machine.travel(T0 + GIVE_UP_AFTER + timedelta(hours=1), tick=False):
+            with django_capture_on_commit_callbacks() as sent:
+                assert sweep_lost(queued=lambda depth=depth: depth) == 0
+            assert sent == []  # neither failed nor sent twice
+    grade.refresh_from_db()
+    assert grade.status == Grade.Status.BOOKED and grade.error == ""
+
+
+@pytest.mark.django_db
+def test_a_grading_whose_worker_died_is_run_again_and_failed_as_lost_after_its_last_start(
+    django_capture_on_commit_callbacks,
+):
+    entity = make_entity(evaluation=NO_JUDGE)
+    with time_machine.travel(T0, tick=False), django_capture_on_commit_callbacks():
         grade = on_terminal(make_run(entity))
         Grade.objects.filter(pk=grade.pk).update(status=Grade.Status.GRADING, started_at=T0, attempts=1)
     with time_machine.travel(T0 + timedelta(minutes=16), tick=False):
-        assert sweep_lost() == 1
+        with django_capture_on_commit_callbacks() as sent:
+            assert sweep_lost(queued=empty_queue) == 0
+        assert [c.__qualname__.split(".")[0] for c in sent] == ["_enqueue_on_commit"]
+    grade.refresh_from_db()
+    assert grade.status == Grade.Status.BOOKED and grade.attempts == 1  # booked again, its start counted
+    Grade.objects.filter(pk=grade.pk).update(status=Grade.Status.GRADING, started_at=T0, attempts=MAX_ATTEMPTS)
+    with time_machine.travel(T0 + timedelta(minutes=16), tick=False):
+        assert sweep_lost(queued=empty_queue) == 1
     grade.refresh_from_db()
     assert grade.status == Grade.Status.FAILED and grade.error == LOST
 
