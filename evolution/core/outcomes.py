@@ -182,10 +182,12 @@ def status_label(cycle: Cycle) -> str:
     validated → Kept; regressed → Reverted once the revert merged, Reverting
     while it is followed, "Regressed, revert closed/expired" when the revert
     did not land (the change stays live); unvalidated → Unverified for a
-    shipped change (Reverted when the policy revert merged), "Not merged" for
+    shipped change ("Reverted by policy (unproven)" when the policy revert merged), "Not merged" for
     a PR that never merged; skipped → Skipped; failed → Failed.
     """
     if cycle.phase == Cycle.Phase.REVERTING:
+        if cycle.reverted_by_policy:
+            return "Reverting by policy (unproven)"  # R13.19: an unproven change, not a regression
         return LIVE_WORDS[Cycle.Phase.REVERTING]
     if not cycle.status:
         return LIVE_WORDS.get(cycle.phase, str(cycle.phase).capitalize())
@@ -205,7 +207,10 @@ def status_label(cycle: Cycle) -> str:
         return f"Regressed, revert {outcome}" if outcome else "Regressed"
     if shipped is None:
         return "Not merged"
-    return "Reverted" if outcome == "merged" else "Unverified"
+    # An unproven change the policy reverted (watch.onInconclusive: revert) says so, never "regressed" (R13.19).
+    if outcome == "merged":
+        return "Reverted by policy (unproven)"
+    return f"Unverified, policy revert {outcome}" if outcome else "Unverified"
 
 
 #: A cycle's machine phase as a person reads it (pages, refusals, notices): never "merge_wait" or "Merge Wait".

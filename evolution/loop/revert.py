@@ -100,8 +100,9 @@ def _revert_on_branch(url: str, default: str, branch: str, round: Round) -> str:
 
 
 def revert_title(round: Round) -> str:
-    """The revert PR's title: what it undoes."""
-    return f"Revert loop({round.cycle.entity.slug}): cycle {round.cycle_id} (PR #{round.pr_number or '?'})"
+    """The revert PR's title: what it undoes ("unproven" for a policy revert, R13.19)."""
+    unproven = "unproven " if round.cycle.reverted_by_policy else ""
+    return f"Revert {unproven}loop({round.cycle.entity.slug}): cycle {round.cycle_id} (PR #{round.pr_number or '?'})"
 
 
 def revert_body(round: Round) -> str:
@@ -109,7 +110,10 @@ def revert_body(round: Round) -> str:
     cycle = round.cycle
     link = settings.SINGULARITY_PUBLIC_URL.rstrip("/") + cycle.get_absolute_url()
     if cycle.reverted_by_policy:
-        why = "its watch was inconclusive and the entity's watch.onInconclusive says revert"
+        why = (
+            "it is unproven — its watch was inconclusive — and the entity's watch.onInconclusive says revert "
+            "(reverted by policy; nothing showed it regressed)"
+        )
     else:
         why = "its watch settled regressed"
     reason = (cycle.reason or "").strip()

@@ -98,6 +98,8 @@ def notify(cycle: Cycle) -> None:
         return
     if cycle.status == Cycle.Status.REGRESSED:
         words = "regressed: revert opened" if cycle.phase == Cycle.Phase.REVERTING else "regressed"
+    elif cycle.status == Cycle.Status.UNVALIDATED and cycle.reverted_by_policy:
+        words = "unproven: reverted by policy (watch.onInconclusive: revert), revert opened"
     else:
         words = WORDS.get(cycle.status, cycle.status)
     post_notice(

@@ -67,7 +67,19 @@ def test_a_revert_by_policy_says_so(fb):
     Cycle.objects.filter(pk=round.cycle_id).update(status=Cycle.Status.UNVALIDATED, reverted_by_policy=True)
     round.cycle.refresh_from_db()
     pull = open_revert(round)
-    assert "watch.onInconclusive says revert" in PullRequest.objects.get(number=pull.number).body
+    row = PullRequest.objects.get(number=pull.number)
+    assert "watch.onInconclusive says revert" in row.body and "it is unproven" in row.body
+    assert row.title.startswith("Revert unproven loop(digest): ")  # R13.19: the PR says unproven
+    from evolution.core.outcomes import status_label
+    from evolution.loop.settle import notify
+    from hitl.models import Notice
+
+    Cycle.objects.filter(pk=round.cycle_id).update(phase=Cycle.Phase.REVERTING)
+    round.cycle.refresh_from_db()
+    assert status_label(round.cycle) == "Reverting by policy (unproven)"
+    notify(round.cycle)
+    notice = Notice.objects.latest("pk")
+    assert "unproven: reverted by policy" in notice.title and "regressed" not in notice.title
 
 
 def test_a_conflicting_revert_is_refused_in_gits_words_and_pushes_nothing(fb):

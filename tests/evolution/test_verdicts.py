@@ -179,7 +179,9 @@ def test_a_check_regressed_candidate_whose_objective_cleared_its_bar_is_a_tradeo
         (Cycle.Status.REGRESSED, True, "merged", "Reverted"),
         (Cycle.Status.REGRESSED, True, "expired", "Regressed, revert expired"),
         (Cycle.Status.UNVALIDATED, True, "", "Unverified"),
-        (Cycle.Status.UNVALIDATED, True, "merged", "Reverted"),  # reverted by policy (watch.onInconclusive)
+        # R13.19: reverted by policy (watch.onInconclusive: revert) says unproven, never a regression
+        (Cycle.Status.UNVALIDATED, True, "merged", "Reverted by policy (unproven)"),
+        (Cycle.Status.UNVALIDATED, True, "expired", "Unverified, policy revert expired"),
         (Cycle.Status.UNVALIDATED, False, "", "Not merged"),
         (Cycle.Status.SKIPPED, False, "", "Skipped"),
         (Cycle.Status.FAILED, False, "", "Failed"),
