@@ -236,3 +236,33 @@ def phase_label(phase: object) -> str:
     if phase == Cycle.Phase.MERGE_WAIT:
         return "Waiting for the merge"
     return Cycle.Phase(phase).label if phase in Cycle.Phase.values else str(phase or "").replace("_", " ")
+
+
+#: What marks a settle that writes no lesson by design (R17.3), and the words the Learn chapter says for it.
+UNATTENDED_MARK = "(unattended: closed at once)"
+SET_ASIDE_MARK = "set aside: "
+
+
+def no_lesson_words(cycle: Cycle) -> str:
+    """Why a settled cycle wrote no lesson when that is by design (R17.3), in words; "" otherwise.
+
+    The kill switch (a call about the loop, not a verdict on the change) and a broken round under decide: auto
+    (closed at once: nothing was proposed or measured) write none; nor does a proposal set aside for a hold placed
+    while the proposer worked.
+    """
+    from evolution.core.cycles import KILL_SWITCH_MARKS
+
+    reason = cycle.reason or ""
+    if any(mark in reason.lower() for mark in KILL_SWITCH_MARKS):
+        return (
+            "No lesson, by design: the loop was switched off during the analysis — a call about the loop, not a "
+            "verdict on any change."
+        )
+    if UNATTENDED_MARK in reason:
+        return (
+            "No lesson, by design: a broken analysis or apply under decide: auto closes the cycle at once — "
+            "nothing was proposed or measured, so there is nothing to learn from."
+        )
+    if reason.startswith(SET_ASIDE_MARK):
+        return "No lesson, by design: the proposal was set aside for a hold placed while the proposer worked."
+    return ""

@@ -10,6 +10,7 @@ from django.db.models import Prefetch, prefetch_related_objects
 
 from evolution.core import spend
 from evolution.core.links import file_change
+from evolution.core.outcomes import no_lesson_words
 from evolution.models import Cycle, Lesson, Recall, Round
 from evolution.reads import checks
 from evolution.reads.status import ENDED, NotFound, _pr, ended, grade_of, label, line_of, needs_you, strength_of
@@ -275,6 +276,7 @@ def cycle_detail(cycle: Cycle) -> dict[str, Any]:
         },
         "lessons": [_lesson_dict(lesson) for lesson in lessons],
         "lessonError": cycle.lesson_error,
+        "noLesson": no_lesson_words(cycle) if cycle.status else "",
         "remembered": _remembered(cycle),
         "recalledBy": _recalled_by(cycle),
         "strength": strength_of(cycle),
