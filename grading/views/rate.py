@@ -416,13 +416,15 @@ def _rate_post(request: HttpRequest) -> HttpResponse:
         return HttpResponse(_said(answer.as_dict()), status=status)
     (row,) = rate_rows(request.user, [run])
     row.answer = answer.as_dict()
+    # The page shows (and so holds a target for) only an entity with something to calibrate: swap that one only.
+    swapped = _calibration_context(run.entity)
     # An answer the page shows in place: HTMX swaps 2xx only, so a refusal is still 200 with its code in the row.
     response = HttpResponse(
         rate_row_html(
             row,
             csrf_token=get_token(request),
             entity_filter=post.get("entity_filter", ""),
-            oob=_calibration_context(run.entity),
+            oob=swapped if swapped["calibration"] else None,
         )
     )
     response["X-Rate-Code"] = answer.code
