@@ -97,6 +97,32 @@ def usd_text(value: Any) -> str:
 
 
 @register.filter
+def number(value: Any) -> str:
+    """Return a number as people read it: at most three significant decimals ("0.667", "2.33"); "—" for none."""
+    return display.number_text(value)
+
+
+@register.filter
+def signed_number(value: Any) -> str:
+    """Return a movement as people read it, signed ("+0.667", "-481"); "—" for none."""
+    return display.signed_number_text(value)
+
+
+@register.filter
+def percent(value: Any) -> str:
+    """Return a share (0..1) as a percentage ("67%"); "—" for none."""
+    return display.percent_text(value)
+
+
+@register.filter
+def reading(value: Any, metric_id: str = "") -> str:
+    """Return a metric's value as people read it: money for a ``*_usd`` metric ("$0.0052"), else ``number``."""
+    if str(metric_id).endswith("_usd") and value not in (None, ""):
+        return display.usd_text(value)
+    return display.number_text(value)
+
+
+@register.filter
 def instant(value: datetime | None) -> SafeString:
     """Return ``<time datetime="…" title="…:07 UTC">2025-01-31 14:05 UTC</time>`` in the configured time zone."""
     if value is None:

@@ -10,6 +10,7 @@ import time_machine
 from django.template import Context, Template
 from django.test import override_settings
 
+from singularity import display
 from singularity.display import ago_text, instant_text, usd_plain, usd_text
 
 NOW = datetime(2025, 3, 14, 12, 0, 0, tzinfo=UTC)
@@ -149,3 +150,48 @@ def test_an_instant_reads_as_djangos_date_format_of_it_in_any_zone(zone: str) ->
             local = timezone.localtime(instant) if timezone.is_aware(instant) else instant
             assert instant_text(instant) == date_format(local, INSTANT_FORMAT), instant
             assert instant_text(instant, seconds=True) == date_format(local, INSTANT_TITLE_FORMAT), instant
+
+
+# --- Numbers (issue 28): one format, at most three significant decimals, shares as percentages ------------
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (0.666666666667, "0.667"),
+        ("0.666666666667", "0.667"),
+        (0.333333333, "0.333"),
+        (0.0412345, "0.0412"),
+        (2.3333, "2.33"),
+        (112.0, "112"),
+        (-481, "-481"),
+        (Decimal("752.5"), "752.5"),
+        (0, "0"),
+        (None, "—"),
+        ("", "—"),
+        ("n/a", "n/a"),
+        (True, "True"),
+        (float("nan"), "nan"),
+    ],
+)
+def test_a_number_reads_with_at_most_three_significant_decimals(value, text) -> None:
+    assert display.number_text(value) == text
+
+
+def test_a_movement_carries_its_sign() -> None:
+    assert [display.signed_number_text(v) for v in ("0.666666666667", "-481", 0, None)] == ["+0.667", "-481", "0", "—"]
+
+
+@pytest.mark.parametrize(
+    ("share", "text"), [(0.666666, "67%"), (1, "100%"), (0, "0%"), (0.004, "0.4%"), ("0.5", "50%"), (None, "—")]
+)
+def test_a_share_reads_as_a_percentage(share, text) -> None:
+    assert display.percent_text(share) == text
+
+
+def test_the_template_filters_use_the_one_format() -> None:
+    page = Template(
+        "{% load singularity_tags %}{{ a|number }} {{ b|signed_number }} {{ c|percent }} {{ d|reading:'cost_usd' }} "
+        "{{ a|reading:'accuracy' }}"
+    ).render(Context({"a": 0.666666666667, "b": "0.666666666667", "c": 0.25, "d": "0.0052"}))
+    assert page == "0.667 +0.667 25% $0.0052 0.667"
