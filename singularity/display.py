@@ -5,8 +5,9 @@ never a raw float ("0.666666666667"); a share as a percentage ("67%").
 
 Money: two decimals ("$9.98"), or two significant digits below a cent
 ("$0.0052") so a small cost never reads as "$0.00"; the exact ledger amount
-goes in a title. Instants: the configured time zone, "2025-01-31 14:05 UTC";
-relative ("3 min ago") where recency matters, with the instant in a title.
+goes in a title. Instants, one format on every page (issue 28): absolute in the
+configured time zone, "2025-01-31 14:05 UTC", with the relative ("3 min ago")
+and the seconds in its title (``instant_title``).
 """
 
 from __future__ import annotations
@@ -86,6 +87,18 @@ def percent_text(value: Any) -> str:
     if hundred == 0 or abs(hundred) >= 1:
         return f"{hundred.quantize(Decimal(1), rounding=ROUND_HALF_EVEN, context=EXACT):f}%"
     return f"{number_text(hundred)}%"
+
+
+#: One word per state of a graded run, on every page (Runs, a run, a cycle's check and watch, the PR comment):
+#: a run the grade passed, one it did not, one with no verdict yet. "failed" is kept for a run that broke.
+OUTCOME_WORDS = {True: "passed", False: "bad", None: "not graded"}
+#: The badge's colour class of each.
+OUTCOME_CLASSES = {True: "ok", False: "bad", None: ""}
+
+
+def outcome_word(passed: bool | None) -> str:
+    """The word for a graded run's outcome: "passed", "bad", or "not graded" (no verdict)."""
+    return OUTCOME_WORDS[passed if isinstance(passed, bool) else None]
 
 
 def usd_text(value: Any) -> str:
@@ -178,6 +191,18 @@ def ago_text(value: datetime | None, *, now: datetime | None = None) -> str:
         days = seconds // 86400
         span = f"{days} day{'s' if days != 1 else ''}"
     return f"in {span}" if ahead else f"{span} ago"
+
+
+def instant_title(value: datetime | None, *, now: datetime | None = None) -> str:
+    """The tooltip of a shown instant: how long ago (or ahead) and the instant to the second.
+
+    "3 min ago · 2025-01-31 14:05:07 UTC"; past a week the relative is the instant itself, so just that.
+    """
+    if value is None:
+        return ""
+    exact = instant_text(value, seconds=True)
+    relative = ago_text(value, now=now)
+    return exact if relative == instant_text(value) else f"{relative} · {exact}"
 
 
 def iso(value: datetime | None) -> str:

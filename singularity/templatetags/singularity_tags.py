@@ -123,29 +123,32 @@ def reading(value: Any, metric_id: str = "") -> str:
 
 
 @register.filter
+def outcome_badge(passed: bool | None) -> SafeString:
+    """A graded run's outcome as a badge in the one set of words (``display.outcome_word``: passed, bad)."""
+    key = passed if isinstance(passed, bool) else None
+    return format_html('<span class="badge {}">{}</span>', display.OUTCOME_CLASSES[key], display.outcome_word(key))
+
+
+@register.filter
 def instant(value: datetime | None) -> SafeString:
-    """Return ``<time datetime="…" title="…:07 UTC">2025-01-31 14:05 UTC</time>`` in the configured time zone."""
+    """The site's one date format: ``<time datetime="…" title="3 min ago · …:07 UTC">2025-01-31 14:05 UTC</time>``.
+
+    Absolute, in the configured time zone, with the relative and the seconds in its title (``display``).
+    """
     if value is None:
         return SafeString("")
     return format_html(
         '<time datetime="{}" title="{}">{}</time>',
         display.iso(value),
-        display.instant_text(value, seconds=True),
+        display.instant_title(value),
         display.instant_text(value),
     )
 
 
 @register.filter
 def ago(value: datetime | None) -> SafeString:
-    """Return ``<time datetime="…" title="2025-01-31 14:05:07 UTC">3 min ago</time>``; past a week, the instant."""
-    if value is None:
-        return SafeString("")
-    return format_html(
-        '<time datetime="{}" title="{}">{}</time>',
-        display.iso(value),
-        display.instant_text(value, seconds=True),
-        display.ago_text(value),
-    )
+    """The same as ``instant`` (one date format on every page); kept so older templates read the same."""
+    return instant(value)
 
 
 @register.filter

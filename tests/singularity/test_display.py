@@ -116,9 +116,12 @@ def test_ago_says_how_recent_an_instant_is(before: timedelta, shown: str) -> Non
 
 
 @time_machine.travel(NOW, tick=False)
-def test_the_ago_filter_keeps_the_instant_on_hover() -> None:
-    html = render("{{ t|ago }}", t=NOW - timedelta(minutes=3))
-    assert html == '<time datetime="2025-03-14T11:57:00+00:00" title="2025-03-14 11:57:00 UTC">3 min ago</time>'
+def test_one_date_format_the_instant_with_the_relative_on_hover() -> None:
+    """Issue 28: ``instant`` and ``ago`` read the same: the instant, and how long ago it was in its title."""
+    expected = '<time datetime="2025-03-14T11:57:00+00:00" title="3 min ago · 2025-03-14 11:57:00 UTC">2025-03-14 11:57 UTC</time>'
+    assert render("{{ t|ago }}", t=NOW - timedelta(minutes=3)) == expected
+    assert render("{{ t|instant }}", t=NOW - timedelta(minutes=3)) == expected
+    assert display.instant_title(NOW - timedelta(days=9), now=NOW) == "2025-03-05 12:00:00 UTC"
 
 
 def test_instants_of_nothing_are_empty() -> None:
@@ -195,3 +198,19 @@ def test_the_template_filters_use_the_one_format() -> None:
         "{{ a|reading:'accuracy' }}"
     ).render(Context({"a": 0.666666666667, "b": "0.666666666667", "c": 0.25, "d": "0.0052"}))
     assert page == "0.667 +0.667 25% $0.0052 0.667"
+
+
+def test_one_word_per_graded_runs_outcome_on_every_page() -> None:
+    from evolution.presets import pairs
+
+    assert [display.outcome_word(p) for p in (True, False, None)] == ["passed", "bad", "not graded"]
+    assert (pairs.STATE_WORDS[pairs.VIABLE], pairs.STATE_WORDS[pairs.FAILED]) == ("passed", "bad")
+    page = Template("{% load singularity_tags %}{{ a|outcome_badge }} {{ b|outcome_badge }}").render(
+        Context({"a": True, "b": False})
+    )
+    assert page == '<span class="badge ok">passed</span> <span class="badge bad">bad</span>'
+    for name in ("grading/partials/grade_badge.html", "grading/runs.html", "evolution/cycle.html"):
+        from django.template.loader import get_template
+
+        source = get_template(name).template.source
+        assert ">failed</span>" not in source and ">ok</span>" not in source, name
