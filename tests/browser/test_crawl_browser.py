@@ -119,20 +119,25 @@ def test_no_page_scrolls_sideways_or_logs_an_error(demo, alice, live_server, pag
     assert errors == [], "\n".join(errors)
     assert wide == [], "\n".join(wide)
 
-    # The decide card, answerable with one thumb: every button as wide as the card and at least 44 px tall.
+    # The decide card and the rating card, answerable with one thumb: each button as wide as the card, 44 px tall.
     page.goto(f"{live_server.url}/inbox/")
     article = page.locator(f"#card-{card.pk}")
     article.scroll_into_view_if_needed()
     if SHOTS:
         Path(SHOTS).mkdir(parents=True, exist_ok=True)
         article.screenshot(path=str(Path(SHOTS) / f"decide-card-{width}.png"))
-    buttons = article.locator("form.answer button")
-    assert buttons.count() >= 2
-    card_box = article.bounding_box()
-    for n in range(buttons.count() if width < 500 else 0):
-        box = buttons.nth(n).bounding_box()
-        assert box["height"] >= 44, f"button {n} is {box['height']} px tall"
-        assert box["width"] >= card_box["width"] * 0.8, f"button {n} is {box['width']} of {card_box['width']} px"
+    rating = page.locator("article.hitl-card.pending").filter(has=page.locator(".badge.kind", has_text="rating"))
+    assert rating.count() == 1
+    if SHOTS:
+        rating.screenshot(path=str(Path(SHOTS) / f"rating-card-{width}.png"))
+    for each in (article, rating):
+        buttons = each.locator("form button[type=submit]")
+        assert buttons.count() >= 2
+        card_box = each.bounding_box()
+        for n in range(buttons.count() if width < 500 else 0):
+            box = buttons.nth(n).bounding_box()
+            assert box["height"] >= 44, f"button {n} is {box['height']} px tall"
+            assert box["width"] >= card_box["width"] * 0.8, f"button {n} is {box['width']} of {card_box['width']} px"
 
 
 def test_at_a_phone_width_the_navigation_is_one_menu_button_with_the_needs_you_count(
