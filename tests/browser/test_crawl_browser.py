@@ -12,6 +12,7 @@ size (as wide as the card, at least 44 px tall). Screenshots of a few pages are 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -112,7 +113,7 @@ def test_no_page_scrolls_sideways_or_logs_an_error(demo, alice, live_server, pag
         page.goto(f"{live_server.url}{path}")
         shot(page, f"{name}-{width}.png")
     cycle = next(p for p in paths if p.startswith("/evolution/cycles/"))
-    entity = next(p for p in paths if p.startswith("/evolution/entities/") or p.startswith("/entities/"))
+    entity = next(p for p in paths if re.fullmatch(r"/evolution/entities/[^/]+/[^/]+/", p))
     for path, name in ((cycle, "cycle"), (entity, "entity")):
         page.goto(f"{live_server.url}{path}")
         shot(page, f"{name}-{width}.png")
