@@ -66,3 +66,13 @@ def test_the_movements_strip_is_drawn_at_a_legible_size_with_readable_numbers() 
     sizes = [float(s) for s in re.findall(r'font-size="([\d.]+)"', svg)]
     assert sizes and min(sizes) >= 11
     assert "0.666666" not in svg and "+0.667" in svg and "±0.5" in svg
+
+
+def test_the_loops_words_name_an_instant_in_the_sites_one_format() -> None:
+    from datetime import UTC, datetime
+
+    from evolution.core import cycles
+    from singularity.display import instant_text
+
+    moment = datetime(2026, 12, 20, 12, 59, 30, tzinfo=UTC)
+    assert cycles.when(moment) == instant_text(moment) == "2026-12-20 12:59 UTC"
