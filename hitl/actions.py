@@ -410,9 +410,21 @@ def _after_close(card_id: UUID | str) -> None:
     pending = Delivery.objects.filter(
         card_id=card_id, status__in=[Delivery.Status.PENDING, Delivery.Status.RETRYING]
     ).exists()
+    if edits:
+        transaction.on_commit(lambda: _edit_now(card_id))  # before the handler: the message shows the answer at once
     transaction.on_commit(lambda: run_handler(card_id))
     if edits or pending:
         transaction.on_commit(_wake_sender)
+
+
+def _edit_now(card_id: UUID | str) -> None:
+    """Edit the closed card's sent messages in this process; what fails is retried by the sender."""
+    from hitl.sender import edit_now
+
+    try:
+        edit_now(card_id)
+    except Exception:  # noqa: BLE001 - the answer is saved; a broken edit must not stop its handler, the sender retries
+        logger.exception("card %s: editing its messages at once failed; the sender will retry", card_id)
 
 
 def _wake_sender() -> None:

@@ -136,6 +136,42 @@ def _edit(delivery: Delivery, session: Session) -> None:
     )
 
 
+def edit_now(card_id: object) -> int:
+    """Edit the sent messages of a card just closed, here and now; return how many were tried.
+
+    Called after the closing commit and before the card's handler, so the
+    message drops its buttons and shows the answer at once, not after
+    whatever the handler starts (an apply, a check's replays) has left the
+    queue. Each delivery is claimed as the sender claims it, so the two never
+    edit one message twice; one that fails is left to the sender's backoff.
+    """
+    now = timezone.now()
+    due = Delivery.objects.filter(card_id=card_id, status=Delivery.Status.SENT, needs_edit=True)
+    sessions: dict[str, Session] = {}
+    tried = 0
+    try:
+        for pk, due_at in list(due.values_list("pk", "next_attempt_at")):
+            claimed = Delivery.objects.filter(pk=pk, needs_edit=True, next_attempt_at=due_at).update(
+                next_attempt_at=now + LEASE, attempts=F("attempts") + 1
+            )
+            if not claimed:
+                continue
+            tried += 1
+            delivery = Delivery.objects.select_related("card").get(pk=pk)
+            session = sessions.get(delivery.channel)
+            if session is None:
+                try:
+                    session = sessions[delivery.channel] = open_session(delivery.channel)
+                except ChannelError as exc:
+                    _record_error(delivery, exc, editing=True)
+                    continue
+            _edit(delivery, session)
+    finally:
+        for session in sessions.values():
+            session.close()
+    return tried
+
+
 def send_pending(*, budget_secs: float = 25.0) -> int:
     """Send every due delivery and edit until none is due or ``budget_secs`` have passed; return how many were tried."""
     started = time.monotonic()

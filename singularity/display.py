@@ -1,9 +1,13 @@
-"""How the site shows money and instants: one format for each, used by every page.
+"""How the site shows money, numbers and instants: one format for each, used by every page.
+
+Numbers: at most three significant decimals ("0.667", "0.0412", "2.33", "112"),
+never a raw float ("0.666666666667"); a share as a percentage ("67%").
 
 Money: two decimals ("$9.98"), or two significant digits below a cent
 ("$0.0052") so a small cost never reads as "$0.00"; the exact ledger amount
-goes in a title. Instants: the configured time zone, "2025-01-31 14:05 UTC";
-relative ("3 min ago") where recency matters, with the instant in a title.
+goes in a title. Instants, one format on every page (issue 28): absolute in the
+configured time zone, "2025-01-31 14:05 UTC", with the relative ("3 min ago")
+and the seconds in its title (``instant_title``).
 """
 
 from __future__ import annotations
@@ -36,6 +40,65 @@ def amount_of(value: Any) -> Decimal | None:
         return parse_money(value)
     except MoneyError:
         return None
+
+
+def number_of(value: Any) -> Decimal | None:
+    """The Decimal for a number (int, float, Decimal or numeric string), or None for anything else (bool too)."""
+    if value is None or value == "" or isinstance(value, bool):
+        return None
+    if isinstance(value, float):
+        return Decimal(repr(value)) if value == value and value not in (float("inf"), float("-inf")) else None
+    try:
+        number = Decimal(str(value).strip())
+    except (ArithmeticError, ValueError):
+        return None
+    return number if number.is_finite() else None
+
+
+def number_text(value: Any) -> str:
+    """Return a number as people read it: two places from 1 up, three significant digits below; "—" for none.
+
+    0.666666666667 → "0.667", 0.0412345 → "0.0412", 2.3333 → "2.33", 112.0 → "112", -481 → "-481".
+    Text that is not a number is returned unchanged.
+    """
+    number = number_of(value)
+    if number is None:
+        return "—" if value is None or value == "" else str(value)
+    if number == 0:
+        return "0"
+    places = CENT if abs(number) >= 1 else Decimal(1).scaleb(number.adjusted() - 2)
+    text = f"{number.quantize(places, rounding=ROUND_HALF_EVEN, context=EXACT):f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def signed_number_text(value: Any) -> str:
+    """``number_text`` with an explicit sign on a positive number ("+0.667"), for a movement or a gain."""
+    number = number_of(value)
+    text = number_text(value)
+    return f"+{text}" if number is not None and number > 0 else text
+
+
+def percent_text(value: Any) -> str:
+    """Return a share (0..1) as a percentage: 0.6667 → "67%", 1 → "100%", 0.004 → "0.4%"; "—" for none."""
+    number = number_of(value)
+    if number is None:
+        return "—" if value is None or value == "" else str(value)
+    hundred = number * 100
+    if hundred == 0 or abs(hundred) >= 1:
+        return f"{hundred.quantize(Decimal(1), rounding=ROUND_HALF_EVEN, context=EXACT):f}%"
+    return f"{number_text(hundred)}%"
+
+
+#: One word per state of a graded run, on every page (Runs, a run, a cycle's check and watch, the PR comment):
+#: a run the grade passed, one it did not, one with no verdict yet. "failed" is kept for a run that broke.
+OUTCOME_WORDS = {True: "passed", False: "bad", None: "not graded"}
+#: The badge's colour class of each.
+OUTCOME_CLASSES = {True: "ok", False: "bad", None: ""}
+
+
+def outcome_word(passed: bool | None) -> str:
+    """The word for a graded run's outcome: "passed", "bad", or "not graded" (no verdict)."""
+    return OUTCOME_WORDS[passed if isinstance(passed, bool) else None]
 
 
 def usd_text(value: Any) -> str:
@@ -128,6 +191,18 @@ def ago_text(value: datetime | None, *, now: datetime | None = None) -> str:
         days = seconds // 86400
         span = f"{days} day{'s' if days != 1 else ''}"
     return f"in {span}" if ahead else f"{span} ago"
+
+
+def instant_title(value: datetime | None, *, now: datetime | None = None) -> str:
+    """The tooltip of a shown instant: how long ago (or ahead) and the instant to the second.
+
+    "3 min ago · 2025-01-31 14:05:07 UTC"; past a week the relative is the instant itself, so just that.
+    """
+    if value is None:
+        return ""
+    exact = instant_text(value, seconds=True)
+    relative = ago_text(value, now=now)
+    return exact if relative == instant_text(value) else f"{relative} · {exact}"
 
 
 def iso(value: datetime | None) -> str:

@@ -11,6 +11,7 @@ pytest_plugins = [
     "tests.fakes.telegram_fixtures",
     "tests.fakes.github_fixtures",
     "tests.evolution.demo_helpers",
+    "tests.crawl_helpers",
 ]
 
 

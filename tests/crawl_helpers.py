@@ -14,6 +14,10 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from urllib.parse import urljoin, urlsplit
 
+import pytest
+from django.test import Client
+from django.utils import timezone
+
 #: What a person should never read on a page (outside tags, scripts, styles and code blocks).
 RAW = re.compile(
     r"\b(?:merge_wait|Merge Wait|loop_set|loop_widen|loop_join|null|None(?! available)|demo-note-\d+)\b"
@@ -103,3 +107,45 @@ def crawl(get: Callable[[str], tuple[int, str, str]], start: str, *, limit: int 
             if target and len(pages) < limit:
                 visit(target)
     return pages
+
+
+@pytest.fixture
+def demo(embedded, alice):
+    """The first minutes of ``make run``: graded runs, an accepted proposal's PR, a rating card, the being."""
+    from evolution.models import PullRequest
+    from grading.booking import on_terminal
+    from grading.grade import grade_now
+    from grading.models import Entity, Execution
+    from hitl.models import Card
+    from singularity.being.demo import ensure_demo_being
+    from tests.evolution.demo_helpers import drive_until_card, press, tickets
+
+    card, failed = drive_until_card(tickets())
+    assert card.kind == Card.Kind.DECIDE and failed
+    press(card, alice, "accept")
+    assert PullRequest.objects.exists()
+    pulse = Entity.objects.get(slug="pulse")
+    tick = Execution.objects.create(
+        entity=pulse,
+        run_kind=Execution.RunKind.HEARTBEAT,
+        status=Execution.Status.SUCCEEDED,
+        source=Execution.Source.SCHEDULE,
+        output={"result": "ok 3 checks"},
+        completed_at=timezone.now(),
+    )
+    grade_now(on_terminal(tick))
+    ensure_demo_being()
+    return embedded
+
+
+def client_get(client: Client) -> Callable[[str], tuple[int, str, str]]:
+    """``get(path)`` for ``crawl`` through a logged-in test client: (status, content type, body) after redirects."""
+
+    def get(path: str) -> tuple[int, str, str]:
+        response = client.get(path, follow=True)
+        body = response.content.decode(errors="replace") if response.get("Content-Type", "").startswith("text/") else ""
+        if "/accounts/login/" in (response.redirect_chain[-1][0] if response.redirect_chain else ""):
+            return 401, "text/plain", ""  # a link that lost the session
+        return response.status_code, response.get("Content-Type", ""), body
+
+    return get

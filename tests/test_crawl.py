@@ -13,52 +13,16 @@ import re
 
 import pytest
 from django.test import Client
-from django.utils import timezone
 
-from evolution.models import PullRequest
-from grading.booking import on_terminal
-from grading.grade import grade_now
-from grading.models import Entity, Execution
-from hitl.models import Card
-from singularity.being.demo import ensure_demo_being
-from tests.crawl_helpers import crawl
-from tests.evolution.demo_helpers import drive_until_card, press, tickets
+from tests.crawl_helpers import client_get, crawl
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def demo(embedded, alice):
-    """The first minutes of ``make run``: graded runs, an accepted proposal's PR, a rating card, the being."""
-    card, failed = drive_until_card(tickets())
-    assert card.kind == Card.Kind.DECIDE and failed
-    press(card, alice, "accept")
-    assert PullRequest.objects.exists()
-    pulse = Entity.objects.get(slug="pulse")
-    tick = Execution.objects.create(
-        entity=pulse,
-        run_kind=Execution.RunKind.HEARTBEAT,
-        status=Execution.Status.SUCCEEDED,
-        source=Execution.Source.SCHEDULE,
-        output={"result": "ok 3 checks"},
-        completed_at=timezone.now(),
-    )
-    grade_now(on_terminal(tick))
-    ensure_demo_being()
-    return embedded
 
 
 def test_every_page_reachable_from_the_navigation_opens_without_an_error_or_a_raw_word(demo, client: Client) -> None:
     assert client.post("/accounts/login/", {"username": "alice", "password": "alice-password"}).status_code == 302
 
-    def get(path: str) -> tuple[int, str, str]:
-        response = client.get(path, follow=True)
-        body = response.content.decode(errors="replace") if response.get("Content-Type", "").startswith("text/") else ""
-        if "/accounts/login/" in (response.redirect_chain[-1][0] if response.redirect_chain else ""):
-            return 401, "text/plain", ""  # a link that lost the session
-        return response.status_code, response.get("Content-Type", ""), body
-
-    pages = crawl(get, "/evolution/")
+    pages = crawl(client_get(client), "/evolution/")
     wrong = [f"{page.url}: {', '.join(page.problems)}" for page in pages.values() if page.problems]
     assert wrong == [], "\n".join(wrong)
     reached = set(pages)

@@ -64,9 +64,10 @@ def cooldown(loop: dict[str, Any], *, regressed: bool) -> timedelta:
 
 
 def when(instant: datetime) -> str:
-    """An instant for a person: "Nov 30, 14:05 UTC" in the project's time zone."""
-    local = timezone.localtime(instant)
-    return f"{local:%b} {local.day}, {local:%H:%M} {local.tzname()}"
+    """An instant for a person in the site's one format: "2026-11-30 14:05 UTC" in the project's time zone."""
+    from singularity.display import instant_text
+
+    return instant_text(instant)
 
 
 # --- The claim and the ceilings ----------------------------------------------

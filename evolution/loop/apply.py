@@ -184,6 +184,27 @@ def commit_message(round: Round) -> str:
     return "\n".join(lines).strip() + "\n"
 
 
+def markdown_lines(text: str | None) -> str:
+    """``text`` for a Markdown body with its line breaks kept: a single newline would join two lines into one.
+
+    Each line that the next one follows inside a paragraph ends with a backslash (CommonMark's hard line
+    break); blank lines, list items and fenced code are left as they are.
+    """
+    lines = (text or "").strip().splitlines()
+    kept: list[str] = []
+    fenced = False
+    for n, line in enumerate(lines):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            kept.append(line)
+            continue
+        following = lines[n + 1] if n + 1 < len(lines) else ""
+        joins = bool(line.strip() and following.strip()) and not fenced and not line.rstrip().endswith("\\")
+        breaks = not following.lstrip().startswith(("- ", "* ", "+ ", "#", "```", "|", ">"))
+        kept.append(f"{line.rstrip()}\\" if joins and breaks and not line.lstrip().startswith("|") else line)
+    return "\n".join(kept)
+
+
 def pull_body(round: Round, gate: dict[str, Any]) -> str:
     """The pull request's body: the proposal (summary, hypothesis, files, cited lessons) and a link to the cycle."""
     cycle = round.cycle
@@ -201,19 +222,20 @@ def pull_body(round: Round, gate: dict[str, Any]) -> str:
         "",
         "## Summary",
         "",
-        (round.summary or "").strip() or "(none given)",
+        markdown_lines(round.summary) or "(none given)",
         "",
         "## Hypothesis",
         "",
-        (round.hypothesis or "").strip() or "(none given)",
+        markdown_lines(round.hypothesis) or "(none given)",
         "",
         "## Files",
         "",
         *files,
         "",
-        f"Lessons cited: {cited}",
-        f"Author: {round.author or 'unknown'}",
-        f"Diff gate: {len(gate.get('paths', []))} file(s), {gate.get('lines')} lines changed "
+        # One list item a line: Markdown runs consecutive plain lines into one paragraph.
+        f"- Lessons cited: {cited}",
+        f"- Author: {round.author or 'unknown'}",
+        f"- Diff gate: {len(gate.get('paths', []))} file(s), {gate.get('lines')} lines changed "
         f"(loop.maxChangedLines {gate.get('bound')}), base {str(gate.get('base', ''))[:12]}.",
         "",
         f"Cycle {cycle.pk}, round {round.number}: {link}",

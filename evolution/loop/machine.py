@@ -270,8 +270,8 @@ def after_apply(cycle: Cycle, rnd: Round, now: datetime) -> None:
         else:
             check.no_check(rnd)
             arm_wait(fresh, rnd, now)
-            merge.notice_pr(fresh, rnd)
             merge.gate(rnd, now=now)
+            merge.notice_pr(fresh, rnd)  # after the gate: it says who merges (auto-merge armed, or a person)
     cycle.refresh_from_db()
 
 

@@ -54,16 +54,45 @@ def arm_wait(cycle: Cycle, round: Round, now: datetime) -> Move:
 
 
 def notice_pr(cycle: Cycle, rnd: Round, *, checking: bool = False) -> None:
+    """Announce ``rnd``'s PR: what comes before its merge (the check, or the gate already staffed) and who merges."""
     from hitl.actions import post_notice
 
-    after = "A person merges it" if not checking else "The pre-merge check replays it on the frozen inputs first; then"
     if checking:
-        after += " the merge gate decides"
+        after = "The pre-merge check replays it on the frozen inputs first; then the merge gate decides"
+    elif rnd.merge_gate == autonomy.AUTO:
+        after = "Auto-merge is armed: the forge merges it once its required checks pass"
+    else:
+        after = "A person merges it"
     post_notice(
         producer=PRODUCER,
         kind="pr-opened",
         title=f"{cycle.entity.name or cycle.entity.slug}: PR #{rnd.pr_number} opened (cycle {cycle.pk})",
         text=f"{rnd.summary}\n\n{after}: {rnd.pr_url}",
+        url=rnd.pr_url,
+        subject=f"cycle {cycle.pk}",
+    )
+
+
+def merged_by_words(rnd: Round, merged_by: str) -> str:
+    """Who merged ``rnd``'s PR, in words: the forge's auto-merge the loop armed, or the person the forge names."""
+    if rnd.merge_gate == autonomy.AUTO or merged_by.startswith("auto-merge"):
+        words = f"auto-merge, armed by the loop (cycle {rnd.cycle_id})"
+        if merged_by and not merged_by.startswith("auto-merge"):
+            words += f"; the forge names {merged_by}"  # GitHub names the account that armed it
+        return words
+    return merged_by or "someone the forge does not name"
+
+
+def notice_merged(cycle: Cycle, rnd: Round, merged_by: str) -> None:
+    """Announce that ``rnd``'s PR merged, and by whom (``merged_by_words``); the watch starts counting from here."""
+    from hitl.actions import post_notice
+
+    post_notice(
+        producer=PRODUCER,
+        kind="pr-merged",
+        title=f"{cycle.entity.name or cycle.entity.slug}: PR #{rnd.pr_number} merged (cycle {cycle.pk})",
+        text=f"PR #{rnd.pr_number} was merged by {merged_by_words(rnd, merged_by)}. "
+        f"The watch now reads the entity's next graded runs: {rnd.pr_url}",
         url=rnd.pr_url,
         subject=f"cycle {cycle.pk}",
     )
@@ -147,6 +176,7 @@ def poll(cycle: Cycle, now: datetime) -> Settle | Move | None:
         Cycle.objects.filter(pk=cycle.pk).update(merged_at=merged_at, next_poll_at=None)
         cycle.merged_at, cycle.next_poll_at = merged_at, None
         log.info("loop: cycle %s: PR #%s merged as %s", cycle.pk, pull.number, pull.merge_sha[:12])
+        notice_merged(cycle, round, pull.merged_by)
         return Move(Cycle.Phase.WATCHING, at=merged_at)
     if pull.state == "closed":
         Round.objects.filter(pk=round.pk).update(status=Round.Status.CLOSED)

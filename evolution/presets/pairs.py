@@ -46,12 +46,19 @@ from decimal import Decimal
 from typing import Any
 
 from grading.metrics import aggregate, movement, specs, to_number, tolerance_band
+from singularity.display import outcome_word
 
 VIABLE, FAILED, UNGRADED, NOT_RUN, UNFINISHED = "viable", "failed", "ungraded", "notRun", "unfinished"
 STATES = (VIABLE, FAILED, UNGRADED, NOT_RUN, UNFINISHED)
 GRADED = (VIABLE, FAILED)
 #: A side's state as a person reads it (the Check chapter, the comment on a closed PR).
-STATE_WORDS = {VIABLE: "passed", FAILED: "failed", UNGRADED: "ungraded", NOT_RUN: "did not run", UNFINISHED: "waiting"}
+STATE_WORDS = {
+    VIABLE: outcome_word(True),
+    FAILED: outcome_word(False),
+    UNGRADED: "ungraded",
+    NOT_RUN: "did not run",
+    UNFINISHED: "waiting",
+}
 VERDICTS = ("validated", "regressed", "unvalidated")
 #: Rule (a): at least this share of the pairs must be judged.
 VIABLE_SHARE = Decimal(2) / Decimal(3)

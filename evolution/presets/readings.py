@@ -244,16 +244,11 @@ def _decimal(value: float) -> Decimal:
 
 
 def shown(value: Any) -> str:
-    """A measured number as people read it: two places from 1 up, three significant digits below (2.33, 0.0412)."""
+    """A measured number as people read it (``singularity.display.number_text``: 2.33, 0.0412; "—" for none)."""
+    from singularity.display import number_text
+
     number = to_number(value)
-    if number is None:
-        return "—"
-    exact = Decimal(repr(number)) if isinstance(number, float) else Decimal(number)
-    if exact == 0:
-        return "0"
-    places = Decimal("0.01") if abs(exact) >= 1 else Decimal(1).scaleb(exact.adjusted() - 2)
-    text = f"{exact.quantize(places):f}"
-    return text.rstrip("0").rstrip(".") if "." in text else text
+    return "—" if number is None else number_text(number)
 
 
 def confidence_of(terms: Mapping[str, Any]) -> float:

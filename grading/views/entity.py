@@ -31,7 +31,7 @@ from grading.trends import WINDOW
 from grading.views.entity_plots import metric_plots
 from grading.views.values import _plain, rated_on_scale, show_metric
 from singularity.errors import ConfigError
-from singularity.templatetags.singularity_tags import money, money_exact, status_badge
+from singularity.templatetags.singularity_tags import money, money_exact, outcome_badge, status_badge
 
 RECENT_RUNS = 25
 
@@ -128,10 +128,8 @@ def grade_badge_html(run: RecentRun) -> str:
     if run.grade_status is None:
         return '<span class="muted">not booked</span>'
     if run.grade_status == "graded":
-        if run.grade_passed is True:
-            badge = '<span class="badge ok">passed</span>'
-        elif run.grade_passed is False:
-            badge = '<span class="badge failed">failed</span>'
+        if run.grade_passed is True or run.grade_passed is False:
+            badge = str(outcome_badge(run.grade_passed))
         else:
             badge = '<span class="badge">graded</span>'
         if run.grade_score is not None:

@@ -554,6 +554,8 @@ def _rate_post(request: HttpRequest) -> HttpResponse:
     (row,) = rate_rows(request.user, [run], metric=post.get("metric_filter", ""))
     row.answer = answer.as_dict()
     entities, metric = _filters_of(post)
+    # The page shows (and so holds a target for) only an entity with something to calibrate: swap that one only.
+    swapped = _calibration_context(run.entity)
     # An answer the page shows in place: HTMX swaps 2xx only, so a refusal is still 200 with its code in the row.
     response = HttpResponse(
         rate_row_html(
@@ -561,7 +563,7 @@ def _rate_post(request: HttpRequest) -> HttpResponse:
             csrf_token=get_token(request),
             entity_filter=post.get("entity_filter", ""),
             metric_filter=post.get("metric_filter", ""),
-            oob=_calibration_context(run.entity),
+            oob=swapped if swapped["calibration"] else None,
         )
         + waiting_html(waiting_for(request.user, entities, metric=metric), oob=True)
     )

@@ -97,29 +97,58 @@ def usd_text(value: Any) -> str:
 
 
 @register.filter
+def number(value: Any) -> str:
+    """Return a number as people read it: at most three significant decimals ("0.667", "2.33"); "—" for none."""
+    return display.number_text(value)
+
+
+@register.filter
+def signed_number(value: Any) -> str:
+    """Return a movement as people read it, signed ("+0.667", "-481"); "—" for none."""
+    return display.signed_number_text(value)
+
+
+@register.filter
+def percent(value: Any) -> str:
+    """Return a share (0..1) as a percentage ("67%"); "—" for none."""
+    return display.percent_text(value)
+
+
+@register.filter
+def reading(value: Any, metric_id: str = "") -> str:
+    """Return a metric's value as people read it: money for a ``*_usd`` metric ("$0.0052"), else ``number``."""
+    if str(metric_id).endswith("_usd") and value not in (None, ""):
+        return display.usd_text(value)
+    return display.number_text(value)
+
+
+@register.filter
+def outcome_badge(passed: bool | None) -> SafeString:
+    """A graded run's outcome as a badge in the one set of words (``display.outcome_word``: passed, bad)."""
+    key = passed if isinstance(passed, bool) else None
+    return format_html('<span class="badge {}">{}</span>', display.OUTCOME_CLASSES[key], display.outcome_word(key))
+
+
+@register.filter
 def instant(value: datetime | None) -> SafeString:
-    """Return ``<time datetime="…" title="…:07 UTC">2025-01-31 14:05 UTC</time>`` in the configured time zone."""
+    """The site's one date format: ``<time datetime="…" title="3 min ago · …:07 UTC">2025-01-31 14:05 UTC</time>``.
+
+    Absolute, in the configured time zone, with the relative and the seconds in its title (``display``).
+    """
     if value is None:
         return SafeString("")
     return format_html(
         '<time datetime="{}" title="{}">{}</time>',
         display.iso(value),
-        display.instant_text(value, seconds=True),
+        display.instant_title(value),
         display.instant_text(value),
     )
 
 
 @register.filter
 def ago(value: datetime | None) -> SafeString:
-    """Return ``<time datetime="…" title="2025-01-31 14:05:07 UTC">3 min ago</time>``; past a week, the instant."""
-    if value is None:
-        return SafeString("")
-    return format_html(
-        '<time datetime="{}" title="{}">{}</time>',
-        display.iso(value),
-        display.instant_text(value, seconds=True),
-        display.ago_text(value),
-    )
+    """The same as ``instant`` (one date format on every page); kept so older templates read the same."""
+    return instant(value)
 
 
 @register.filter

@@ -51,4 +51,19 @@ def test_the_inbox_shows_the_cards_diff_as_a_diff(embedded, client, alice):
     assert f'<summary class="small">{TRIAGE_PATH} — ' in block and '<pre class="diff">' in block
     assert '<span class="diff-file">--- a/' in block and '<span class="diff-hunk">@@ ' in block
     assert '<span class="diff-add">+- ' in block and '<span class="diff-del">-- ' in block
-    assert "Accept or Skip" in article.split("</details>")[1]  # the text after the diff stays text
+    assert "Full proposal: " in article.split("</details>")[1]  # the text after the diff stays text
+
+
+def test_an_answered_decide_card_shows_its_answer_and_no_buttons_at_once(embedded, client, alice):
+    """The HTMX answer swaps the card for its answer: no button, no "Accept or Skip" left in its words."""
+    with time_machine.travel(timezone.now(), tick=True):
+        card, _failed = drive_until_card(tickets())
+    client.force_login(alice)
+    pending = client.get("/inbox/").content.decode().split(f'id="card-{card.pk}"')[1].split("</article>")[0]
+    assert 'name="choice" value="accept"' in pending
+    swapped = client.post(
+        f"/inbox/cards/{card.pk}/answer/", {"choice": "accept"}, headers={"HX-Request": "true"}
+    ).content.decode()
+    article = swapped.split(f'id="card-{card.pk}"')[1].split("</article>")[0]
+    assert "Answered by <strong>alice</strong>: <strong>Accept</strong>" in article
+    assert "<button" not in article and "Accept or Skip" not in article

@@ -133,6 +133,6 @@ def test_the_navigation_and_the_entity_page_lead_to_the_runs_list(web, runs) -> 
 def test_a_rows_grade_is_named_in_the_filters_words(web, runs) -> None:
     html = web.get("/evolution/runs/?grade=bad").content.decode()
     row = html.split(f'href="/evolution/runs/{runs["bad"].pk}/"')[1].split("</tr>")[0]
-    assert '<span class="badge failed">bad</span>' in row
+    assert '<span class="badge bad">bad</span>' in row
     html = web.get("/evolution/runs/?grade=failed").content.decode()
     assert "grading failed" in html.split(f'href="/evolution/runs/{runs["grading_failed"].pk}/"')[1].split("</tr>")[0]

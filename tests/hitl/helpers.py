@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -54,8 +54,12 @@ class Recorder:
     calls: list[tuple[Any, str, dict[str, Any], str | None]] = field(default_factory=list)
     fail_with: Exception | None = None
     post_notices: bool = False
+    #: Called with no arguments on each call, before anything else (a test looks at the world as the handler sees it).
+    on_call: Callable[[], None] | None = None
 
     def __call__(self, card: Card) -> None:
+        if self.on_call is not None:
+            self.on_call()
         self.calls.append(
             (card.pk, card.status, dict(card.answer), card.responded_by.username if card.responded_by else None)
         )

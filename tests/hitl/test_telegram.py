@@ -336,3 +336,18 @@ def test_the_webhook_command_sets_the_secret(telegram_on):
     call_command("telegram_webhook", "--url", "https://singularity.example/telegram/webhook/")
     assert telegram_on.webhook["url"] == "https://singularity.example/telegram/webhook/"
     assert telegram_on.webhook["secret_token"] == WEBHOOK_SECRET
+
+
+def test_an_answered_cards_message_loses_its_buttons_before_the_handler_runs(
+    telegram_on, bob, handler, django_capture_on_commit_callbacks
+):
+    """The edit is made at once, in the answering process: a handler (the loop's apply, a replay) never delays it."""
+    card, message_id = sent_card(telegram_on)
+    seen_by_handler: list[str] = []
+    handler.on_call = lambda: seen_by_handler.append(telegram_on.messages[message_id]["text"])
+    with django_capture_on_commit_callbacks(execute=True):
+        answer_card(card.pk, user=bob, is_agent=False, choice="accept", via="dashboard")
+    assert len(seen_by_handler) == 1
+    assert "✅ Answered by bob: Accept" in seen_by_handler[0], "the message was edited after the handler ran"
+    assert telegram_on.messages[message_id]["reply_markup"] is None
+    assert len(telegram_on.calls_of("editMessageText")) == 1, "edited once, not again by the sender"

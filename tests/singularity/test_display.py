@@ -10,6 +10,7 @@ import time_machine
 from django.template import Context, Template
 from django.test import override_settings
 
+from singularity import display
 from singularity.display import ago_text, instant_text, usd_plain, usd_text
 
 NOW = datetime(2025, 3, 14, 12, 0, 0, tzinfo=UTC)
@@ -115,9 +116,12 @@ def test_ago_says_how_recent_an_instant_is(before: timedelta, shown: str) -> Non
 
 
 @time_machine.travel(NOW, tick=False)
-def test_the_ago_filter_keeps_the_instant_on_hover() -> None:
-    html = render("{{ t|ago }}", t=NOW - timedelta(minutes=3))
-    assert html == '<time datetime="2025-03-14T11:57:00+00:00" title="2025-03-14 11:57:00 UTC">3 min ago</time>'
+def test_one_date_format_the_instant_with_the_relative_on_hover() -> None:
+    """Issue 28: ``instant`` and ``ago`` read the same: the instant, and how long ago it was in its title."""
+    expected = '<time datetime="2025-03-14T11:57:00+00:00" title="3 min ago · 2025-03-14 11:57:00 UTC">2025-03-14 11:57 UTC</time>'
+    assert render("{{ t|ago }}", t=NOW - timedelta(minutes=3)) == expected
+    assert render("{{ t|instant }}", t=NOW - timedelta(minutes=3)) == expected
+    assert display.instant_title(NOW - timedelta(days=9), now=NOW) == "2025-03-05 12:00:00 UTC"
 
 
 def test_instants_of_nothing_are_empty() -> None:
@@ -149,3 +153,64 @@ def test_an_instant_reads_as_djangos_date_format_of_it_in_any_zone(zone: str) ->
             local = timezone.localtime(instant) if timezone.is_aware(instant) else instant
             assert instant_text(instant) == date_format(local, INSTANT_FORMAT), instant
             assert instant_text(instant, seconds=True) == date_format(local, INSTANT_TITLE_FORMAT), instant
+
+
+# --- Numbers (issue 28): one format, at most three significant decimals, shares as percentages ------------
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (0.666666666667, "0.667"),
+        ("0.666666666667", "0.667"),
+        (0.333333333, "0.333"),
+        (0.0412345, "0.0412"),
+        (2.3333, "2.33"),
+        (112.0, "112"),
+        (-481, "-481"),
+        (Decimal("752.5"), "752.5"),
+        (0, "0"),
+        (None, "—"),
+        ("", "—"),
+        ("n/a", "n/a"),
+        (True, "True"),
+        (float("nan"), "nan"),
+    ],
+)
+def test_a_number_reads_with_at_most_three_significant_decimals(value, text) -> None:
+    assert display.number_text(value) == text
+
+
+def test_a_movement_carries_its_sign() -> None:
+    assert [display.signed_number_text(v) for v in ("0.666666666667", "-481", 0, None)] == ["+0.667", "-481", "0", "—"]
+
+
+@pytest.mark.parametrize(
+    ("share", "text"), [(0.666666, "67%"), (1, "100%"), (0, "0%"), (0.004, "0.4%"), ("0.5", "50%"), (None, "—")]
+)
+def test_a_share_reads_as_a_percentage(share, text) -> None:
+    assert display.percent_text(share) == text
+
+
+def test_the_template_filters_use_the_one_format() -> None:
+    page = Template(
+        "{% load singularity_tags %}{{ a|number }} {{ b|signed_number }} {{ c|percent }} {{ d|reading:'cost_usd' }} "
+        "{{ a|reading:'accuracy' }}"
+    ).render(Context({"a": 0.666666666667, "b": "0.666666666667", "c": 0.25, "d": "0.0052"}))
+    assert page == "0.667 +0.667 25% $0.0052 0.667"
+
+
+def test_one_word_per_graded_runs_outcome_on_every_page() -> None:
+    from evolution.presets import pairs
+
+    assert [display.outcome_word(p) for p in (True, False, None)] == ["passed", "bad", "not graded"]
+    assert (pairs.STATE_WORDS[pairs.VIABLE], pairs.STATE_WORDS[pairs.FAILED]) == ("passed", "bad")
+    page = Template("{% load singularity_tags %}{{ a|outcome_badge }} {{ b|outcome_badge }}").render(
+        Context({"a": True, "b": False})
+    )
+    assert page == '<span class="badge ok">passed</span> <span class="badge bad">bad</span>'
+    for name in ("grading/partials/grade_badge.html", "grading/runs.html", "evolution/cycle.html"):
+        from django.template.loader import get_template
+
+        source = get_template(name).template.source
+        assert ">failed</span>" not in source and ">ok</span>" not in source, name
