@@ -45,6 +45,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "singularity.input_guard.InputGuardMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "singularity.apikit.middleware.ApiGuardMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
