@@ -58,6 +58,9 @@ def text_refusal(request: HttpRequest) -> str:
     if problem := _first_problem(request.GET):
         return problem
     if request.method == "POST" and request.content_type in FORM_TYPES:
+        # Buffered first, so a view that reads the raw body after the guard (a webhook) still can: multipart is
+        # otherwise parsed off the stream. Bounded by DATA_UPLOAD_MAX_MEMORY_SIZE (past it: 400); no page uploads.
+        request.body  # noqa: B018
         if problem := _first_problem(request.POST):
             return problem
         for name in _files(request):
