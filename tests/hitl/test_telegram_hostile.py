@@ -106,7 +106,7 @@ def test_polling_ignores_the_same_updates(chat):
     assert handle_update(message(chat=[1])) == "ignored: message.chat: expected an object, got a list"
 
 
-@pytest.mark.parametrize("secret", ["\xe9\xff", "\u20ac", WEBHOOK_SECRET + "\x00"])
+@pytest.mark.parametrize("secret", ["\xe9\xff", "\u20ac", "\ud800", WEBHOOK_SECRET + "\x00"])
 def test_a_secret_header_that_is_not_ascii_is_refused_403_like_a_wrong_one(client, chat, secret):
     response = client.post(
         "/telegram/webhook/",
