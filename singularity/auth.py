@@ -10,16 +10,31 @@ from rest_framework import authentication, exceptions
 from singularity.models import ApiToken
 
 
+def authorization_words(request: Any) -> list[str]:
+    """The ``Authorization`` header split into words; AuthenticationFailed when it is not ASCII text.
+
+    A key is ASCII (``ApiToken.issue`` makes URL-safe ones), and so is every
+    scheme; WSGI hands a header over as Latin-1 text, so a byte past ASCII is a
+    header no token can match, refused 401 rather than failing to decode.
+    """
+    raw = request.META.get("HTTP_AUTHORIZATION", "")
+    if not isinstance(raw, str):
+        raw = raw.decode("latin-1")
+    if not raw.isascii():
+        raise exceptions.AuthenticationFailed("Authorization header: not ASCII text; an API key is ASCII.")
+    return raw.split()
+
+
 class ApiTokenAuthentication(authentication.BaseAuthentication):
     keywords = ("bearer", "token")
 
     def authenticate(self, request: Any) -> tuple[Any, ApiToken] | None:
-        header = authentication.get_authorization_header(request).split()
-        if not header or header[0].decode().lower() not in self.keywords:
+        header = authorization_words(request)
+        if not header or header[0].lower() not in self.keywords:
             return None
         if len(header) != 2:
             raise exceptions.AuthenticationFailed("Authorization header: expected '<Bearer|Token> <key>'.")
-        key = header[1].decode()
+        key = header[1]
         token = (
             ApiToken.objects.select_related("user")
             .filter(key_hash=ApiToken.hash_key(key), revoked_at__isnull=True)

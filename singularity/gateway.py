@@ -62,7 +62,16 @@ class Completion:
 
 
 class GatewayError(UpstreamError):
-    """Brama failed or answered something we cannot account for."""
+    """Brama failed or answered something we cannot account for.
+
+    A completion refused for its usage block carries the block as received (``usage``) and the call's wall
+    time (``elapsed_ns``), so the caller can record what the call cost though it debits nothing.
+    """
+
+    def __init__(self, message: str, *, permanent: bool, usage: object = None, elapsed_ns: int | None = None) -> None:
+        super().__init__(message, permanent=permanent)
+        self.usage = usage
+        self.elapsed_ns = elapsed_ns
 
 
 def _unsupported(detail: str) -> GatewayError:
@@ -199,12 +208,19 @@ def _server_message(body: object) -> str:
     return ""
 
 
+#: The most tokens one completion may report in a count; more is no model's answer but a broken gateway
+#: (no context window comes within a thousandth of it), refused before it is debited (issue 27).
+MAX_TOKENS_PER_CALL = 10**9
+
+
 def _token_count(usage: dict[str, Any], key: str) -> int:
     value = usage.get(key)
     if isinstance(value, bool) or not isinstance(value, int):
         raise _unsupported(f"usage {key} is not an integer")
     if value < 0:
         raise _unsupported(f"usage {key} is negative")
+    if value > MAX_TOKENS_PER_CALL:
+        raise _unsupported(f"usage {key} {value} is absurd: more than {MAX_TOKENS_PER_CALL:,} tokens in one completion")
     return value
 
 
@@ -261,7 +277,10 @@ def parse_completion(body: bytes, *, requested_model: str, elapsed_ns: int) -> C
     tool_calls = [_parse_tool_call(call) for call in raw_calls]
     if "usage" not in data or data["usage"] is None:
         raise _unsupported("no usage block")
-    usage = parse_usage(data["usage"])
+    try:
+        usage = parse_usage(data["usage"])
+    except GatewayError as exc:
+        raise GatewayError(str(exc), permanent=True, usage=data["usage"], elapsed_ns=elapsed_ns) from None
     model = data.get("model")
     if model is not None and not isinstance(model, str):
         raise _unsupported("model is not text")

@@ -7,6 +7,7 @@ sum after that is exact. JSON carries money as decimal strings.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
 
@@ -53,6 +54,23 @@ def parse_money(value: object, *, what: str = "amount", allow_negative: bool = T
     if not allow_negative and number < 0:
         raise MoneyError(f"{what}: must not be negative, got {value!r}")
     return number
+
+
+#: Money written as text the way JSON writes a number, without the exponent: ``-?(0|[1-9]\d*)(\.\d+)?``, ASCII digits.
+JSON_DECIMAL = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?")
+
+
+def parse_json_money(value: object, *, what: str = "amount") -> Decimal:
+    """Read money a tool reported: a JSON number (as ``parse_money``), or a string written as JSON writes one.
+
+    A string is refused unless it is what ``JSON_DECIMAL`` matches, whole: ``Decimal()`` alone also reads
+    ``"1_000"``, ``" 5 "`` and ``"5e2"`` (docs/decisions.md, issue 27: no exponent in money text).
+    """
+    if isinstance(value, str) and not JSON_DECIMAL.fullmatch(value):
+        raise MoneyError(
+            f"{what}: {value!r} is not a decimal amount as JSON writes one (digits, an optional fraction, no exponent)"
+        )
+    return parse_money(value, what=what)
 
 
 def money_str(amount: Decimal) -> str:

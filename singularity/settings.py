@@ -89,7 +89,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "singularity.ops.middleware.RequestContextMiddleware",
+    "singularity.ops.middleware.RequestContextMiddleware",  # first: a refused request has its id and its count
+    "singularity.input_guard.InputGuardMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "singularity.apikit.middleware.ApiGuardMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",

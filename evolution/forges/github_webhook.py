@@ -11,6 +11,9 @@ merge wait read the PR at once — the read decides. So a delivery is:
 - for a ``pull_request`` event of this repository whose action is closed,
   auto_merge_disabled or synchronize: ``pull_event(number)`` after the
   delivery's row commits, on a worker (``evolution.tasks.pull_moved``);
+- a signed delivery that cannot be read (not JSON, text no database holds, a
+  field the receiver reads of the wrong shape: ``github_shape``): 400 naming
+  the field, nothing recorded;
 - anything else: 200, nothing done, the row saying why.
 """
 
@@ -18,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
@@ -28,6 +30,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from evolution.forges import github_shape
 from evolution.models import GitHubDelivery
 
 log = logging.getLogger(__name__)
@@ -48,17 +51,19 @@ class Answer:
 
 def signed(secret: str, body: bytes, signature: str) -> bool:
     """Whether ``signature`` is ``sha256=<hex HMAC-SHA256 of body under secret>``."""
-    if not secret or not signature.startswith("sha256="):
+    # compare_digest refuses a str past ASCII (TypeError): such a signature matches nothing.
+    if not secret or not signature.startswith("sha256=") or not signature.isascii():
         return False
     expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
     return hmac.compare_digest(expected, signature.strip())
 
 
 def _number(payload: dict[str, Any]) -> int | None:
+    """The event's PR number (``github_shape.read`` checked it is one), from ``number`` or ``pull_request.number``."""
     number = payload.get("number")
-    if not isinstance(number, int):
+    if number is None:
         number = (payload.get("pull_request") or {}).get("number")
-    return number if isinstance(number, int) and number > 0 else None
+    return number
 
 
 def _outcome(event: str, payload: dict[str, Any]) -> tuple[str, int | None, str]:
@@ -88,12 +93,13 @@ def receive(headers: Any, body: bytes) -> Answer:
         return Answer(401, "the X-Hub-Signature-256 is missing or does not match this deployment's secret")
     event = str(headers.get("X-GitHub-Event", ""))[:60]
     delivery = str(headers.get("X-GitHub-Delivery", "")).strip()[:100] or "body:" + hashlib.sha256(body).hexdigest()
+    for name, value in (("X-GitHub-Event", event), ("X-GitHub-Delivery", delivery)):
+        if problem := github_shape.header_problem(name, value):
+            return Answer(400, problem)
     try:
-        payload = json.loads(body or b"{}")
-    except ValueError:
-        return Answer(400, "the body is not JSON")
-    if not isinstance(payload, dict):
-        return Answer(400, "the body is not a JSON object")
+        payload = github_shape.read(body, event)
+    except github_shape.Unreadable as exc:
+        return Answer(400, str(exc))
     action, number, outcome = _outcome(event, payload)
     try:
         with transaction.atomic():

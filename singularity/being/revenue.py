@@ -3,7 +3,8 @@
 A credit needs all three: the tool that just returned is ``finance__*`` or
 ``trading__*``; its result holds a ``revenue_usd`` or ``realized_profit_usd``
 key, found depth-first in document order; and that first value is a strictly
-positive decimal (a string, or a JSON number read through its decimal text).
+positive decimal (a string written as JSON writes a number, without an exponent —
+``money.JSON_DECIMAL`` —, or a JSON number read through its decimal text).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from singularity.money import MoneyError, parse_money
+from singularity.money import MoneyError, parse_json_money
 
 TRUSTED_PREFIXES = ("finance__", "trading__")
 REVENUE_KEYS = ("revenue_usd", "realized_profit_usd")
@@ -57,7 +58,7 @@ def find_revenue(tool_name: str, result: Any) -> RevenueFinding | None:
     if value is _MISSING:
         return None
     try:
-        amount = parse_money(value, what=f"{tool_name}: {key}")
+        amount = parse_json_money(value, what=f"{tool_name}: {key}")
     except MoneyError as exc:
         return RevenueFinding(key=key, amount=None, problem=f"{exc}; nothing credited")
     if amount <= 0:

@@ -23,11 +23,11 @@ from singularity.being.framing import framing_message, system_message
 from singularity.being.lease import LeaseLost
 from singularity.being.ledger import CreditRefused, apply_credit, apply_debit
 from singularity.being.revenue import find_revenue
-from singularity.being.storable import StorableGateway, storable_outcome, storable_text
+from singularity.being.storable import StorableGateway, storable, storable_outcome, storable_text
 from singularity.being.store import RUNTIME_FIELDS, Journal
 from singularity.errors import UpstreamError
 from singularity.models import RECENT_ACTIONS, Being, Cycle, Event
-from singularity.money import EXACT, Debit, money_str
+from singularity.money import EXACT, Debit, debit_for, money_str
 
 __all__ = ["ROUND_LIMIT_WARNING", "CatalogueLike", "CycleReport", "GatewayLike", "Prices", "Runtime"]
 
@@ -210,7 +210,26 @@ class Runtime:
 
     def _gateway_failed(self, cycle: Cycle, exc: UpstreamError) -> None:
         cycle.error = storable_text(str(exc))
-        self.journal.emit(Event.Kind.WARNING, {"message": cycle.error, "permanent": exc.permanent})
+        warning: dict[str, Any] = {"message": cycle.error, "permanent": exc.permanent}
+        elapsed_ns = getattr(exc, "elapsed_ns", None)
+        if elapsed_ns is not None:
+            # A completion refused for its usage block: what the call cost is recorded, nothing debited (its
+            # tokens cannot be trusted, and DESIGN decision 2 debits nothing for a refused block).
+            instance = debit_for(
+                prompt_tokens=0,
+                completion_tokens=0,
+                elapsed_ns=elapsed_ns,
+                input_price_per_million=self.prices.input_per_million,
+                output_price_per_million=self.prices.output_per_million,
+                instance_usd_per_hour=self.prices.instance_per_hour,
+            ).instance
+            warning |= {
+                "usage": storable(getattr(exc, "usage", None)),
+                "elapsed_ns": elapsed_ns,
+                "instance_usd": money_str(instance),
+                "debited": money_str(Decimal(0)),
+            }
+        self.journal.emit(Event.Kind.WARNING, warning)
         self._finish(cycle, Cycle.Status.FAILED)
 
     def _debit(self, cycle: Cycle, completion: Any, debit: Debit, round_number: int) -> None:

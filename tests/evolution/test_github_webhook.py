@@ -128,3 +128,86 @@ def test_a_wake_that_fails_leaves_the_delivery_recorded_and_answered(woken, monk
     monkeypatch.setattr("singularity.queue.enqueue", lambda *a: (_ for _ in ()).throw(OSError("no broker")))
     assert post(event()).status_code == 200
     assert GitHubDelivery.objects.count() == 1
+
+
+# --- Odd headers and payload shapes (issue 27): a refusal naming the field, never a 500 -------------------------
+
+
+def test_a_signature_that_is_not_ascii_is_refused_401_like_any_bad_signature(woken):
+    assert post(event(), signature="sha256=\xe9" + "0" * 63).status_code == 401
+    assert post(event(), signature="sha256=\u20ac").status_code == 401
+    assert woken == [] and not GitHubDelivery.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("header", "value"),
+    [("X-GitHub-Delivery", "abc\x00def"), ("X-GitHub-Event", "pull_request\x00")],
+)
+def test_a_nul_in_a_header_the_receiver_records_is_refused_400_naming_it(woken, header, value):
+    body = json.dumps(event()).encode()
+    signature = "sha256=" + hmac.new(WEBHOOK_SECRET.encode(), body, hashlib.sha256).hexdigest()
+    headers = {"X-GitHub-Event": "pull_request", "X-GitHub-Delivery": "d-1", "X-Hub-Signature-256": signature}
+    headers[header] = value
+    answer = Client().post(URL, data=body, content_type="application/json", headers=headers)
+    assert answer.status_code == 400
+    assert answer.content.decode().startswith(f"{header}: contains a NUL")
+    assert woken == [] and not GitHubDelivery.objects.exists()
+
+
+def odd(**changes) -> dict:
+    payload = event()
+    payload.update(changes)
+    return payload
+
+
+@pytest.mark.parametrize(
+    ("payload", "named"),
+    [
+        (odd(repository="acme/brain"), "repository: expected an object, got text"),
+        (odd(repository={"full_name": 7}), "repository.full_name: expected text, got an integer"),
+        (odd(pull_request=[1, 2]), "pull_request: expected an object, got a list"),
+        (odd(number=10**30), f"number: {10**30} is not a pull request number (1 to 2147483647)"),
+        (odd(number=0), "number: 0 is not a pull request number (1 to 2147483647)"),
+        (odd(number=-3), "number: -3 is not a pull request number (1 to 2147483647)"),
+        (odd(number=True), "number: expected an integer, got a boolean"),
+        (odd(number="12"), "number: expected an integer, got text"),
+        (odd(number=1.5), "number: expected an integer, got a number"),
+        (odd(number=None, pull_request={"number": True}), "pull_request.number: expected an integer, got a boolean"),
+        (odd(action=["closed"]), "action: expected text, got a list"),
+        (odd(action="clo\x00sed"), "action: contains a NUL character"),
+        (odd(sender={"login": "\ud800"}), "sender.login: contains a lone surrogate (U+D800)"),
+    ],
+)
+def test_a_signed_pull_request_event_of_an_odd_shape_is_refused_400_naming_the_field(woken, payload, named):
+    answer = post(payload)
+    assert answer.status_code == 400, answer.content
+    assert answer.content.decode().startswith(named)
+    assert woken == [] and not GitHubDelivery.objects.exists()
+
+
+def test_a_lone_surrogate_escaped_in_the_json_is_refused_naming_the_field(woken):
+    answer = post(None, raw=b'{"action": "closed", "number": 12, "title": "\\ud800"}')
+    assert answer.status_code == 400 and answer.content.decode().startswith("title: contains a lone surrogate")
+    assert woken == []
+
+
+def test_a_body_nested_100000_deep_is_refused_400(woken):
+    answer = post(None, raw=b'{"a":' * 100_000 + b"1" + b"}" * 100_000)
+    assert answer.status_code == 400 and "nested more than" in answer.content.decode()
+    assert woken == []
+
+
+def test_a_body_that_is_not_utf8_is_refused_400(woken):
+    answer = post(None, raw=b'{"action": "\xe9"}')
+    assert answer.status_code == 400 and "not UTF-8" in answer.content.decode()
+
+
+def test_an_event_the_loop_does_not_read_is_not_judged_by_the_pull_request_shape(woken):
+    answer = post({"repository": "a string", "number": True}, kind="push")
+    assert answer.status_code == 200 and woken == []
+    assert "push event" in GitHubDelivery.objects.get().outcome
+
+
+def test_the_largest_pull_request_number_is_woken(woken):
+    assert post(event(number=2**31 - 1)).status_code == 200
+    assert woken == [2**31 - 1]

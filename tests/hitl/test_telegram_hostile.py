@@ -104,3 +104,15 @@ def test_a_body_nested_past_the_bound_is_ignored(client, chat):
 def test_polling_ignores_the_same_updates(chat):
     assert handle_update({"update_id": 2**64}).startswith("ignored: update_id")
     assert handle_update(message(chat=[1])) == "ignored: message.chat: expected an object, got a list"
+
+
+@pytest.mark.parametrize("secret", ["\xe9\xff", "\u20ac", "\ud800", WEBHOOK_SECRET + "\x00"])
+def test_a_secret_header_that_is_not_ascii_is_refused_403_like_a_wrong_one(client, chat, secret):
+    response = client.post(
+        "/telegram/webhook/",
+        json.dumps(message()),
+        content_type="application/json",
+        headers={"X-Telegram-Bot-Api-Secret-Token": secret},
+    )
+    assert response.status_code == 403
+    assert not TelegramUpdate.objects.exists()

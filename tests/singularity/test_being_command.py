@@ -246,3 +246,16 @@ def test_export_writes_the_seed_files(fake_gateway, tmp_path):
     lines = (out / "activity.jsonl").read_text().splitlines()
     debits = [line for line in lines if '"cost_debited"' in line]
     assert len(debits) == 1 and json.loads(debits[0])["amount"] == "0.00001"
+
+
+def test_an_absurd_usage_block_exits_3_debits_nothing_and_records_what_the_call_cost(fake_gateway, tmp_path):
+    huge = {"prompt_tokens": 10**30, "completion_tokens": 0, "total_tokens": 10**30}
+    fake_gateway.script(Reply(content="expensive", usage=huge))
+    proc = manage("being", "once", "--name", "ada", env=env_for(fake_gateway, tmp_path))
+    assert proc.returncode == 3, proc.stderr
+    assert "is absurd: more than 1,000,000,000 tokens in one completion" in proc.stderr
+    being = Being.objects.get(name="ada")
+    assert being.remaining == Decimal(10) and being.total_tokens == 0
+    assert Cycle.objects.get(being=being).status == "failed"
+    warning = Event.objects.get(being=being, kind="warning").data
+    assert warning["usage"] == huge and warning["elapsed_ns"] > 0 and "instance_usd" in warning

@@ -83,7 +83,7 @@ def test_a_nul_in_a_tool_result_is_shown_to_the_model_as_an_escape(fake_gateway,
     assert Cycle.objects.get(being__name="ada").status == "completed"
 
 
-@pytest.mark.parametrize("amount", ["1000000000000000000", "1e30", "9223373"])
+@pytest.mark.parametrize("amount", ["1000000000000000000", "1" + "0" * 30, "9223373"])
 def test_revenue_beyond_the_ledgers_range_is_refused_and_journaled_as_a_warning(
     fake_gateway, tmp_path, write_mcp_config, amount
 ):
@@ -106,13 +106,14 @@ def test_revenue_beyond_the_ledgers_range_is_refused_and_journaled_as_a_warning(
 
 
 def test_an_unexpected_error_exits_5_leaves_no_cycle_running_and_resume_goes_on(fake_gateway, tmp_path):
-    # A usage block no ledger can hold: 10**18 tokens at a million dollars per million is a debit of 10**18 USD.
-    huge = {"prompt_tokens": 10**18, "completion_tokens": 0, "total_tokens": 10**18}
+    # A debit no ledger can hold: a billion tokens (the most one completion may report; more is the gateway's
+    # error, exit 3) at 10**15 dollars per million is 10**18 USD.
+    huge = {"prompt_tokens": 10**9, "completion_tokens": 0, "total_tokens": 10**9}
     fake_gateway.script(
         Reply(content="expensive", usage=huge),
         Reply(content="back", usage={"prompt_tokens": 1, "completion_tokens": 0, "total_tokens": 1}),
     )
-    proc = once(fake_gateway, tmp_path, BRAMA_INPUT_PRICE_USD_PER_MILLION="1000000")
+    proc = once(fake_gateway, tmp_path, BRAMA_INPUT_PRICE_USD_PER_MILLION="1000000000000000")
     assert proc.returncode == 5, proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("singularity: ")  # one line, the last
     assert "Traceback" not in proc.stderr

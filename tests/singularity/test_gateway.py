@@ -358,3 +358,25 @@ def test_ping_of_an_unreachable_gateway_is_a_transient_error():
     with pytest.raises(GatewayError, match="cannot reach") as info:
         Gateway("http://127.0.0.1:9/v1", "k", max_retries=0, timeout=2).ping()
     assert info.value.permanent is False
+
+
+@pytest.mark.parametrize("key", ["prompt_tokens", "completion_tokens"])
+def test_an_absurd_usage_block_is_a_permanent_error_carrying_the_block_and_the_wall_time(
+    fake_gateway: FakeGateway, key: str
+) -> None:
+    block = {"prompt_tokens": 10, "completion_tokens": 5}
+    block[key] = 10**30
+    block["total_tokens"] = block["prompt_tokens"] + block["completion_tokens"]
+    error = refusal(fake_gateway, Reply(content="x", usage=block))
+    assert str(error) == (
+        f"brama: unsupported response: usage {key} {10**30} is absurd: more than 1,000,000,000 tokens in one completion"
+    )
+    assert error.permanent is True
+    assert error.usage == block
+    assert error.elapsed_ns is not None and error.elapsed_ns > 0
+
+
+def test_a_billion_tokens_is_still_accepted(fake_gateway: FakeGateway) -> None:
+    block = {"prompt_tokens": 10**9, "completion_tokens": 0, "total_tokens": 10**9}
+    fake_gateway.script(Reply(content="x", usage=block))
+    assert complete(fake_gateway.gateway()).usage.prompt_tokens == 10**9

@@ -60,3 +60,25 @@ def test_a_negative_credit_is_a_hard_state_error_and_changes_nothing():
     with pytest.raises(StateError, match="revenue must be positive"):
         apply_credit(being, Decimal(-1))
     assert being.earned == 0 and being.remaining == Decimal(10)
+
+
+# --- Money by JSON's grammar (issue 27): a string is credited only as JSON would write the number, no exponent ---
+
+
+@pytest.mark.parametrize(
+    ("text", "amount"), [("5", "5"), ("0.25", "0.25"), ("1000", "1000"), ("12.000000000001", "12.000000000001")]
+)
+def test_a_revenue_string_written_as_json_writes_a_number_is_credited(text, amount):
+    assert find_revenue("finance__t", {"revenue_usd": text}).amount == Decimal(amount)
+
+
+@pytest.mark.parametrize(
+    "text", ["1_000", " 5 ", "5 ", "5e2", "5E2", "1e-3", "+5", "05", ".5", "5.", "0x10", "Infinity", "NaN", "5\n", "٥"]
+)
+def test_a_revenue_string_not_written_as_a_plain_json_number_is_not_credited_and_names_the_value(text):
+    finding = find_revenue("finance__t", {"revenue_usd": text})
+    assert finding.amount is None
+    assert finding.problem == (
+        f"finance__t: revenue_usd: {text!r} is not a decimal amount as JSON writes one "
+        "(digits, an optional fraction, no exponent); nothing credited"
+    )

@@ -301,3 +301,26 @@ def test_net_profit_is_derived_and_the_report_carries_the_headline_numbers(fake_
     assert doc["earned_usd"] == "0.00"
     assert doc["total_tokens"] == 2000
     assert isinstance(doc["balance_usd"], str)
+
+
+def test_an_absurd_usage_block_fails_the_cycle_as_upstream_and_records_what_the_call_cost(fake_gateway, catalogue):
+    from singularity.errors import UpstreamError
+
+    fake_gateway.script(Reply(content="x", usage=usage(10**30, 5)))
+    being = make_being()
+    runtime = make_runtime(
+        being, fake_gateway.gateway(), catalogue, prices=Prices(Decimal(1), Decimal(1), Decimal(3600))
+    )
+    with pytest.raises(UpstreamError, match="usage prompt_tokens 1000000000000000000000000000000 is absurd") as info:
+        runtime.run_cycle()
+    assert info.value.permanent and info.value.exit_code == 3
+    being.refresh_from_db()
+    assert being.remaining == Decimal(10) and being.total_tokens == 0
+    assert not Event.objects.filter(being=being, kind="cost_debited").exists()
+    warning = Event.objects.get(being=being, kind="warning").data
+    assert warning["usage"] == usage(10**30, 5)
+    assert warning["elapsed_ns"] > 0
+    # The call's wall time at 3,600 USD an hour is a dollar a second: recorded, not debited (DESIGN decision 2).
+    assert Decimal(warning["instance_usd"]) == Decimal(warning["elapsed_ns"]) / Decimal(10**9)
+    assert warning["debited"] == "0.00"
+    assert Cycle.objects.get(being=being).status == "failed"
