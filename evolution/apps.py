@@ -18,13 +18,14 @@ class EvolutionConfig(AppConfig):
 
 
 def _check_project_functions() -> None:
-    """Fail at boot when LOOP_SHOULD_OPEN or LOOP_COMPARE names nothing importable (a config error, named)."""
+    """Fail at boot when a project-tier setting (LOOP_SHOULD_OPEN, LOOP_COMPARE, LOOP_WINDOW, LOOP_VERDICT,
+    LOOP_MEASURE) names nothing importable (a config error, named)."""
     from django.conf import settings
     from django.utils.module_loading import import_string
 
     from singularity.errors import ConfigError
 
-    for name in ("LOOP_SHOULD_OPEN", "LOOP_COMPARE"):
+    for name in ("LOOP_SHOULD_OPEN", "LOOP_COMPARE", "LOOP_WINDOW", "LOOP_VERDICT", "LOOP_MEASURE"):
         path = getattr(settings, name, "")
         if not path:
             continue

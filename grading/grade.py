@@ -18,13 +18,14 @@ from datetime import date
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.db import connections, router, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from grading import judge as judging
 from grading.judge import JudgeError
-from grading.loop_modules import Measured, MeasureError, measure, measured_ids, owed_ids, run_info
+from grading.loop_modules import Measured, MeasureError, measure, measured_ids, owed_ids, project_measure, run_info
 from grading.loop_modules import _check_unchanged as check_loop_module_unchanged
 from grading.loop_modules import _load as load_loop_module
 from grading.loop_modules import _parse as parse_measured
@@ -398,27 +399,34 @@ def _measure_many(
     every ``measure()`` of the batch ran.
     """
     wanted, owed = measured_ids(entity), owed_ids(entity)
+    project = project_measure() if wanted else None
+    loaded = None
     if not entity.loop_module_path:
-        if wanted:
-            failure = MeasureError(f"{entity}: no loop module measures {', '.join(wanted)}")
+        if project is None:
+            if wanted:
+                failure = MeasureError(f"{entity}: no loop module measures {', '.join(wanted)}")
+                return dict.fromkeys((execution.pk for execution in executions), failure)
+            return {execution.pk: Measured() for execution in executions}
+        function, path, loop_hash = project, settings.LOOP_MEASURE, ""
+    else:
+        repo = brain_checkout(checkout)
+        try:
+            loaded = load_loop_module(entity, repo)
+        except MeasureError as failure:
             return dict.fromkeys((execution.pk for execution in executions), failure)
-        return {execution.pk: Measured() for execution in executions}
-    repo = brain_checkout(checkout)
-    try:
-        loaded = load_loop_module(entity, repo)
-    except MeasureError as failure:
-        return dict.fromkeys((execution.pk for execution in executions), failure)
-    function = getattr(loaded.module, "measure", None)
-    if function is None:
-        if wanted:
-            failure = MeasureError(f"{loaded.path} has no measure(): {', '.join(wanted)} not measured")
-            return dict.fromkeys((execution.pk for execution in executions), failure)
-        return {execution.pk: Measured(loop_hash=loaded.sha256) for execution in executions}
+        function, path, loop_hash = getattr(loaded.module, "measure", None), loaded.path, loaded.sha256
+        if function is None and project is not None:  # the entity's module measures nothing: the project does
+            function, path = project, settings.LOOP_MEASURE
+        if function is None:
+            if wanted:
+                failure = MeasureError(f"{loaded.path} has no measure(): {', '.join(wanted)} not measured")
+                return dict.fromkeys((execution.pk for execution in executions), failure)
+            return {execution.pk: Measured(loop_hash=loaded.sha256) for execution in executions}
     results: dict[Any, Measured | SingularityError] = {}
     raw: dict[Any, Any] = {}
     # One thread for the batch's calls, each under its own deadline (a thread a call cost ~1 ms under load).
     answers = deadline.call_each(
-        function, [(run_info(execution),) for execution in executions], path=loaded.path, name="measure"
+        function, [(run_info(execution),) for execution in executions], path=path, name="measure"
     )
     for execution, (value, error) in zip(executions, answers, strict=True):
         if error is None:
@@ -427,10 +435,10 @@ def _measure_many(
             results[execution.pk] = MeasureError(str(error))  # the sandbox names the file and what it did
         elif isinstance(error, Exception):
             # The brain's own code: any failure fails this measurement, named.
-            results[execution.pk] = MeasureError(f"{loaded.path}: measure() raised {type(error).__name__}: {error}")
+            results[execution.pk] = MeasureError(f"{path}: measure() raised {type(error).__name__}: {error}")
         else:
             raise error  # a KeyboardInterrupt or SystemExit inside measure() is not the measurement's failure
-    if raw:
+    if raw and loaded is not None:
         try:
             check_loop_module_unchanged(entity, repo, loaded)
         except MeasureError as failure:
@@ -440,15 +448,15 @@ def _measure_many(
         if execution.pk not in raw:
             continue
         try:
-            values = parse_measured(loaded.path, raw[execution.pk], wanted)
+            values = parse_measured(path, raw[execution.pk], wanted)
         except MeasureError as failure:
             results[execution.pk] = failure
             continue
         missing = [metric_id for metric_id in owed if metric_id not in values]
         if missing and not execution.loop_launched:
-            results[execution.pk] = MeasureError(f"{loaded.path}: measure() did not return {', '.join(missing)}")
+            results[execution.pk] = MeasureError(f"{path}: measure() did not return {', '.join(missing)}")
         else:
-            results[execution.pk] = Measured(values=values, loop_hash=loaded.sha256)
+            results[execution.pk] = Measured(values=values, loop_hash=loop_hash)
     return results
 
 

@@ -130,6 +130,19 @@ def _check_unchanged(entity: Entity, repo: Any, loaded: BrainModule) -> None:
         )
 
 
+def project_measure() -> Any | None:
+    """The project's ``measure(run)`` (``LOOP_MEASURE``, R5.2) under the brain-code deadline, or None when unset.
+
+    It answers for an entity whose own loop module defines no ``measure()``; it is the project's code, so it runs
+    in this process (in a thread the caller can abandon), not in the brain's sandbox.
+    """
+    from django.conf import settings
+    from django.utils.module_loading import import_string
+
+    path = getattr(settings, "LOOP_MEASURE", "")
+    return deadline.bounded(import_string(path), path=path, name="measure") if path else None
+
+
 def loop_module_hash(entity: Entity, *, checkout: Any | None = None) -> str:
     """Return the sha256 of the entity's loop module at its commit ("" when it has none)."""
     if not entity.loop_module_path:
@@ -145,28 +158,38 @@ def measure(entity: Entity, execution: Execution, *, checkout: Any | None = None
     when measure() raises or answers malformed, and when the module changed
     while it was measuring.
     """
+    from django.conf import settings
+
     wanted = measured_ids(entity)
     owed = owed_ids(entity)
+    project = project_measure() if wanted else None
+    loaded = repo = None
     if not entity.loop_module_path:
-        if wanted:
-            raise MeasureError(f"{entity}: no loop module measures {', '.join(wanted)}")
-        return Measured()
-    repo = brain_checkout(checkout)
-    loaded = _load(entity, repo)
-    function = getattr(loaded.module, "measure", None)
-    if function is None:
-        if wanted:
-            raise MeasureError(f"{loaded.path} has no measure(): {', '.join(wanted)} not measured")
-        return Measured(loop_hash=loaded.sha256)
+        if project is None:
+            if wanted:
+                raise MeasureError(f"{entity}: no loop module measures {', '.join(wanted)}")
+            return Measured()
+        function, path, loop_hash = project, settings.LOOP_MEASURE, ""
+    else:
+        repo = brain_checkout(checkout)
+        loaded = _load(entity, repo)
+        function, path, loop_hash = getattr(loaded.module, "measure", None), loaded.path, loaded.sha256
+        if function is None and project is not None:
+            function, path = project, settings.LOOP_MEASURE
+        if function is None:
+            if wanted:
+                raise MeasureError(f"{loaded.path} has no measure(): {', '.join(wanted)} not measured")
+            return Measured(loop_hash=loaded.sha256)
     try:
-        raw = deadline.call(function, run_info(execution), path=loaded.path, name="measure")
+        raw = deadline.call(function, run_info(execution), path=path, name="measure")
     except (BrainDeadline, SandboxError) as exc:
         raise MeasureError(str(exc)) from exc
     except Exception as exc:  # noqa: BLE001 - the brain's own code: any failure fails this measurement, named
-        raise MeasureError(f"{loaded.path}: measure() raised {type(exc).__name__}: {exc}") from exc
-    _check_unchanged(entity, repo, loaded)
-    values = _parse(loaded.path, raw, wanted)
+        raise MeasureError(f"{path}: measure() raised {type(exc).__name__}: {exc}") from exc
+    if loaded is not None:
+        _check_unchanged(entity, repo, loaded)
+    values = _parse(path, raw, wanted)
     missing = [metric_id for metric_id in owed if metric_id not in values]
     if missing and not execution.loop_launched:
-        raise MeasureError(f"{loaded.path}: measure() did not return {', '.join(missing)}")
-    return Measured(values=values, loop_hash=loaded.sha256)
+        raise MeasureError(f"{path}: measure() did not return {', '.join(missing)}")
+    return Measured(values=values, loop_hash=loop_hash)

@@ -361,9 +361,14 @@ LOCAL_FORGE_REQUIRED_STATUSES = [
 ]
 #: The merge methods the local forge allows an auto-merge arm (it makes merge commits, so reverts stay mechanical).
 LOCAL_FORGE_MERGE_METHODS = [s.strip() for s in env_str("LOCAL_FORGE_MERGE_METHODS", "merge").split(",") if s.strip()]
-#: The project tier of the loop's functions: dotted paths of callables replacing the preset's rule and comparator.
+#: The project tier of the loop's functions (R5.2): dotted paths of callables answering for every entity whose
+#: own <id>.loop.py does not define the function — the trigger's rule, the post-merge comparator, the window,
+#: the pre-merge check's verdict and grading's measure.
 LOOP_SHOULD_OPEN = env_str("LOOP_SHOULD_OPEN", "")
 LOOP_COMPARE = env_str("LOOP_COMPARE", "")
+LOOP_WINDOW = env_str("LOOP_WINDOW", "")
+LOOP_VERDICT = env_str("LOOP_VERDICT", "")
+LOOP_MEASURE = env_str("LOOP_MEASURE", "")
 #: Where the loop makes its throwaway clones.
 LOOP_WORK_DIR = Path(env_str("LOOP_WORK_DIR", str(VAR_DIR / "loop")))
 

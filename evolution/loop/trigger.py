@@ -84,7 +84,7 @@ def decide(
         window.pop("_grades")
         return window, "an idea is queued"
     own_rule = entity.loop_module_path and module_function(entity, "should_open") is not None
-    own_window = entity.loop_module_path and module_function(entity, "window") is not None
+    own_window = module_function(entity, "window") is not None  # the entity's, else the project's LOOP_WINDOW
     preset_rule = not own_rule and not own_window and not project_rule()
     if preset_rule and not (is_bad(grade, terms) if bad is None else bad):
         return None, "the run that landed is not bad"
@@ -120,7 +120,7 @@ def decide_evolve(
     entity's own window() and should_open() replace the preset's. ``past`` (a backtest) holds the mark and the
     grades since it."""
     own_rule = bool(entity.loop_module_path) and module_function(entity, "should_open") is not None
-    own_window = bool(entity.loop_module_path) and module_function(entity, "window") is not None
+    own_window = module_function(entity, "window") is not None  # the entity's, else the project's LOOP_WINDOW
     if not (idea_queued or own_rule or own_window or project_rule()):
         if ready is UNREAD:
             ready = evolve.ready_at({entity.pk: entity}, now=now)[entity.pk]
@@ -374,11 +374,11 @@ def _count_refusal(found: list[tuple[str, Any, int]], why: str, anchor: Any) -> 
 
 def _own_functions(entity: Entity) -> bool:
     """Whether the entity's loop module (or the project) answers window() or should_open() itself."""
-    if project_rule():
+    if project_rule() or module_function(entity, "window") is not None:  # the entity's window, or LOOP_WINDOW
         return True
     if not entity.loop_module_path:
         return False
-    return module_function(entity, "should_open") is not None or module_function(entity, "window") is not None
+    return module_function(entity, "should_open") is not None
 
 
 def _is_ready(grade: Grade, ready: datetime | None) -> bool:
@@ -389,7 +389,7 @@ def sample(entity: Entity, *, now: datetime) -> dict[str, Any]:
     """The window a look with no grade behind it reads: the entity's own window() over the preset's, when it
     declares one (RuleError or the brain's own exception when that fails), else the preset's."""
     window = request_window(entity, now=now)
-    if not (entity.loop_module_path and module_function(entity, "window") is not None):
+    if module_function(entity, "window") is None:
         return window
     terms = cycles.terms_of(entity)
     since = evolve.mark(entity)

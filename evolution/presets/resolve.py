@@ -4,7 +4,9 @@ Seed 003, "window() and should_open()" and "Your own post-merge comparator":
 an entity's ``<id>.loop.py`` may define ``window``, ``should_open``,
 ``compare`` (and ``measure``, ``verdict``, read by grading and the check); a
 project-wide replacement is a setting naming a callable (``LOOP_SHOULD_OPEN``,
-``LOOP_COMPARE``); the preset answers the rest. The entity's function wins.
+``LOOP_COMPARE``, ``LOOP_WINDOW``; ``LOOP_VERDICT`` for the check,
+``LOOP_MEASURE`` for grading); the preset answers the rest. The entity's
+function wins.
 """
 
 from __future__ import annotations
@@ -44,7 +46,15 @@ def pinned_modules() -> Iterator[None]:
 
 
 def module_function(entity: Entity, name: str) -> Callable[..., Any] | None:
-    """The entity's loop module function ``name`` at its commit, or None (no module, or no such function)."""
+    """The entity's loop module function ``name`` at its commit, or None (no module, or no such function); for
+    ``window``, the project's ``LOOP_WINDOW`` when the entity declares none (R5.2: entity, then project)."""
+    own = _own_function(entity, name)
+    if own is None and name == "window":
+        return _project_function("LOOP_WINDOW")
+    return own
+
+
+def _own_function(entity: Entity, name: str) -> Callable[..., Any] | None:
     if not entity.loop_module_path or not entity.commit:
         return None
     pinned = _PINNED.get()
@@ -246,9 +256,10 @@ def ask_watch_window(cycle: Any, preset: dict[str, Any], *, now: datetime) -> di
 
 
 def checked_module_function(entity: Entity, name: str) -> Callable[..., Any] | None:
-    """Return the entity's loop-module function ``name`` at its commit, or None; ComparatorFault when it won't load."""
+    """Return the entity's loop-module function ``name`` at its commit, or None; ComparatorFault when it won't load.
+    For ``window`` the project's ``LOOP_WINDOW`` answers when the entity has none."""
     if not entity.loop_module_path or not entity.commit:
-        return None
+        return _project_function("LOOP_WINDOW") if name == "window" else None
     from grading.methods import brain_checkout
     from singularity.brain.modules import load_at
     from singularity.errors import SingularityError
@@ -258,15 +269,26 @@ def checked_module_function(entity: Entity, name: str) -> Callable[..., Any] | N
     except SingularityError as exc:
         raise ComparatorFault(f"loop module {entity.loop_module_path} would not load: {exc}") from exc
     function = getattr(loaded.module, name, None)
-    return deadline.bounded(function, path=loaded.path, name=name) if callable(function) else None
+    if callable(function):
+        return deadline.bounded(function, path=loaded.path, name=name)
+    return _project_function("LOOP_WINDOW") if name == "window" else None
+
+
+#: The project tier's settings (R5.2) and the function each stands for.
+PROJECT_FUNCTIONS = {
+    "LOOP_SHOULD_OPEN": "should_open",
+    "LOOP_COMPARE": "compare",
+    "LOOP_WINDOW": "window",
+    "LOOP_VERDICT": "verdict",
+    "LOOP_MEASURE": "measure",
+}
 
 
 def _project_function(setting: str) -> Callable[..., Any] | None:
     path = getattr(settings, setting, "")
     if not path:
         return None
-    name = "compare" if setting == "LOOP_COMPARE" else "should_open"
-    return deadline.bounded(import_string(path), path=path, name=name)
+    return deadline.bounded(import_string(path), path=path, name=PROJECT_FUNCTIONS[setting])
 
 
 def comparator(entity: Entity) -> tuple[str, Callable[..., Any] | None]:
