@@ -91,7 +91,9 @@ def decide(
     window = repair_window(entity, terms, anchor=grade, now=now, runs=runs, changed=changed)
     grades = window.pop("_grades")
     if own_window:
-        window, grades = ask_window(entity, terms, window, grades, anchor=grade, now=now, past=past)
+        # ctx.since is the previous window's mark whoever asks (R6.19): a landing's as a look's.
+        since = past.mark if past is not None else evolve.mark(entity)
+        window, grades = ask_window(entity, terms, window, grades, anchor=grade, now=now, since=since, past=past)
         if not window.get("ready", True):
             return None, window.get("reason") or "the window is not ready"
     if not grades:
