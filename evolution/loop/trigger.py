@@ -96,6 +96,9 @@ def decide(
         window, grades = ask_window(entity, terms, window, grades, anchor=grade, now=now, since=since, past=past)
         if not window.get("ready", True):
             return None, window.get("reason") or "the window is not ready"
+        if grades and grades[0].execution_id != grade.execution_id:
+            # The window left the landed run out: the newest run it kept anchors the cycle (R6.23).
+            window["_anchor"] = grades[0].execution
     if not grades:
         return None, "the window names no graded run"
     if not own_window and grades[0].execution_id != grade.execution_id:
@@ -334,10 +337,11 @@ def _on_landed(grade_ids: list[Any], *, now: datetime) -> int:
         if window is None:
             log.debug("loop: %s: run %s opens nothing: %s", entity, grade.execution_id, reason)
             continue
+        anchor = window.pop("_anchor", None) or grade.execution  # the newest run the window kept (R6.23)
         known: dict[str, Any] = {}
         if grade.pk in runs and entity.pk not in queued:
             holder = holders.get(entity.pk)
-            if holder is not None and holder.key == opening.cycle_key(entity, Cycle.Origin.GRADE, grade.execution, now):
+            if holder is not None and holder.key == opening.cycle_key(entity, Cycle.Origin.GRADE, anchor, now):
                 continue  # a grade delivered twice meets its own cycle: nothing to refuse
             if gates is None:  # the batch's gates, read once, when the first bad landing passes the count
                 wanted = list({g.entity_id: g.entity for g in counted}.values())
@@ -351,7 +355,7 @@ def _on_landed(grade_ids: list[Any], *, now: datetime) -> int:
         elif entity.pk in ready and entity.pk not in queued:
             known = {"holder": holders.get(entity.pk), "idea_checked": True}
         result = machine.open_cycle(
-            entity, origin=Cycle.Origin.GRADE, anchor=grade.execution, window=window, now=now, known=known
+            entity, origin=Cycle.Origin.GRADE, anchor=anchor, window=window, now=now, known=known
         )
         if result.opened:
             holders[entity.pk] = result.cycle

@@ -163,7 +163,18 @@ def ask_window(
         log.info("loop: %s: window() named %d runs the engine does not count (rejected)", entity, len(rejected))
     survivors = [kept[i] for i in ids if i in kept]
     window = {**answer, "runIds": [str(g.execution_id) for g in survivors]}
+    restate_progress(window)
     return window, sorted(survivors, key=lambda g: (g.graded_at, str(g.execution_id)), reverse=True)
+
+
+def restate_progress(window: dict[str, Any]) -> None:
+    """The engine restates a window's progress so it never runs ahead of the runs the window keeps (R6.24): a
+    window() that hands the preset's count back after dropping runs says "4 of 5", never "5 of 5" over four."""
+    progress = window.get("progress")
+    kept = len(window.get("runIds") or [])
+    if isinstance(progress, dict) and isinstance(progress.get("have"), int) and not isinstance(progress["have"], bool):
+        if progress["have"] > kept:
+            window["progress"] = {**progress, "have": kept}
 
 
 def preset_counts(entity: Entity) -> bool:

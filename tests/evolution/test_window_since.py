@@ -47,3 +47,19 @@ def test_a_landing_and_a_look_hand_window_the_same_since(tmp_path, settings):
     newest = Cycle.objects.filter(entity=entity, analysed=True).latest("started_at")  # the landing opened one
     trigger.sample(entity, now=timezone.now())
     assert seen()[-1] == {"since": newest.started_at.isoformat(), "anchor": False}
+
+
+def test_a_window_that_leaves_the_landed_run_out_moves_neither_the_anchor_nor_the_progress(tmp_path, settings):
+    # R6.23: the row stores only the runs the window kept and the newest of them anchors the cycle; R6.24: the
+    # progress never runs ahead of the runs kept ("4 of 5", not the preset's "5 of 5" over four).
+    source = "def window(ctx):\n    w = ctx.preset.window()\n    w['runIds'] = w['runIds'][:-1]\n    return w\n"
+    checkout, commit = brain_repo(tmp_path / "brain", {PATH: source})
+    settings.BRAIN_CHECKOUT = str(checkout.path)
+    entity = looped(loop_module_path=PATH, commit=commit)
+    earlier = history(entity, "bbbbb", start=timezone.now() - timedelta(hours=1))
+    landed = graded(entity, bad=True)
+    assert trigger.on_landed([landed.pk]) == 1
+    [cycle] = cycles_of(entity)
+    assert str(landed.execution_id) not in cycle.window["runIds"] and len(cycle.window["runIds"]) == 4
+    assert cycle.anchor_id == earlier[-1].execution_id
+    assert cycle.window["progress"]["have"] == 4
