@@ -172,9 +172,9 @@ def restate_progress(window: dict[str, Any]) -> None:
     window() that hands the preset's count back after dropping runs says "4 of 5", never "5 of 5" over four."""
     progress = window.get("progress")
     kept = len(window.get("runIds") or [])
-    if isinstance(progress, dict) and isinstance(progress.get("have"), int) and not isinstance(progress["have"], bool):
-        if progress["have"] > kept:
-            window["progress"] = {**progress, "have": kept}
+    have = progress.get("have") if isinstance(progress, dict) else None
+    if isinstance(have, int) and not isinstance(have, bool) and have > kept:
+        window["progress"] = {**progress, "have": kept}
 
 
 def preset_counts(entity: Entity) -> bool:
