@@ -92,6 +92,16 @@ def _outcome(g: Grade, terms: dict[str, Any], reading: tuple | None) -> dict[str
     }
 
 
+def single_version(grades: Any, entity: Any) -> Any:
+    """``grades`` without a chat role's episodes whose turns ran under two role versions (R22.9): they count in
+    no window — neither the trigger's nor the watch's."""
+    from grading.models import Entity
+
+    if entity.kind != Entity.Kind.ROLE:
+        return grades
+    return grades.exclude(execution__episode__mixed_versions=True)
+
+
 @dataclass
 class Observed:
     """The observed span of one watch, read once.

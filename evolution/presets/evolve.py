@@ -28,7 +28,7 @@ from django.db.models.functions import Cast
 from evolution.core import periods
 from evolution.models import Cycle
 from evolution.presets import readings as R
-from evolution.presets.base import EVOLVE, UNIT, Answer, ComparatorFault, Observed, trigger_terms
+from evolution.presets.base import EVOLVE, UNIT, Answer, ComparatorFault, Observed, single_version, trigger_terms
 from evolution.steering import groups
 from grading.cards import observed
 from grading.metrics import OUTCOME_FIELDS, human_rated
@@ -83,7 +83,7 @@ def since_grades(entity: Entity, *, since: datetime | None, now: datetime, limit
     (the window bound by default)."""
     limit = WINDOW_BOUND if limit is None else limit
     runs = list(
-        _since(entity.pk, since, now)
+        single_version(_since(entity.pk, since, now), entity)
         .select_related("execution")
         .only(*WINDOW_FIELDS, "execution__loop_launched", "execution__completed_at")
         .order_by("-graded_at", "-execution_id")[:limit]

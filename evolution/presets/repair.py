@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from evolution.models import Cycle
-from evolution.presets.base import COUNT, UNIT, Answer, Observed, record, trigger_terms
+from evolution.presets.base import COUNT, UNIT, Answer, Observed, record, single_version, trigger_terms
 from evolution.steering import groups
 from evolution.steering.supervision import groups_of
 from grading.cards import observed
@@ -43,7 +43,7 @@ def graded_window(
         grades = grades.filter(graded_at__gt=after)
     if through is not None and through.graded_at is not None:
         grades = grades.filter(graded_at__lte=through.graded_at)
-    grades = observed(grades, now=now)
+    grades = single_version(observed(grades, now=now), entity)
     runs = list(grades.select_related("execution").only(*WINDOW_FIELDS).order_by("-graded_at", "-execution_id")[:size])
     for run in runs:
         run.entity = entity  # is_bad reads the terms through grade.entity: one row read per grade otherwise
@@ -79,13 +79,14 @@ def windows_for(
     sizes = {pk: int(trigger_terms((entities[pk].terms or {}).get("loop") or {})["windowRuns"]) for pk in by_entity}
     wanted = {pk: sizes[pk] + max(len(grades), landed.get(pk, 0)) for pk, grades in by_entity.items()}
     if connection.vendor == "postgresql":
-        read = _lateral_windows(by_entity, wanted, now=now, after=after)
+        roles = {pk: entities[pk].kind == Entity.Kind.ROLE for pk in by_entity}
+        read = _lateral_windows(by_entity, wanted, now=now, after=after, roles=roles)
     else:
         base = observed(Grade.objects.filter(status=Grade.Status.GRADED, execution__loop_launched=False), now=now)
         read = [
             grade
             for pk, grades in by_entity.items()
-            for grade in (base.filter(graded_at__gt=after[pk]) if after.get(pk) else base)
+            for grade in single_version(base.filter(graded_at__gt=after[pk]) if after.get(pk) else base, entities[pk])
             .filter(entity_id=pk, graded_at__lte=max(g.graded_at for g in grades))
             .select_related("execution")
             .only(*WINDOW_FIELDS)
@@ -113,7 +114,8 @@ def windows_for(
 #: Each entity's newest graded runs through a mark, one index scan per entity (the same rules as graded_window).
 LATERAL_WINDOWS = """
 SELECT g.execution_id, g.entity_id, g.status, g.graded_at, g.score, g.passed, g.failure_category, g.metrics, g.judge
-FROM unnest(%s::bigint[], %s::timestamptz[], %s::int[], %s::timestamptz[]) AS t(entity_id, through, size, after)
+FROM unnest(%s::bigint[], %s::timestamptz[], %s::int[], %s::timestamptz[], %s::boolean[])
+     AS t(entity_id, through, size, after, role)
 CROSS JOIN LATERAL (
     SELECT gg.execution_id, gg.entity_id, gg.status, gg.graded_at, gg.score, gg.passed, gg.failure_category,
            gg.metrics, gg.judge
@@ -122,6 +124,8 @@ CROSS JOIN LATERAL (
       AND (t.after IS NULL OR gg.graded_at > t.after)
       AND (e.awaiting_rating_until IS NULL OR e.awaiting_rating_until <= %s
            OR EXISTS (SELECT 1 FROM grading_rating r WHERE r.execution_id = gg.execution_id))
+      AND NOT (t.role AND EXISTS (SELECT 1 FROM grading_episode ep
+                                  WHERE ep.execution_id = gg.execution_id AND ep.mixed_versions))
     ORDER BY gg.graded_at DESC, gg.execution_id DESC
     LIMIT t.size
 ) g
@@ -134,8 +138,10 @@ def _lateral_windows(
     *,
     now: datetime,
     after: dict[int, datetime | None],
+    roles: dict[int, bool] | None = None,
 ) -> list[Grade]:
-    """Postgres: every entity's newest graded runs in one statement (a LATERAL join, one index scan each)."""
+    """Postgres: every entity's newest graded runs in one statement (a LATERAL join, one index scan each); a chat
+    role's (``roles``) without its episodes that ran under two role versions."""
     ids = list(by_entity)
     from django.db import connection
 
@@ -144,6 +150,7 @@ def _lateral_windows(
         [max(g.graded_at for g in by_entity[pk]) for pk in ids],
         [wanted[pk] for pk in ids],
         [after.get(pk) for pk in ids],
+        [bool((roles or {}).get(pk)) for pk in ids],
         Grade.Status.GRADED,
         now,
     ]
