@@ -44,8 +44,10 @@ from evolution.presets.resolve import (
 )
 from evolution.steering import groups
 from evolution.steering.cadence import drop_stale, due, record_window
+from grading import observed as O
 from grading.metrics import is_bad
 from grading.models import Entity, Execution, Grade, read_only
+from grading.people import people_values
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,7 @@ def decide(
     past: Any = None,
     bad: bool | None = None,
     memo: dict[Any, dict[str, Any]] | None = None,
+    people: Any = None,
 ) -> tuple[dict[str, Any] | None, str]:
     """Ask whether ``grade`` opens a cycle; return (the window to open on, or None, and the reason).
 
@@ -104,7 +107,10 @@ def decide(
     if not own_window and grades[0].execution_id != grade.execution_id:
         return None, "the landed run is not the newest graded run of its window"
     # The batch's outcomes are shared only between windows sliced from the batch's one read (``runs``).
-    shown = outcomes(grades, terms, memo=memo if preset_rule and grades is runs else None)
+    from_batch = grades is runs  # the batch's own read: its ratings were read with it (``people``)
+    shown = outcomes(
+        grades, terms, memo=memo if preset_rule and from_batch else None, people=people if from_batch else None
+    )
     answer = ask_should_open(entity, shown, trigger_terms(loop))
     window["reason"] = answer["reason"] or window["reason"]
     return (window if answer["open"] else None), answer["reason"]
@@ -290,6 +296,10 @@ def _on_landed(grade_ids: list[Any], *, now: datetime) -> int:
     bases = {pk: groups.changed_at(entities[pk]) for pk in sorted({g.entity_id for g in counted})}
     landed = Counter(g.entity_id for g in considered)
     runs = windows_for(counted, entities, now=now, after=bases, landed=landed)
+    # People's ratings of every run of the batch's windows, in one read (only entities that have a rated metric):
+    # each window's outcomes read them there (``grading.observed``) rather than once a landing.
+    rated_runs = [g.execution_id for window in runs.values() for g in window if O.rated_ids(g.entity.terms or {})]
+    people = people_values(rated_runs) if rated_runs else {}
     # Evolve entities the preset's cadence decides: when each window became ready (one read for the batch).
     cadenced = {
         g.entity_id: g.entity
@@ -330,6 +340,7 @@ def _on_landed(grade_ids: list[Any], *, now: datetime) -> int:
                 changed=bases[entity.pk] if grade.pk in runs else UNREAD_CHANGE,
                 bad=bad.get(grade.pk),
                 memo=memo.setdefault(entity.pk, {}),
+                people=people,
             )
         except Exception as exc:  # noqa: BLE001 - the brain's rule failed: the grade stands, the next one asks again
             log.warning("loop: %s: the trigger withheld run %s: %s", entity, grade.execution_id, exc)
