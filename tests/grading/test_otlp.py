@@ -5,6 +5,9 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -281,3 +284,35 @@ def test_no_token_or_a_bad_one_is_a_401(live_server, triage):
     assert response.status_code == 401 and "Bearer" in status_message(response)
     assert post(live_server.url, "wrong", encoded(agent_spans())).status_code == 401
     assert not OtlpTrace.objects.exists()
+
+
+SDK_ONLY_SCRIPT = """
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+provider = TracerProvider()  # the resource from OTEL_RESOURCE_ATTRIBUTES
+provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))  # the endpoint and headers from OTEL_EXPORTER_OTLP_*
+tracer = provider.get_tracer("agent")
+for _ in range(3):
+    with tracer.start_as_current_span("invoke_agent triage") as root:
+        with tracer.start_as_current_span("chat m") as call:
+            call.set_attribute("gen_ai.request.model", "m")
+            call.set_attribute("gen_ai.usage.input_tokens", 10)
+        root.set_attribute("output.value", '{"accuracy": 0.2}')
+provider.shutdown()
+"""
+
+
+def test_a_script_using_only_the_sdk_configured_by_environment_sends_graded_runs(live_server, key, triage):
+    env = {
+        **os.environ,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": live_server.url,
+        "OTEL_EXPORTER_OTLP_HEADERS": f"Authorization=Bearer%20{key}",
+        "OTEL_RESOURCE_ATTRIBUTES": "singularity.entity=scenario:triage",
+    }
+    subprocess.run([sys.executable, "-c", SDK_ONLY_SCRIPT], env=env, check=True, timeout=60)
+    assert assemble() == 3
+    runs = list(Execution.objects.all())
+    assert [(run.entity, run.status, len(run.trace)) for run in runs] == [(triage, "succeeded", 1)] * 3
+    assert {grade.passed for grade in Grade.objects.filter(execution__in=runs)} == {False}  # below the floor
