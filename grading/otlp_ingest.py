@@ -161,8 +161,15 @@ def ingest(received: list[Received], rejected: list[Rejected], *, user: Any) -> 
         if unknown:
             _note_unknown(unknown)
         new = [
-            OtlpTrace(trace_id=trace_id, entity=entity, first_received_at=now, started_by=_person(user))
-            for trace_id, (entity, _) in accepted.items()
+            OtlpTrace(
+                trace_id=trace_id,
+                entity=entity,
+                first_received_at=now,
+                started_by=_person(user),
+                root_span_id=_root_of(items) or "",
+                root_received_at=now if _root_of(items) else None,
+            )
+            for trace_id, (entity, items) in accepted.items()
             if trace_id not in known
         ]
         if new:
@@ -180,16 +187,22 @@ def ingest(received: list[Received], rejected: list[Rejected], *, user: Any) -> 
                     roots[trace_id] = span_id
         if pending:
             OtlpSpan.objects.bulk_create(pending, ignore_conflicts=True)
-        for trace_id, span_id in roots.items():
-            OtlpTrace.objects.filter(trace_id=trace_id, root_received_at=None).update(
-                root_span_id=span_id, root_received_at=now
-            )
+        rooted = [known[trace_id] for trace_id in roots if known[trace_id].root_received_at is None]
+        for trace in rooted:  # the root came after its children: the trace is due from now (one statement for all)
+            trace.root_span_id, trace.root_received_at = roots[trace.trace_id], now
+        if rooted:
+            OtlpTrace.objects.bulk_update(rooted, ["root_span_id", "root_received_at"])
         for trace_id, (_, items) in accepted.items():
             trace = known[trace_id]
             if trace.assembled_at is not None and trace.execution_id is not None:
                 attach_late(trace, [item.span for item in items.values()])
         outcome.accepted = sum(len(items) for _, items in accepted.values())
     return outcome
+
+
+def _root_of(items: dict[str, Received]) -> str | None:
+    """The id of the trace's root span (no parent) among ``items``, or None."""
+    return next((span_id for span_id, item in items.items() if item.span["parentSpanId"] is None), None)
 
 
 def _person(user: Any) -> Any:
