@@ -23,16 +23,16 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connections, router, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from grading import spans
 from grading.executions import report_many, validate_report
+from grading.grade import json_rows, recordset
 from grading.models import OtlpSpan, OtlpTrace
 from grading.otlp_decode import INPUT_VALUE, OUTPUT_VALUE
 from grading.otlp_ingest import tree_span
@@ -97,13 +97,62 @@ def run_of(trace: OtlpTrace, received: list[dict[str, Any]]) -> dict[str, Any]:
     run["trace"] = tree
     if cost is not None:
         run["cost_usd"] = str(cost)
+    return run
+
+
+def checked(run: dict[str, Any]) -> dict[str, Any]:
+    """Return a run the report path accepts: as it is, else with its times brought back to now, else without spans.
+
+    For the rare run the report refuses though each span was read: times
+    past the server's clock (an agent's clock ahead), or its spans together
+    over ``TRACE_MAX_BYTES``. The run is kept, and its error says what was
+    changed and why.
+    """
     try:
         validate_report(run)
-    except ConfigError as exc:  # the whole is over a limit no single span is: keep the run, say why the tree is not
-        run["trace"] = []
-        run["error"] = f"{run['error']}; its spans were not kept: {exc}".lstrip("; ")
-        run["cost_usd"] = str(cost or Decimal(0))
-    return run
+        return run
+    except ConfigError as exc:
+        why = str(exc)
+    now = timezone.now()
+    started, completed = spans.parse_instant(run["started_at"]), spans.parse_instant(run["completed_at"])
+    if completed is not None and started is not None and completed > now:
+        run = {
+            **run,
+            "started_at": spans.instant_text(min(started, now)),
+            "completed_at": spans.instant_text(now),
+            "error": f"{run.get('error') or ''}; its times were not kept: {why}".lstrip("; "),
+        }
+        try:
+            validate_report(run)
+            return run
+        except ConfigError as exc:
+            why = str(exc)
+    return {**run, "trace": [], "error": f"{run.get('error') or ''}; its spans were not kept: {why}".lstrip("; ")}
+
+
+def _report(rows: list[tuple[Any, dict[str, Any]]], user: Any) -> list[Any]:
+    """``report_many`` of the rows; when it refuses one, every row is checked first (nothing was written)."""
+    try:
+        return report_many(rows, user=user)
+    except ConfigError:
+        return report_many([(entity, checked(run)) for entity, run in rows], user=user)
+
+
+def _mark_assembled(traces: list[OtlpTrace], now: datetime) -> None:
+    """Note each trace's run and the time, in one statement (on PostgreSQL one JSON parameter, as the inserts)."""
+    connection = connections[router.db_for_write(OtlpTrace)]
+    if connection.vendor != "postgresql":
+        OtlpTrace.objects.bulk_update(traces, ["execution", "assembled_at"])
+        return
+    quote = connection.ops.quote_name
+    fields = [OtlpTrace._meta.pk, OtlpTrace._meta.get_field("execution")]
+    table, key, run = quote(OtlpTrace._meta.db_table), quote(fields[0].column), quote(fields[1].column)
+    sql = (
+        f"UPDATE {table} SET {run} = v.{run}, {quote('assembled_at')} = %s "
+        f"FROM {recordset(connection, fields)} WHERE {table}.{key} = v.{key}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [now, json_rows(traces, fields)])
 
 
 def _due(now: datetime) -> Q:
@@ -135,12 +184,12 @@ def sweep_once(*, now: datetime | None = None, limit: int = BATCH) -> int:
             by_user.setdefault(trace.started_by, []).append(index)
         executions: dict[int, Any] = {}
         for user, indexes in by_user.items():
-            for index, execution in zip(indexes, report_many([rows[i] for i in indexes], user=user), strict=True):
+            for index, execution in zip(indexes, _report([rows[i] for i in indexes], user), strict=True):
                 executions[index] = execution
         for index, trace in enumerate(traces):
             trace.execution = executions[index]
             trace.assembled_at = now
-        OtlpTrace.objects.bulk_update(traces, ["execution", "assembled_at"])
+        _mark_assembled(traces, now)
         OtlpSpan.objects.filter(trace_id__in=list(received)).delete()
         OtlpTrace.objects.filter(pk__in=[pk for pk, got in received.items() if not got]).update(assembled_at=now)
     return len(received)

@@ -316,3 +316,20 @@ def test_a_script_using_only_the_sdk_configured_by_environment_sends_graded_runs
     runs = list(Execution.objects.all())
     assert [(run.entity, run.status, len(run.trace)) for run in runs] == [(triage, "succeeded", 1)] * 3
     assert {grade.passed for grade in Grade.objects.filter(execution__in=runs)} == {False}  # below the floor
+
+
+def test_a_run_the_report_would_refuse_is_kept_saying_what_was_dropped_and_the_sweep_goes_on(live_server, key, triage):
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(encoded(agent_spans()))
+    root = next(span for span in request.resource_spans[0].scope_spans[0].spans if not span.parent_span_id)
+    root.end_time_unix_nano += 3600 * 10**9  # an agent whose clock is an hour ahead
+    assert post(live_server.url, key, request.SerializeToString()).status_code == 200
+    assert assemble() == 1
+    with override_settings(TRACE_MAX_BYTES=1024):
+        export(live_server.url, key, agent_spans())  # its spans together over the trace's byte limit
+        assert assemble() == 1
+    ahead, large = sorted(Execution.objects.all(), key=lambda run: "TRACE_MAX_BYTES" in run.error)
+    assert "its spans were not kept" in large.error and "TRACE_MAX_BYTES" in large.error and large.trace == []
+    assert large.cost_usd == Decimal("0.004")
+    assert "is in the future" in ahead.error and "its times were not kept" in ahead.error
+    assert len(ahead.trace) == 3 and ahead.completed_at <= timezone.now()
