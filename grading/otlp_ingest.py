@@ -175,7 +175,10 @@ def ingest(received: list[Received], rejected: list[Rejected], *, user: Any) -> 
         ]
         if new:
             OtlpTrace.objects.bulk_create(new, ignore_conflicts=True)
-            known = {t.trace_id: t for t in OtlpTrace.objects.filter(trace_id__in=list(accepted))}
+        # Locked, in one order (no deadlock between two exports): the sweep skips a trace held here, and a trace
+        # it assembled meanwhile is seen assembled, so its spans attach to the run instead of waiting forever.
+        locked = OtlpTrace.objects.select_for_update(of=("self",)).filter(trace_id__in=list(accepted)).order_by("pk")
+        known = {t.trace_id: t for t in locked}
         pending: list[OtlpSpan] = []
         roots: dict[str, str] = {}
         for trace_id, (_, items) in accepted.items():
