@@ -333,3 +333,16 @@ def test_a_run_the_report_would_refuse_is_kept_saying_what_was_dropped_and_the_s
     assert large.cost_usd == Decimal("0.004")
     assert "is in the future" in ahead.error and "its times were not kept" in ahead.error
     assert len(ahead.trace) == 3 and ahead.completed_at <= timezone.now()
+
+
+def test_the_beat_sweeps_every_grace_and_its_task_makes_the_runs(live_server, key, triage):
+    from grading.tasks.grading import assemble_traces
+    from singularity.schedule import BEAT_SCHEDULE
+
+    entry = BEAT_SCHEDULE["grading-assemble-traces"]
+    assert entry["task"] == "grading.tasks.grading.assemble_traces" and entry["schedule"] == 5.0
+    export(live_server.url, key, agent_spans())
+    assert assemble_traces() == 0  # inside the grace
+    with override_settings(OTLP_GRACE_SECS=0):
+        assert assemble_traces() == 1
+    assert the_run().status == "succeeded"
