@@ -254,7 +254,7 @@ def _check_span_limit(accepted: dict[str, tuple[Entity | None, dict[str, Receive
             has = held.get(trace.pk, set())
         elif trace is not None and trace.execution_id is not None:
             stored = Execution.objects.values_list("trace", flat=True).get(pk=trace.execution_id) or []
-            has = {span.get("spanId") for span in stored if isinstance(span, dict)}
+            has = {str(span.get("spanId")) for span in stored if isinstance(span, dict)}
         total = len(has | set(items))
         if total > limit:
             raise TraceTooLarge(
@@ -270,7 +270,7 @@ def attach_late(trace: OtlpTrace, late: list[dict[str, Any]]) -> int:
     """
     execution = Execution.objects.select_for_update().only("pk", "trace").get(pk=trace.execution_id)
     stored = list(execution.trace or [])
-    have = {span.get("spanId") for span in stored if isinstance(span, dict)}
+    have = {str(span.get("spanId")) for span in stored if isinstance(span, dict)}
     fresh = [span for span in late if span["spanId"] not in have and span["spanId"] != trace.root_span_id]
     ids = have | {span["spanId"] for span in fresh}
     added = [tree_span(span, ids) for span in fresh]

