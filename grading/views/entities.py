@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from grading.models import Entity, Grade, UnknownAgent
-from grading.otlp_ingest import file_to_add
+from grading.otlp_ingest import file_to_add, resolve
 
 
 def _newest_grade(field_name: str) -> Subquery:
@@ -64,8 +64,13 @@ UNKNOWN_AGENTS_SHOWN = 50
 
 
 def unknown_agents() -> list[UnknownAgent]:
-    """The agents that sent traces naming no entity, newest first, each with the brain file that would add it."""
+    """The agents that sent traces naming no entity, newest first, each with the brain file that would add it.
+
+    One whose name names an entity now (its file was added since) is left out.
+    """
     agents = list(UnknownAgent.objects.order_by("-last_seen")[:UNKNOWN_AGENTS_SHOWN])
+    found = resolve({agent.name for agent in agents})
+    agents = [agent for agent in agents if not isinstance(found.get(agent.name), Entity)]
     for agent in agents:
         agent.file_to_add = file_to_add(agent.name)  # type: ignore[attr-defined]
     return agents

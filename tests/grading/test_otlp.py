@@ -189,6 +189,8 @@ def test_an_unknown_entity_is_refused_by_name_nothing_kept_and_listed_as_seen(
     client.force_login(django_user_model.objects.create_user("viewer"))
     page = client.get("/evolution/entities/").content.decode()
     assert "billing-bot" in page and "features/billing-bot/billing-bot.scenario.md" in page
+    make_entity("billing-bot")  # its file added to the brain: no longer listed as unknown
+    assert "Agents seen, not in the brain" not in client.get("/evolution/entities/").content.decode()
 
 
 def test_gzip_and_json_bodies_are_read(live_server, key, triage):
