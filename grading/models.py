@@ -514,3 +514,64 @@ class Turn(models.Model):
 
     def __str__(self) -> str:
         return f"turn {self.seq} ({self.role}) of {self.episode_id}"
+
+
+class OtlpTrace(models.Model):
+    """An OpenTelemetry trace being received (``grading.otlp_ingest``): one trace, one run once assembled.
+
+    Kept after assembly so a retried export of the same trace id attaches to
+    its run instead of opening another.
+    """
+
+    trace_id = models.CharField(max_length=32, unique=True, help_text="32 hex digits, as OTLP sends it.")
+    entity = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="otlp_traces")
+    #: The root span (no parent) as received; null until it arrives.
+    root_span_id = models.CharField(max_length=16, blank=True, default="")
+    root_received_at = models.DateTimeField(null=True, blank=True)
+    first_received_at = models.DateTimeField(default=timezone.now)
+    #: The run the trace became; null while its spans are pending.
+    execution = models.OneToOneField(
+        Execution, null=True, blank=True, on_delete=models.SET_NULL, related_name="otlp_trace"
+    )
+    assembled_at = models.DateTimeField(null=True, blank=True)
+    started_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["root_received_at"], condition=models.Q(assembled_at=None), name="otlp_due"),
+            models.Index(fields=["first_received_at"], condition=models.Q(assembled_at=None), name="otlp_orphan"),
+        ]
+
+    def __str__(self) -> str:
+        return f"trace {self.trace_id}"
+
+
+class OtlpSpan(models.Model):
+    """One received span of a trace not yet assembled: unique by trace and span id, so a retry doubles nothing."""
+
+    trace = models.ForeignKey(OtlpTrace, on_delete=models.CASCADE, related_name="spans")
+    span_id = models.CharField(max_length=16)
+    #: The span in ``grading.spans``' stored form.
+    span = models.JSONField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["trace", "span_id"], name="otlp_span_once")]
+
+    def __str__(self) -> str:
+        return f"span {self.span_id}"
+
+
+class UnknownAgent(models.Model):
+    """An agent that sent traces naming no entity of the brain: listed on the Entities page with the file to add."""
+
+    #: What the trace named (``singularity.entity`` or ``service.name``), as sent.
+    name = models.CharField(max_length=200, unique=True)
+    span_count = models.BigIntegerField(default=0)
+    first_seen = models.DateTimeField(default=timezone.now)
+    last_seen = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-last_seen"]
+
+    def __str__(self) -> str:
+        return self.name

@@ -43,6 +43,11 @@ BEAT_SCHEDULE = {
         "schedule": 60.0,
         "options": {"expires": 50},
     },
+    "grading-assemble-traces": {
+        "task": "grading.tasks.grading.assemble_traces",
+        "schedule": max(1.0, env_float("OTLP_GRACE_SECS", 5.0)),
+        "options": {"expires": max(1.0, env_float("OTLP_GRACE_SECS", 5.0))},
+    },
     "grading-sweep-lost": {
         "task": "grading.tasks.grading.sweep_lost",
         "schedule": 300.0,

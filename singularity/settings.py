@@ -219,6 +219,14 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = max(API_MAX_BODY_BYTES, 2_621_440)
 TRACE_MAX_SPANS = env_int("TRACE_MAX_SPANS", 2000, minimum=1)
 TRACE_MAX_SPAN_BYTES = env_int("TRACE_MAX_SPAN_BYTES", 65_536, minimum=1024)
 TRACE_MAX_BYTES = env_int("TRACE_MAX_BYTES", 8_388_608, minimum=1024)
+#: OTLP/HTTP traces in (POST /v1/traces, grading/otlp_*.py): a body at most OTLP_MAX_BODY_BYTES as sent and
+#: OTLP_MAX_DECOMPRESSED_BYTES once gunzipped (413 past either); a trace becomes a run OTLP_GRACE_SECS after its
+#: root span arrives (late children still attach), and one whose root never arrives is closed as failed
+#: OTLP_ORPHAN_SECS after its first span (docs/decisions.md, issue 30).
+OTLP_MAX_BODY_BYTES = env_int("OTLP_MAX_BODY_BYTES", 2_621_440, minimum=1024)
+OTLP_MAX_DECOMPRESSED_BYTES = env_int("OTLP_MAX_DECOMPRESSED_BYTES", 16_777_216, minimum=1024)
+OTLP_GRACE_SECS = env_float("OTLP_GRACE_SECS", 5.0)
+OTLP_ORPHAN_SECS = env_float("OTLP_ORPHAN_SECS", 600.0)
 SPECTACULAR_SETTINGS = {
     "TITLE": "Singularity API",
     "DESCRIPTION": "Control plane for autonomous LLM agents: beings, the brain, grading and the self-evolving loop.",

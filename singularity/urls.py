@@ -19,6 +19,7 @@ urlpatterns = [
     path("evolution/", include("grading.urls")),
     path("", include("hitl.urls")),
     path("", include("evolution.webhook_urls")),
+    path("", include("grading.otlp_urls")),
     path("api/", include("singularity.api_urls")),
     path("api/", include("grading.api_urls")),
     path("api/", include("evolution.api.urls")),

@@ -27,3 +27,11 @@ def sweep_lost() -> int:
     from grading import booking
 
     return booking.sweep_lost()
+
+
+@shared_task(ignore_result=True)
+def assemble_traces() -> int:
+    """Make runs of the OTLP traces whose root span's grace has passed, and close those whose root never came."""
+    from grading import otlp_assemble
+
+    return otlp_assemble.sweep()

@@ -9,7 +9,8 @@ from django.db.models.expressions import RawSQL
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from grading.models import Entity, Grade
+from grading.models import Entity, Grade, UnknownAgent
+from grading.otlp_ingest import file_to_add, resolve
 
 
 def _newest_grade(field_name: str) -> Subquery:
@@ -53,4 +54,23 @@ def entity_list(request: HttpRequest) -> HttpResponse:
     entities = list(entities_for_list(list(shown.object_list)))
     for entity in entities:
         entity.runs_label = runs_label(entity.runs)  # type: ignore[attr-defined]
-    return render(request, "grading/entity_list.html", {"entities": entities, "page": shown})
+    return render(
+        request, "grading/entity_list.html", {"entities": entities, "page": shown, "unknown_agents": unknown_agents()}
+    )
+
+
+#: Agents listed as seen, not in the brain (the most recent first).
+UNKNOWN_AGENTS_SHOWN = 50
+
+
+def unknown_agents() -> list[UnknownAgent]:
+    """The agents that sent traces naming no entity, newest first, each with the brain file that would add it.
+
+    One whose name names an entity now (its file was added since) is left out.
+    """
+    agents = list(UnknownAgent.objects.order_by("-last_seen")[:UNKNOWN_AGENTS_SHOWN])
+    found = resolve({agent.name for agent in agents})
+    agents = [agent for agent in agents if not isinstance(found.get(agent.name), Entity)]
+    for agent in agents:
+        agent.file_to_add = file_to_add(agent.name)  # type: ignore[attr-defined]
+    return agents

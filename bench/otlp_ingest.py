@@ -1,0 +1,272 @@
+#!/usr/bin/env python
+"""OTLP traces in, end to end: the real OpenTelemetry SDK exporting to ``POST /v1/traces`` from 4 processes (issue 30).
+
+Each trace has 6 spans (an ``invoke_agent`` root, 3 model calls with messages and usage, 2 tool calls) made by
+the SDK's tracer and sent by its ``BatchSpanProcessor`` + OTLP/HTTP protobuf exporter, gzip, from ``--procs``
+processes into the project's server (``manage.py runserver --noreload``, what ``manage.py up`` serves) on
+Postgres, with the pool of connections on. Every export request is timed inside the exporter. Then the beat's
+sweep (``grading.otlp_assemble.sweep``) makes the runs and grades them under ``method: none`` in one process,
+timed apart. It prints: export requests p50/p95, spans/s and traces/s accepted (from the first span made to the
+last export answered), runs assembled-and-graded/s, the floor (one single-row INSERT + COMMIT on the same
+database), and queries per trace for one export request of 85 traces and for the sweep.
+
+    .venv/bin/python bench/otlp_ingest.py --pg-url postgres://postgres@127.0.0.1:5432/otlp_bench --traces 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SETUP = """
+import django; django.setup()
+from django.contrib.auth import get_user_model
+from grading.models import Entity
+from singularity.models import ApiToken
+from tests.grading.grading_helpers import make_entity
+if not Entity.objects.filter(slug="triage").exists():
+    make_entity("triage", evaluation={"method": "none", "sample": {"rate": 1.0, "maxPerDay": 10**9}})
+user, _ = get_user_model().objects.get_or_create(username="bench-agent")
+print(ApiToken.issue(user, "bench", is_agent=True)[1])
+"""
+
+SWEEP = """
+import json, time
+import django; django.setup()
+from datetime import timedelta
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from grading import otlp_assemble
+from grading.models import Execution, Grade, OtlpTrace
+pending = OtlpTrace.objects.filter(assembled_at=None).count()
+started = time.perf_counter()
+with CaptureQueriesContext(connection) as queries:
+    runs = otlp_assemble.sweep(now=timezone.now() + timedelta(hours=1))
+took = time.perf_counter() - started
+graded = Grade.objects.filter(status=Grade.Status.GRADED).count()
+print(json.dumps({"pending": pending, "runs": runs, "took": took, "queries": len(queries),
+                  "executions": Execution.objects.count(), "graded": graded}))
+"""
+
+REQUEST_QUERIES = """
+import json, sys
+sys.path.insert(0, %(bench)r)
+import django; django.setup()
+from django.db import connection
+from django.test import RequestFactory
+from django.test.utils import CaptureQueriesContext
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from grading.api_otlp import export_traces
+from otlp_ingest import make_traces
+spans = make_traces(85, memory=True)
+body = encode_spans(spans).SerializeToString()
+request = RequestFactory().post("/v1/traces", data=body, content_type="application/x-protobuf",
+                                HTTP_AUTHORIZATION="Bearer %(key)s")
+with CaptureQueriesContext(connection) as queries:
+    response = export_traces(request)
+assert response.status_code == 200, response.content
+print(json.dumps({"traces": 85, "spans": len(spans), "queries": len(queries)}))
+"""
+
+MESSAGE = "My card was charged twice for the March invoice; please refund the second charge. " * 4
+
+
+def make_traces(count: int, *, memory: bool = False, provider: Any = None) -> Any:
+    """Make ``count`` traces of 6 spans with the SDK (into ``provider``, or kept in memory and returned)."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    kept = InMemorySpanExporter() if memory else None
+    if provider is None:
+        provider = TracerProvider(resource=Resource.create({"singularity.entity": "scenario:triage"}))
+        provider.add_span_processor(SimpleSpanProcessor(kept))
+    tracer = provider.get_tracer("bench-agent")
+    messages = json.dumps([{"role": "user", "parts": [{"type": "text", "content": MESSAGE}]}])
+    answer = json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "billing"}]}])
+    for n in range(count):
+        with tracer.start_as_current_span("invoke_agent triage") as root:
+            root.set_attribute("gen_ai.operation.name", "invoke_agent")
+            root.set_attribute("input.value", json.dumps({"ticket": MESSAGE, "_label": "billing", "n": n}))
+            for step in range(3):
+                with tracer.start_as_current_span("chat gpt-4o") as call:
+                    call.set_attribute("gen_ai.operation.name", "chat")
+                    call.set_attribute("gen_ai.request.model", "gpt-4o")
+                    call.set_attribute("gen_ai.input.messages", messages)
+                    call.set_attribute("gen_ai.output.messages", answer)
+                    call.set_attribute("gen_ai.usage.input_tokens", 420 + step)
+                    call.set_attribute("gen_ai.usage.output_tokens", 12)
+                    call.set_attribute("singularity.cost_usd", "0.001170")
+                if step < 2:
+                    with tracer.start_as_current_span("execute_tool crm_lookup") as tool:
+                        tool.set_attribute("gen_ai.operation.name", "execute_tool")
+                        tool.set_attribute("gen_ai.tool.name", "crm_lookup")
+                        tool.set_attribute("gen_ai.tool.call.arguments", json.dumps({"customer": n}))
+                        tool.set_attribute("gen_ai.tool.call.result", json.dumps({"plan": "pro", "charges": 2}))
+            root.set_attribute("output.value", json.dumps({"label": "billing"}))
+    return kept.get_finished_spans() if kept is not None else None
+
+
+def exporter_process(url: str, key: str, count: int, out: Any) -> None:
+    """Export ``count`` traces through the SDK's batch processor; put (export durations, failures, start, end)."""
+    from opentelemetry.exporter.otlp.proto.http import Compression
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    durations: list[float] = []
+    failures = [0]
+
+    class Timed(SpanExporter):
+        def __init__(self) -> None:
+            self.inner = OTLPSpanExporter(
+                endpoint=f"{url}/v1/traces",
+                headers={"Authorization": f"Bearer {key}"},
+                compression=Compression.Gzip,
+                timeout=30,
+            )
+
+        def export(self, spans: Any) -> SpanExportResult:
+            started = time.perf_counter()
+            result = self.inner.export(spans)
+            durations.append(time.perf_counter() - started)
+            if result != SpanExportResult.SUCCESS:
+                failures[0] += len(spans)
+            return result
+
+        def shutdown(self) -> None:
+            self.inner.shutdown()
+
+    provider = TracerProvider(resource=Resource.create({"singularity.entity": "scenario:triage"}))
+    provider.add_span_processor(
+        BatchSpanProcessor(Timed(), max_queue_size=count * 6 + 1, max_export_batch_size=512, schedule_delay_millis=200)
+    )
+    started = time.time()
+    make_traces(count, provider=provider)
+    provider.force_flush(timeout_millis=600_000)
+    ended = time.time()
+    provider.shutdown()
+    out.put((durations, failures[0], started, ended))
+
+
+def django_script(script: str, env: dict[str, str]) -> str:
+    return subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def floor_ms(pg_url: str, rounds: int = 200) -> float:
+    """p50 of one single-row INSERT + COMMIT on the database (ms)."""
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as connection:
+        connection.execute("CREATE TABLE IF NOT EXISTS bench_floor (id bigserial PRIMARY KEY, at timestamptz)")
+        times = []
+        for _ in range(rounds):
+            started = time.perf_counter()
+            connection.execute("INSERT INTO bench_floor (at) VALUES (now())")
+            times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1000
+
+
+def fresh_database(pg_url: str) -> None:
+    import psycopg
+
+    base, _, name = pg_url.rpartition("/")
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        connection.execute(f'CREATE DATABASE "{name}"')
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pg-url", required=True)
+    parser.add_argument("--traces", type=int, default=2000, help="traces per process")
+    parser.add_argument("--procs", type=int, default=4)
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--broker", default="redis://127.0.0.1:6379/8")
+    args = parser.parse_args()
+
+    fresh_database(args.pg_url)
+    env = {
+        **os.environ,
+        "DATABASE_URL": args.pg_url,
+        "CELERY_BROKER_URL": args.broker,
+        "SINGULARITY_DB_POOL": "true",
+        "DJANGO_SETTINGS_MODULE": "singularity.settings",
+        "OTLP_GRACE_SECS": "3600",
+    }
+    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env, check=True,
+                   capture_output=True)  # fmt: skip
+    key = django_script(SETUP, env).splitlines()[-1]
+    floor = floor_ms(args.pg_url)
+    request = json.loads(django_script(REQUEST_QUERIES % {"bench": str(ROOT / "bench"), "key": key}, env))
+    django_script(
+        "import django; django.setup()\nfrom grading.models import OtlpTrace\nOtlpTrace.objects.all().delete()", env
+    )
+
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "runserver", f"127.0.0.1:{args.port}", "--noreload"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{args.port}"
+    try:
+        for _ in range(150):
+            try:
+                urllib.request.urlopen(f"{url}/accounts/login/", timeout=2).read()
+                break
+            except OSError:
+                time.sleep(0.2)
+        context = multiprocessing.get_context("spawn")
+        out = context.Queue()
+        workers = [
+            context.Process(target=exporter_process, args=(url, key, args.traces, out)) for _ in range(args.procs)
+        ]
+        for worker in workers:
+            worker.start()
+        results = [out.get() for _ in workers]
+        for worker in workers:
+            worker.join()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+    durations = [d for result in results for d in result[0]]
+    failed = sum(result[1] for result in results)
+    wall = max(result[3] for result in results) - min(result[2] for result in results)
+    traces = args.traces * args.procs
+    sweep = json.loads(django_script(SWEEP, env).splitlines()[-1])
+    print(f"traces: {traces:,} of 6 spans from {args.procs} processes; spans not accepted: {failed:,}")
+    print(f"export requests: {len(durations):,}, p50 {percentile(durations, 0.5) * 1000:.0f} ms, "
+          f"p95 {percentile(durations, 0.95) * 1000:.0f} ms")  # fmt: skip
+    print(f"accepted: {traces / wall:,.0f} traces/s, {traces * 6 / wall:,.0f} spans/s over {wall:.1f} s")
+    print(f"assembled and graded: {sweep['runs']:,} runs in {sweep['took']:.1f} s = "
+          f"{sweep['runs'] / sweep['took']:,.0f} runs/s ({sweep['graded']:,} graded, {sweep['executions']:,} runs)")  # fmt: skip
+    print(f"floor: one single-row INSERT + COMMIT p50 {floor:.2f} ms")
+    print(f"queries: {request['queries'] / request['traces']:.2f} per trace at export ({request['queries']} for "
+          f"{request['traces']} traces, {request['spans']} spans), "
+          f"{sweep['queries'] / max(1, sweep['runs']):.3f} per run in the sweep")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""Turning received OTLP traces into runs: one trace, one run, recorded and graded as a reported run.
+
+``sweep`` (on the beat, ``grading.tasks.grading.assemble_traces``) takes
+every pending trace whose root span arrived ``OTLP_GRACE_SECS`` ago or more,
+and every trace whose root never arrived ``OTLP_ORPHAN_SECS`` after its first
+span, builds each one's run (``run_of``) and records them through the report
+path itself (``grading.executions.report_many``: validated, inserted in one
+statement, then sampled, judged, measured and handed to the trigger like any
+run reported through ``POST /api/runs/report/``). The sweep is idempotent:
+a trace is taken under a row lock and marked assembled in the same
+transaction, and its pending spans are deleted then.
+
+The root span is the run: its times, its status (error → failed, with its
+status message), its input and output (``gen_ai.input.messages`` /
+``gen_ai.output.messages``, or OpenInference's ``input.value`` /
+``output.value``). The other spans are the run's tree, a child of the root
+shown as a root (issue 28: the execution is the root). A root that is itself
+a model or tool call is kept in the tree too, so its tokens and cost are not
+lost. The run's cost is the sum of every span's ``singularity.cost_usd``.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connections, router, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from grading import spans
+from grading.executions import report_many, validate_report
+from grading.grade import json_rows, recordset
+from grading.models import OtlpSpan, OtlpTrace
+from grading.otlp_decode import INPUT_VALUE, OUTPUT_VALUE
+from grading.otlp_ingest import tree_span
+from singularity.errors import ConfigError
+
+#: Traces assembled in one transaction (one ``report_many``).
+BATCH = 1000
+
+
+def grace() -> timedelta:
+    return timedelta(seconds=float(settings.OTLP_GRACE_SECS))
+
+
+def orphan_deadline() -> timedelta:
+    return timedelta(seconds=float(settings.OTLP_ORPHAN_SECS))
+
+
+def _value(attributes: dict[str, Any], messages: str, value: str) -> Any:
+    if messages in attributes:
+        return {"messages": attributes[messages]}
+    if value in attributes:
+        raw = attributes[value]
+        if isinstance(raw, str):
+            try:
+                return json.loads(raw)
+            except json.JSONDecodeError:
+                return raw
+        return raw
+    return None
+
+
+def run_of(trace: OtlpTrace, received: list[dict[str, Any]]) -> dict[str, Any]:
+    """Return the report of one trace's run (``grading.executions.validate_report``'s fields) from its spans."""
+    root = next((span for span in received if span["spanId"] == trace.root_span_id), None)
+    kept = [span for span in received if span is not root or root["kind"] != spans.OTHER]
+    ids = {span["spanId"] for span in kept}
+    tree = sorted((tree_span(span, ids) for span in kept), key=lambda span: (span["startTime"], span["spanId"]))
+    cost = spans.totals(received)["cost_usd"]
+    if root is None:
+        run: dict[str, Any] = {
+            "status": "failed",
+            "started_at": min(span["startTime"] for span in received),
+            "completed_at": max(span["endTime"] for span in received),
+            "error": (
+                f"trace {trace.trace_id}: its root span never arrived within {orphan_deadline().total_seconds():g} s "
+                "of its first span (OTLP_ORPHAN_SECS); closed as failed with the spans that did"
+            ),
+            "input": {},
+        }
+    else:
+        attributes = root["attributes"]
+        failed = root["status"] == spans.ERROR
+        run_input = _value(attributes, spans.INPUT_MESSAGES, INPUT_VALUE)
+        run = {
+            "status": "failed" if failed else "succeeded",
+            "started_at": root["startTime"],
+            "completed_at": root["endTime"],
+            "error": (root["statusMessage"] or "the root span's status is ERROR") if failed else "",
+            "input": run_input if isinstance(run_input, dict) else ({"input": run_input} if run_input else {}),
+            "output": _value(attributes, spans.OUTPUT_MESSAGES, OUTPUT_VALUE),
+        }
+    run["trace"] = tree
+    if cost is not None:
+        run["cost_usd"] = str(cost)
+    return run
+
+
+def checked(run: dict[str, Any]) -> dict[str, Any]:
+    """Return a run the report path accepts: as it is, else with its times brought back to now, else without spans.
+
+    For the rare run the report refuses though each span was read: times
+    past the server's clock (an agent's clock ahead), or its spans together
+    over ``TRACE_MAX_BYTES``. The run is kept, and its error says what was
+    changed and why.
+    """
+    try:
+        validate_report(run)
+        return run
+    except ConfigError as exc:
+        why = str(exc)
+    now = timezone.now()
+    started, completed = spans.parse_instant(run["started_at"]), spans.parse_instant(run["completed_at"])
+    if completed is not None and started is not None and completed > now:
+        run = {
+            **run,
+            "started_at": spans.instant_text(min(started, now)),
+            "completed_at": spans.instant_text(now),
+            "error": f"{run.get('error') or ''}; its times were not kept: {why}".lstrip("; "),
+        }
+        try:
+            validate_report(run)
+            return run
+        except ConfigError as exc:
+            why = str(exc)
+    return {**run, "trace": [], "error": f"{run.get('error') or ''}; its spans were not kept: {why}".lstrip("; ")}
+
+
+def _report(rows: list[tuple[Any, dict[str, Any]]], user: Any) -> list[Any]:
+    """``report_many`` of the rows; when it refuses one, every row is checked first (nothing was written)."""
+    try:
+        return report_many(rows, user=user)
+    except ConfigError:
+        return report_many([(entity, checked(run)) for entity, run in rows], user=user)
+
+
+def _mark_assembled(traces: list[OtlpTrace], now: datetime) -> None:
+    """Note each trace's run and the time, in one statement (on PostgreSQL one JSON parameter, as the inserts)."""
+    connection = connections[router.db_for_write(OtlpTrace)]
+    if connection.vendor != "postgresql":
+        OtlpTrace.objects.bulk_update(traces, ["execution", "assembled_at"])
+        return
+    quote = connection.ops.quote_name
+    fields = [OtlpTrace._meta.pk, OtlpTrace._meta.get_field("execution")]
+    table, key, run = quote(OtlpTrace._meta.db_table), quote(fields[0].column), quote(fields[1].column)
+    sql = (
+        f"UPDATE {table} SET {run} = v.{run}, {quote('assembled_at')} = %s "
+        f"FROM {recordset(connection, fields)} WHERE {table}.{key} = v.{key}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [now, json_rows(traces, fields)])
+
+
+def _due(now: datetime) -> Q:
+    return Q(assembled_at=None) & (
+        Q(root_received_at__lte=now - grace())
+        | Q(root_received_at=None, first_received_at__lte=now - orphan_deadline())
+    )
+
+
+def sweep_once(*, now: datetime | None = None, limit: int = BATCH) -> int:
+    """Assemble up to ``limit`` due traces into runs in one transaction; return how many were taken."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        traces = list(
+            OtlpTrace.objects.select_for_update(skip_locked=True, of=("self",))
+            .filter(_due(now))
+            .select_related("entity", "started_by")
+            .order_by("first_received_at")[:limit]
+        )
+        if not traces:
+            return 0
+        received: dict[int, list[dict[str, Any]]] = {trace.pk: [] for trace in traces}
+        for trace_pk, span in OtlpSpan.objects.filter(trace_id__in=list(received)).values_list("trace_id", "span"):
+            received[trace_pk].append(span)
+        traces = [trace for trace in traces if received[trace.pk]]
+        rows = [(trace.entity, run_of(trace, received[trace.pk])) for trace in traces]
+        by_user: dict[Any, list[int]] = {}
+        for index, trace in enumerate(traces):
+            by_user.setdefault(trace.started_by, []).append(index)
+        executions: dict[int, Any] = {}
+        for user, indexes in by_user.items():
+            for index, execution in zip(indexes, _report([rows[i] for i in indexes], user), strict=True):
+                executions[index] = execution
+        for index, trace in enumerate(traces):
+            trace.execution = executions[index]
+            trace.assembled_at = now
+        _mark_assembled(traces, now)
+        OtlpSpan.objects.filter(trace_id__in=list(received)).delete()
+        OtlpTrace.objects.filter(pk__in=[pk for pk, got in received.items() if not got]).update(assembled_at=now)
+    return len(received)
+
+
+def sweep(*, now: datetime | None = None, limit: int = BATCH) -> int:
+    """Assemble every due trace, a batch at a time; return how many were taken. Idempotent."""
+    total = 0
+    while True:
+        done = sweep_once(now=now, limit=limit)
+        total += done
+        if done < limit:
+            return total

@@ -1,0 +1,306 @@
+"""Reading an OTLP/HTTP traces body: gunzip within a bound, parse protobuf or OTLP/JSON, map each span onto ours.
+
+``decode(body, content_type, content_encoding)`` returns the request as an
+``ExportTraceServiceRequest`` or raises ``BodyRefused`` (400, or 413 for a
+size past its limit) naming what was wrong. Protobuf is parsed by
+opentelemetry-proto; JSON by protobuf's ``json_format`` after OTLP/JSON's
+one departure from the standard mapping is undone (trace and span ids are hex,
+not base64). ``received_spans`` then maps every span onto ``grading.spans``'
+stored form (``Received``) or says why that one span is refused
+(``Rejected``); the kind comes from the GenAI attributes (``kind_of``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Status
+
+from grading import spans
+from grading.spans import TraceRefused
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+#: Where a trace names its entity (a span's attribute, else its resource's), and the fallback.
+ENTITY_ATTRIBUTE = "singularity.entity"
+SERVICE_NAME = "service.name"
+LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
+#: OpenInference's names for what the GenAI conventions name otherwise.
+OPENINFERENCE_KIND = "openinference.span.kind"
+OPENINFERENCE_TOKENS = {"llm.token_count.prompt": spans.INPUT_TOKENS, "llm.token_count.completion": spans.OUTPUT_TOKENS}
+INPUT_VALUE, OUTPUT_VALUE = "input.value", "output.value"
+#: Attributes whose text is JSON in OTLP (an attribute value cannot be an object) and is stored parsed.
+_JSON_ATTRIBUTES = (spans.INPUT_MESSAGES, spans.OUTPUT_MESSAGES, spans.TOOL_ARGUMENTS, spans.TOOL_RESULT)
+
+
+class BodyRefused(Exception):
+    """The whole request is refused: ``status`` is 400 or 413, the message names what was wrong."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class Received:
+    """One span read: its trace's hex id, the span in our stored form, and what it says its entity is."""
+
+    trace_id: str
+    span: dict[str, Any]
+    entity: str
+    service: str
+
+
+@dataclass
+class Rejected:
+    """One span refused, and why (``<where>: <reason>``)."""
+
+    trace_id: str
+    reason: str
+
+
+def media_type(content_type: str) -> str:
+    """Return the media type of a Content-Type header, lower-cased, without its parameters."""
+    return content_type.split(";")[0].strip().lower()
+
+
+def gunzip(body: bytes, limit: int) -> bytes:
+    """Return a gzip body inflated, or raise ``BodyRefused`` (413 past ``limit`` bytes, 400 when it is no gzip)."""
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        data = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise BodyRefused(f"body: Content-Encoding is gzip but the body is not gzip ({exc})") from None
+    if len(data) > limit or inflater.unconsumed_tail:
+        raise BodyRefused(
+            f"body: over the limit of {limit:,} bytes once decompressed (OTLP_MAX_DECOMPRESSED_BYTES)", 413
+        )
+    if not inflater.eof:
+        raise BodyRefused("body: the gzip stream ends early")
+    return data
+
+
+def decode(body: bytes, content_type: str, content_encoding: str = "") -> ExportTraceServiceRequest:
+    """Return the export request a body carries, or raise ``BodyRefused`` naming what was wrong."""
+    encoding = content_encoding.strip().lower()
+    if encoding == "gzip":
+        body = gunzip(body, int(settings.OTLP_MAX_DECOMPRESSED_BYTES))
+    elif encoding not in ("", "identity"):
+        raise BodyRefused(f"Content-Encoding: {content_encoding!r} is not supported; send gzip or none", 415)
+    elif len(body) > int(settings.OTLP_MAX_DECOMPRESSED_BYTES):
+        raise BodyRefused(
+            f"body: over the limit of {settings.OTLP_MAX_DECOMPRESSED_BYTES:,} bytes (OTLP_MAX_DECOMPRESSED_BYTES)",
+            413,
+        )
+    kind = media_type(content_type)
+    if kind == PROTOBUF:
+        request = ExportTraceServiceRequest()
+        try:
+            request.ParseFromString(body)
+        except DecodeError as exc:
+            raise BodyRefused(f"body: not an ExportTraceServiceRequest in protobuf ({exc})") from None
+        return request
+    if kind == JSON:
+        return _decode_json(body)
+    raise BodyRefused(f"Content-Type: {content_type!r}; send {PROTOBUF} or {JSON}", 415)
+
+
+# --- OTLP/JSON -----------------------------------------------------------------------------------
+
+_ID_BYTES = {"traceId": 16, "spanId": 8, "parentSpanId": 8}
+
+
+def _hex_to_base64(value: Any, field: str, where: str) -> str:
+    """Return an OTLP/JSON hex id as the base64 ``json_format`` reads, or raise ``BodyRefused`` naming it."""
+    if not isinstance(value, str):
+        raise BodyRefused(f"{where}.{field}: expected hex text, got {type(value).__name__}")
+    try:
+        raw = bytes.fromhex(value)
+    except ValueError:
+        raise BodyRefused(f"{where}.{field}: {value[:80]!r} is not hex") from None
+    return base64.b64encode(raw).decode()
+
+
+def _decode_json(body: bytes) -> ExportTraceServiceRequest:
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BodyRefused(f"body: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise BodyRefused(f"body: expected an ExportTraceServiceRequest object, got {type(data).__name__}")
+    for r, resource in enumerate(_list(data, "resourceSpans", "body")):
+        for s, scope in enumerate(_list(resource, "scopeSpans", f"resourceSpans[{r}]")):
+            for n, span in enumerate(_list(scope, "spans", f"resourceSpans[{r}].scopeSpans[{s}]")):
+                where = f"resourceSpans[{r}].scopeSpans[{s}].spans[{n}]"
+                if not isinstance(span, dict):
+                    raise BodyRefused(f"{where}: expected a span object")
+                for field in _ID_BYTES:
+                    if field in span:
+                        span[field] = _hex_to_base64(span[field], field, where)
+                for index, link in enumerate(span.get("links") or []):
+                    if isinstance(link, dict):
+                        for field in ("traceId", "spanId"):
+                            if field in link:
+                                link[field] = _hex_to_base64(link[field], field, f"{where}.links[{index}]")
+    request = ExportTraceServiceRequest()
+    try:
+        json_format.ParseDict(data, request, ignore_unknown_fields=True)
+    except json_format.ParseError as exc:
+        raise BodyRefused(f"body: not an ExportTraceServiceRequest in OTLP/JSON ({exc})") from None
+    return request
+
+
+def _list(data: Any, key: str, where: str) -> list[Any]:
+    if not isinstance(data, dict):
+        raise BodyRefused(f"{where}: expected an object")
+    value = data.get(key) or []
+    if not isinstance(value, list):
+        raise BodyRefused(f"{where}.{key}: expected a list")
+    return value
+
+
+# --- one span onto ours -------------------------------------------------------------------------
+
+
+def value_of(value: AnyValue) -> Any:
+    """Return an OTLP attribute value as plain data (bytes as hex)."""
+    which = value.WhichOneof("value")
+    if which is None:
+        return None
+    if which == "array_value":
+        return [value_of(item) for item in value.array_value.values]
+    if which == "kvlist_value":
+        return {item.key: value_of(item.value) for item in value.kvlist_value.values}
+    if which == "bytes_value":
+        return value.bytes_value.hex()
+    return getattr(value, which)
+
+
+def attributes_of(items: Any) -> dict[str, Any]:
+    """Return OTLP key-values as a dict (a repeated key keeps its last value)."""
+    return {item.key: value_of(item.value) for item in items}
+
+
+def kind_of(attributes: dict[str, Any]) -> str:
+    """Our kind of a span: ``llm`` for a model call, ``tool`` for a tool call (GenAI or OpenInference), else other."""
+    operation = attributes.get(spans.OPERATION)
+    openinference = str(attributes.get(OPENINFERENCE_KIND) or "").upper()
+    if operation in LLM_OPERATIONS or spans.REQUEST_MODEL in attributes or openinference == "LLM":
+        return spans.LLM
+    if operation == "execute_tool" or spans.TOOL_NAME in attributes or openinference == "TOOL":
+        return spans.TOOL
+    return spans.OTHER
+
+
+def _parsed(text: Any) -> Any:
+    if isinstance(text, str):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return text
+    return text
+
+
+def _messages(value: Any, role: str) -> list[dict[str, Any]]:
+    """Return messages as the schema holds them: a list of ``{role, parts}``; anything else as one text message."""
+    parsed = _parsed(value)
+    if isinstance(parsed, list) and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("parts", []), list) for m in parsed
+    ):
+        return parsed
+    text = parsed if isinstance(parsed, str) else json.dumps(parsed, ensure_ascii=False, default=str)
+    return [{"role": role, "parts": [{"type": "text", "content": text}]}]
+
+
+def _shaped(attributes: dict[str, Any]) -> dict[str, Any]:
+    """Return a span's attributes in the schema's types: JSON text parsed, OpenInference tokens renamed."""
+    shaped = dict(attributes)
+    for name, ours in OPENINFERENCE_TOKENS.items():
+        if name in shaped and ours not in shaped:
+            shaped[ours] = shaped[name]
+    for name in _JSON_ATTRIBUTES:
+        if name in shaped:
+            shaped[name] = _parsed(shaped[name])
+    if spans.INPUT_MESSAGES in shaped:
+        shaped[spans.INPUT_MESSAGES] = _messages(shaped[spans.INPUT_MESSAGES], "user")
+    if spans.OUTPUT_MESSAGES in shaped:
+        shaped[spans.OUTPUT_MESSAGES] = _messages(shaped[spans.OUTPUT_MESSAGES], "assistant")
+    if spans.FINISH_REASONS in shaped and isinstance(shaped[spans.FINISH_REASONS], str):
+        shaped[spans.FINISH_REASONS] = [shaped[spans.FINISH_REASONS]]
+    if isinstance(shaped.get(spans.COST), int | float) and not isinstance(shaped.get(spans.COST), bool):
+        shaped[spans.COST] = repr(shaped[spans.COST])  # an exporter can only send a number; read its text
+    return shaped
+
+
+def _instant(nanos: int, where: str) -> str:
+    seconds, rest = divmod(nanos, 1_000_000_000)
+    try:
+        moment = datetime.fromtimestamp(seconds, UTC) + timedelta(microseconds=rest // 1000)
+    except (OverflowError, ValueError, OSError):
+        raise TraceRefused(f"{where}: {nanos} nanoseconds since 1970 is no time this server can hold") from None
+    return spans.instant_text(moment)
+
+
+def convert(span: Any, where: str) -> dict[str, Any]:
+    """Return one OTLP span in our stored form, or raise ``TraceRefused`` naming the field at fault."""
+    if len(span.trace_id) != 16:
+        raise TraceRefused(f"{where}.traceId: {len(span.trace_id)} bytes, expected 16 (32 hex digits)")
+    if len(span.span_id) != 8:
+        raise TraceRefused(f"{where}.spanId: {len(span.span_id)} bytes, expected 8 (16 hex digits)")
+    if len(span.parent_span_id) not in (0, 8):
+        raise TraceRefused(f"{where}.parentSpanId: {len(span.parent_span_id)} bytes, expected 8 or none")
+    if not span.start_time_unix_nano:
+        raise TraceRefused(f"{where}.startTimeUnixNano: missing")
+    if not span.end_time_unix_nano:
+        raise TraceRefused(f"{where}.endTimeUnixNano: missing (a span is exported once it has ended)")
+    if span.end_time_unix_nano < span.start_time_unix_nano:
+        raise TraceRefused(f"{where}.endTimeUnixNano: before startTimeUnixNano")
+    attributes = _shaped(attributes_of(span.attributes))
+    attributes.pop(ENTITY_ATTRIBUTE, None)
+    stored = {
+        "spanId": span.span_id.hex(),
+        "parentSpanId": span.parent_span_id.hex() or None,
+        "name": (span.name or "span")[: spans.MAX_NAME_CHARS],
+        "kind": kind_of(attributes),
+        "startTime": _instant(span.start_time_unix_nano, f"{where}.startTimeUnixNano"),
+        "endTime": _instant(span.end_time_unix_nano, f"{where}.endTimeUnixNano"),
+        "status": spans.ERROR if span.status.code == Status.STATUS_CODE_ERROR else spans.OK,
+        "statusMessage": span.status.message,
+        "attributes": attributes,
+    }
+    return spans.fit(spans.validate_span(stored, where))
+
+
+def received_spans(request: ExportTraceServiceRequest) -> tuple[list[Received], list[Rejected]]:
+    """Return every span of a request read onto our schema, and those refused with the reason."""
+    received: list[Received] = []
+    rejected: list[Rejected] = []
+    for r, resource_spans in enumerate(request.resource_spans):
+        resource = attributes_of(resource_spans.resource.attributes)
+        resource_entity = str(resource.get(ENTITY_ATTRIBUTE) or "")
+        service = str(resource.get(SERVICE_NAME) or "")
+        for s, scope_spans in enumerate(resource_spans.scope_spans):
+            for n, span in enumerate(scope_spans.spans):
+                where = f"resourceSpans[{r}].scopeSpans[{s}].spans[{n}]"
+                if span.span_id:
+                    where += f" (span {span.span_id.hex()})"
+                trace_id = span.trace_id.hex()
+                try:
+                    stored = convert(span, where)
+                except TraceRefused as exc:
+                    rejected.append(Rejected(trace_id, str(exc)))
+                    continue
+                named = next((kv.value for kv in span.attributes if kv.key == ENTITY_ATTRIBUTE), None)
+                entity = str(value_of(named) or "") if named is not None else resource_entity
+                received.append(Received(trace_id, stored, entity, service))
+    return received, rejected

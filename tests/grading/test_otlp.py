@@ -1,0 +1,349 @@
+"""POST /v1/traces: an agent instrumented with the real OpenTelemetry SDK sends traces; each becomes a graded run."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+import requests
+from django.test import override_settings
+from django.utils import timezone
+from google.protobuf import json_format
+from google.rpc import status_pb2
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.sdk.trace.export import SpanExportResult
+
+from grading import otlp_assemble
+from grading.models import Entity, Execution, Grade, OtlpSpan, OtlpTrace, UnknownAgent
+from grading.tasks.grading import assemble_traces
+from singularity.models import ApiToken
+from singularity.schedule import BEAT_SCHEDULE
+from tests.grading.grading_helpers import brain_repo, make_entity
+from tests.grading.otlp_helpers import agent_spans, encoded, export
+
+PROTOBUF = {"Content-Type": "application/x-protobuf"}
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+LOOP_PATH = "features/triage/triage.loop.py"
+MEASURE = """
+def measure(run):
+    return [{"id": "accuracy", "value": (run.output or {}).get("accuracy")}]
+"""
+ACCURACY = {"kind": "computed", "direction": "max", "unit": "share", "role": "objective", "floor": 0.5}
+
+
+@pytest.fixture
+def key(django_user_model) -> str:
+    user = django_user_model.objects.create_user("agent-owner")
+    _, key = ApiToken.issue(user, "otlp", is_agent=True)
+    return key
+
+
+@pytest.fixture
+def triage(tmp_path) -> Entity:
+    """A method-none workflow graded on every run by its loop module's accuracy."""
+    checkout, commit = brain_repo(
+        tmp_path / "brain", {LOOP_PATH: MEASURE, "features/triage/triage.scenario.md": "---\n---\n"}
+    )
+    evaluation = {"method": "none", "sample": {"rate": 1.0, "maxPerDay": 1000}, "metrics": {"accuracy": ACCURACY}}
+    with override_settings(BRAIN_CHECKOUT=checkout.path):
+        yield make_entity("triage", evaluation=evaluation, commit=commit, loop_module_path=LOOP_PATH)
+
+
+def post(url: str, key: str, body: bytes, headers: dict[str, str] | None = None) -> requests.Response:
+    return requests.post(
+        f"{url}/v1/traces",
+        data=body,
+        headers={**PROTOBUF, "Authorization": f"Bearer {key}", **(headers or {})},
+        timeout=10,
+    )
+
+
+def answer(response: requests.Response) -> ExportTraceServiceResponse:
+    message = ExportTraceServiceResponse()
+    if response.headers["Content-Type"].startswith("application/json"):
+        json_format.Parse(response.text, message)
+    else:
+        message.ParseFromString(response.content)
+    return message
+
+
+def status_message(response: requests.Response) -> str:
+    status = status_pb2.Status()
+    if response.headers["Content-Type"].startswith("application/json"):
+        json_format.Parse(response.text, status)
+    else:
+        status.ParseFromString(response.content)
+    return status.message
+
+
+def assemble() -> int:
+    """The beat's sweep, once every grace and deadline has passed."""
+    return otlp_assemble.sweep(now=timezone.now() + timedelta(hours=1))
+
+
+def the_run() -> Execution:
+    (execution,) = Execution.objects.all()
+    return execution
+
+
+def test_an_sdk_agents_trace_becomes_a_run_with_its_span_tree_and_is_graded(live_server, key, triage):
+    spans = agent_spans(service="triage")
+    assert export(live_server.url, key, spans) == SpanExportResult.SUCCESS
+    assert Execution.objects.count() == 0  # pending until the root's grace has passed
+    assert otlp_assemble.sweep() == 0
+    assert assemble() == 1
+
+    run = the_run()
+    root = next(span for span in spans if span.parent is None)
+    assert (run.entity, run.source, run.status) == (triage, "api", "succeeded")
+    assert run.input == {"ticket": "my card was charged twice", "_label": "billing"}
+    assert run.output == {"label": "billing", "accuracy": 0.9}
+    assert run.started_at == EPOCH + timedelta(microseconds=root.start_time // 1000)
+    assert run.duration_ms == (root.end_time - root.start_time) // 1_000_000
+    assert run.cost_usd == Decimal("0.004")
+    tree = {span["name"]: span for span in run.trace}
+    assert [span["kind"] for span in run.trace] == ["llm", "tool", "llm"]  # the root is the run, not a span
+    assert all(span["parentSpanId"] is None for span in run.trace)
+    assert tree["execute_tool crm_lookup"]["attributes"]["gen_ai.tool.call.arguments"] == {"customer": 42}
+    assert run.trace[0]["attributes"]["gen_ai.input.messages"][0]["role"] == "user"
+    assert run.trace[0]["attributes"]["gen_ai.usage.input_tokens"] == 120
+    grade = Grade.objects.get(execution=run)
+    assert (grade.status, grade.passed, grade.metrics["accuracy"]) == (Grade.Status.GRADED, True, 0.9)
+    assert not OtlpSpan.objects.exists()
+    assert assemble() == 0  # the sweep is idempotent
+
+
+def test_a_failed_root_is_a_failed_run_and_a_low_score_fails_its_grade(live_server, key, triage):
+    export(live_server.url, key, agent_spans(entity="scenario:triage", fail=True, accuracy=0.1))
+    assemble()
+    run = the_run()
+    assert (run.status, run.error) == ("failed", "the CRM was down")
+    assert Grade.objects.get(execution=run).passed is False
+
+
+def test_a_retried_export_doubles_nothing(live_server, key, triage):
+    spans = agent_spans()
+    for _ in range(3):
+        assert export(live_server.url, key, spans) == SpanExportResult.SUCCESS
+    assert OtlpSpan.objects.count() == 4
+    assemble()
+    assert len(the_run().trace) == 3
+    assert export(live_server.url, key, spans) == SpanExportResult.SUCCESS  # after assembly, too
+    assemble()
+    assert Execution.objects.count() == 1 and len(the_run().trace) == 3
+
+
+def test_spans_split_across_requests_out_of_order_assemble_and_late_ones_attach(live_server, key, triage):
+    first_llm, tool, second_llm, root = agent_spans(entity="triage")
+    export(live_server.url, key, [root])
+    export(live_server.url, key, [second_llm])
+    export(live_server.url, key, [first_llm])
+    assemble()
+    assert [span["spanId"] for span in the_run().trace] == [format(first_llm.context.span_id, "016x")] + [
+        format(second_llm.context.span_id, "016x")
+    ]
+    export(live_server.url, key, [tool])  # late: attaches to the run's trace
+    assert [span["name"] for span in sorted(the_run().trace, key=lambda s: s["startTime"])] == [
+        "chat gpt-4o",
+        "execute_tool crm_lookup",
+        "chat gpt-4o",
+    ]
+    assert Execution.objects.count() == 1
+
+
+def test_a_trace_whose_root_never_arrives_is_closed_as_failed_after_the_deadline(live_server, key, triage):
+    *children, _root = agent_spans(entity="scenario:triage")
+    export(live_server.url, key, children)
+    assert otlp_assemble.sweep(now=timezone.now() + timedelta(seconds=60)) == 0  # past the grace, not the deadline
+    assemble()
+    run = the_run()
+    assert run.status == "failed"
+    assert "root span never arrived" in run.error and "OTLP_ORPHAN_SECS" in run.error
+    assert len(run.trace) == 3
+
+
+def test_an_unknown_entity_is_refused_by_name_nothing_kept_and_listed_as_seen(
+    live_server, key, triage, client, django_user_model
+):
+    response = post(live_server.url, key, encoded(agent_spans(service="billing-bot")))
+    assert response.status_code == 200
+    partial = answer(response).partial_success
+    assert partial.rejected_spans == 4
+    assert "'billing-bot' names no entity in the brain" in partial.error_message
+    assert "features/billing-bot/billing-bot.scenario.md" in partial.error_message
+    assert not OtlpTrace.objects.exists() and not OtlpSpan.objects.exists()
+    post(live_server.url, key, encoded(agent_spans(service="billing-bot")))
+    agent = UnknownAgent.objects.get()
+    assert (agent.name, agent.span_count) == ("billing-bot", 8)
+
+    client.force_login(django_user_model.objects.create_user("viewer"))
+    page = client.get("/evolution/entities/").content.decode()
+    assert "billing-bot" in page and "features/billing-bot/billing-bot.scenario.md" in page
+    make_entity("billing-bot")  # its file added to the brain: no longer listed as unknown
+    assert "Agents seen, not in the brain" not in client.get("/evolution/entities/").content.decode()
+
+
+def test_gzip_and_json_bodies_are_read(live_server, key, triage):
+    assert export(live_server.url, key, agent_spans(), gzip=True) == SpanExportResult.SUCCESS
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(encoded(agent_spans()))
+    body = json_format.MessageToDict(request)
+    for resource in body["resourceSpans"]:  # OTLP/JSON: ids in hex, not protobuf JSON's base64
+        for scope in resource["scopeSpans"]:
+            for span in scope["spans"]:
+                for field in ("traceId", "spanId", "parentSpanId"):
+                    if field in span:
+                        span[field] = base64.b64decode(span[field]).hex()
+    response = post(
+        live_server.url,
+        key,
+        gzip.compress(json.dumps(body).encode()),
+        {"Content-Type": "application/json", "Content-Encoding": "gzip"},
+    )
+    assert response.status_code == 200, response.text
+    assert response.headers["Content-Type"] == "application/json"
+    assert not answer(response).HasField("partial_success")
+    assert assemble() == 2
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "status", "said"),
+    [
+        (b"\x0a\xff\xff", {}, 400, "not an ExportTraceServiceRequest in protobuf"),
+        (b"{not json", {"Content-Type": "application/json"}, 400, "body: not JSON"),
+        (b'{"resourceSpans": 3}', {"Content-Type": "application/json"}, 400, "resourceSpans: expected a list"),
+        (
+            b'{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"zz"}]}]}]}',
+            {"Content-Type": "application/json"},
+            400,
+            "traceId: 'zz' is not hex",
+        ),
+        (b"not gzip", {"Content-Encoding": "gzip"}, 400, "the body is not gzip"),
+        (b"", {"Content-Type": "text/plain"}, 415, "send application/x-protobuf or application/json"),
+    ],
+)
+def test_a_body_that_cannot_be_read_is_a_400_naming_what_was_wrong(
+    live_server, key, triage, body, headers, status, said
+):
+    response = post(live_server.url, key, body, headers)
+    assert response.status_code == status, response.text
+    assert said in status_message(response)
+    assert not OtlpTrace.objects.exists()
+
+
+def test_a_body_over_its_limit_is_a_413_naming_the_limit(live_server, key, triage):
+    with override_settings(OTLP_MAX_BODY_BYTES=1024):
+        response = post(live_server.url, key, encoded(agent_spans()) * 2)
+    assert response.status_code == 413
+    assert "OTLP_MAX_BODY_BYTES" in status_message(response)
+    with override_settings(OTLP_MAX_DECOMPRESSED_BYTES=1024):
+        response = post(live_server.url, key, gzip.compress(encoded(agent_spans()) * 2), {"Content-Encoding": "gzip"})
+    assert response.status_code == 413
+    assert "OTLP_MAX_DECOMPRESSED_BYTES" in status_message(response)
+
+
+def test_a_trace_over_the_span_limit_is_a_413_and_nothing_is_kept(live_server, key, triage):
+    spans = agent_spans()
+    with override_settings(TRACE_MAX_SPANS=3):
+        response = post(live_server.url, key, encoded(spans))
+        assert response.status_code == 413
+        assert "over the limit of 3 spans a run (TRACE_MAX_SPANS)" in status_message(response)
+        assert not OtlpSpan.objects.exists()
+        assert post(live_server.url, key, encoded(spans[:3])).status_code == 200
+        response = post(live_server.url, key, encoded(spans[3:]))  # the fourth, in a later request
+        assert response.status_code == 413
+    assert OtlpSpan.objects.count() == 3
+
+
+def test_a_span_with_bad_times_or_ids_is_refused_alone_with_the_reason(live_server, key, triage):
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(encoded(agent_spans()))
+    spans = request.resource_spans[0].scope_spans[0].spans
+    spans[0].end_time_unix_nano = spans[0].start_time_unix_nano - 1
+    spans[1].start_time_unix_nano = 0
+    spans[2].span_id = b"\x01\x02\x03"
+    response = post(live_server.url, key, request.SerializeToString())
+    assert response.status_code == 200
+    partial = answer(response).partial_success
+    assert partial.rejected_spans == 3
+    assert "endTimeUnixNano: before startTimeUnixNano" in partial.error_message
+    assert "startTimeUnixNano: missing" in partial.error_message
+    assert "spanId: 3 bytes, expected 8 (16 hex digits)" in partial.error_message
+    assemble()
+    assert the_run().trace == []  # the root alone was kept: the run, with no children
+
+
+def test_no_token_or_a_bad_one_is_a_401(live_server, triage):
+    response = requests.post(f"{live_server.url}/v1/traces", data=encoded(agent_spans()), headers=PROTOBUF, timeout=10)
+    assert response.status_code == 401 and "Bearer" in status_message(response)
+    assert post(live_server.url, "wrong", encoded(agent_spans())).status_code == 401
+    assert not OtlpTrace.objects.exists()
+
+
+SDK_ONLY_SCRIPT = """
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+provider = TracerProvider()  # the resource from OTEL_RESOURCE_ATTRIBUTES
+provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))  # the endpoint and headers from OTEL_EXPORTER_OTLP_*
+tracer = provider.get_tracer("agent")
+for _ in range(3):
+    with tracer.start_as_current_span("invoke_agent triage") as root:
+        with tracer.start_as_current_span("chat m") as call:
+            call.set_attribute("gen_ai.request.model", "m")
+            call.set_attribute("gen_ai.usage.input_tokens", 10)
+        root.set_attribute("output.value", '{"accuracy": 0.2}')
+provider.shutdown()
+"""
+
+
+def test_a_script_using_only_the_sdk_configured_by_environment_sends_graded_runs(live_server, key, triage):
+    env = {
+        **os.environ,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": live_server.url,
+        "OTEL_EXPORTER_OTLP_HEADERS": f"Authorization=Bearer%20{key}",
+        "OTEL_RESOURCE_ATTRIBUTES": "singularity.entity=scenario:triage",
+    }
+    subprocess.run([sys.executable, "-c", SDK_ONLY_SCRIPT], env=env, check=True, timeout=60)
+    assert assemble() == 3
+    runs = list(Execution.objects.all())
+    assert [(run.entity, run.status, len(run.trace)) for run in runs] == [(triage, "succeeded", 1)] * 3
+    assert {grade.passed for grade in Grade.objects.filter(execution__in=runs)} == {False}  # below the floor
+
+
+def test_a_run_the_report_would_refuse_is_kept_saying_what_was_dropped_and_the_sweep_goes_on(live_server, key, triage):
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(encoded(agent_spans()))
+    root = next(span for span in request.resource_spans[0].scope_spans[0].spans if not span.parent_span_id)
+    root.end_time_unix_nano += 3600 * 10**9  # an agent whose clock is an hour ahead
+    assert post(live_server.url, key, request.SerializeToString()).status_code == 200
+    assert assemble() == 1
+    with override_settings(TRACE_MAX_BYTES=1024):
+        export(live_server.url, key, agent_spans())  # its spans together over the trace's byte limit
+        assert assemble() == 1
+    ahead, large = sorted(Execution.objects.all(), key=lambda run: "TRACE_MAX_BYTES" in run.error)
+    assert "its spans were not kept" in large.error and "TRACE_MAX_BYTES" in large.error and large.trace == []
+    assert large.cost_usd == Decimal("0.004")
+    assert "is in the future" in ahead.error and "its times were not kept" in ahead.error
+    assert len(ahead.trace) == 3 and ahead.completed_at <= timezone.now()
+
+
+def test_the_beat_sweeps_every_grace_and_its_task_makes_the_runs(live_server, key, triage):
+    entry = BEAT_SCHEDULE["grading-assemble-traces"]
+    assert entry["task"] == "grading.tasks.grading.assemble_traces" and entry["schedule"] == 5.0
+    export(live_server.url, key, agent_spans())
+    assert assemble_traces() == 0  # inside the grace
+    with override_settings(OTLP_GRACE_SECS=0):
+        assert assemble_traces() == 1
+    assert the_run().status == "succeeded"
