@@ -664,7 +664,8 @@ def _run_each(
         with _ready_child(source, name, seconds) as child:
             payload = [tuple(refs.outbound(a) for a in args) for args in todo]
             child.send(("each", source.sha, source.path, None, name, payload))
-            for _ in todo:
+            while len(answers) < len(todo):
+                # Each call's deadline counts from the answer before it: a frame of answers restarts the clock.
                 try:
                     message = child.next_answer(time.monotonic() + seconds, refs)
                 except _Overrun:
@@ -674,13 +675,13 @@ def _run_each(
                 except _Dead as dead:
                     answers.append((None, SandboxError(f"{source.path}: {name}(): {dead.why}")))
                     break
-                _, _index, answer = message
-                if answer[0] == "err" and answer[1] in ("memory", "exit"):
-                    child.broken = True
-                try:
-                    answers.append((_answer_of(answer, refs, source, name), None))
-                except Exception as exc:  # noqa: BLE001 - this call's failure, handed back beside the others
-                    answers.append((None, exc))
+                for _index, answer in message[1]:
+                    if answer[0] == "err" and answer[1] in ("memory", "exit"):
+                        child.broken = True
+                    try:
+                        answers.append((_answer_of(answer, refs, source, name), None))
+                    except Exception as exc:  # noqa: BLE001 - this call's failure, handed back beside the others
+                        answers.append((None, exc))
     except (SandboxError, _Dead) as exc:
         failed = exc if isinstance(exc, SandboxError) else SandboxError(f"{source.path}: {name}(): {exc.why}")
         return [(None, failed) for _ in todo]

@@ -75,10 +75,15 @@ class Unplain(TypeError):
 # --- frames ---------------------------------------------------------------------------------------------------
 
 
+#: One frame at a time on a stream: a batch's sender thread and brain code's callbacks share the child's output.
+_write_lock = threading.Lock()
+
+
 def write_frame(stream: io.BufferedIOBase, payload: object) -> None:
     data = pickle.dumps(payload, protocol=5)
-    stream.write(_HEADER.pack(len(data)) + data)
-    stream.flush()
+    with _write_lock:
+        stream.write(_HEADER.pack(len(data)) + data)
+        stream.flush()
 
 
 def _read_exactly(stream: io.BufferedIOBase, size: int) -> bytes:
@@ -416,6 +421,47 @@ def _get(sha: str, path: str, source: bytes | None, name: str) -> object:
     return plain(getattr(_import(sha, path, source), name))
 
 
+#: How often a batch's answers so far are sent (a frame a call cost more than the call of a small function).
+FLUSH_SECS = 0.002
+
+
+def _each(out: io.BufferedIOBase, where: list, batch: list) -> None:
+    """Answer a batch: each call's answer kept as it comes, sent by a thread every ``FLUSH_SECS`` as one ``items``
+    frame — so a call that hangs still lets the parent see every answer before it (and count its deadline from
+    the last one), and a fast batch costs a few frames, not one a call."""
+    pending: list[tuple[int, tuple]] = []
+    lock = threading.Lock()
+    finished = threading.Event()
+
+    def flush() -> None:
+        with lock:
+            ready = pending[:]
+            del pending[:]
+        if ready:
+            write_frame(out, ("items", ready))
+
+    def sender() -> None:
+        while not finished.wait(FLUSH_SECS):
+            flush()
+
+    thread = threading.Thread(target=sender, daemon=True, name="batch-sender")
+    thread.start()
+    try:
+        loaded = _guarded(_function, *where)
+        for index, args in enumerate(batch):
+            if loaded[0] != "ok":
+                answer = loaded
+            else:
+                with _InDirectory(where[1]):
+                    answer = _guarded(_call, loaded[1], args, {})
+            with lock:
+                pending.append((index, answer))
+    finally:
+        finished.set()
+        thread.join()
+        flush()
+
+
 def serve(inp: io.BufferedIOBase, out: io.BufferedIOBase) -> None:
     _channel["in"], _channel["out"] = inp, out
     while True:
@@ -430,13 +476,7 @@ def serve(inp: io.BufferedIOBase, out: io.BufferedIOBase) -> None:
             _answer(out, *_guarded(_call_named, *rest))
         elif op == "each":
             *where, batch = rest
-            loaded = _guarded(_function, *where)
-            for index, args in enumerate(batch):
-                if loaded[0] != "ok":
-                    _answer(out, "item", index, loaded)
-                    continue
-                with _InDirectory(where[1]):
-                    _answer(out, "item", index, _guarded(_call, loaded[1], args, {}))
+            _each(out, where, batch)
         elif op == "get":
             _answer(out, *_guarded(_get, *rest))
         elif op == "ping":

@@ -241,3 +241,17 @@ def test_a_helper_that_is_not_beside_the_module_is_not_found(tmp_path):
     checkout, commit = brain_repo(tmp_path / "brain", files)
     with pytest.raises(BrainModuleError, match=r"import failed: ModuleNotFoundError: No module named 'elsewhere'"):
         load_at(checkout, commit, "features/o/o.loop.py")
+
+
+def test_a_batch_hands_back_every_answer_before_a_call_that_hangs(tmp_path):
+    # Grading asks a batch of measure() calls in one conversation; one that spins is killed at its deadline, the
+    # answers before it are kept and the calls after it are not made (their runs fail, named, and are retried).
+    from singularity.brain import deadline
+
+    source = "def measure(n):\n    while n == 3:\n        pass\n    return n * 2\n"
+    _, _, load = loaded(tmp_path, {"m.loop.py": source}, "m.loop.py")
+    answers = deadline.call_each(load().module.measure, [(n,) for n in range(6)], path="m.loop.py", name="measure")
+    assert [value for value, _ in answers[:3]] == [0, 2, 4]
+    assert isinstance(answers[3][1], BrainDeadline)
+    assert all(isinstance(error, sandbox.SandboxError) for _, error in answers[4:])
+    assert load().module.measure(5) == 10  # a fresh process took the killed one's place
