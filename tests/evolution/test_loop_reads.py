@@ -104,3 +104,56 @@ def test_chat_reads_as_the_role_and_an_unknown_kind_is_refused_naming_the_kinds(
     refused = agent.get("/api/loop/status/", {"targetKind": "robot", "targetId": "helpdesk"})
     assert refused.status_code == 400
     assert refused.json()["detail"].startswith("targetKind: 'robot' is not scenario, heartbeat or role")
+
+
+# --- loop_status: the machine phase, the story phase, stuck, next.waits (R21.11, R21.4) -----------------------
+
+STORY = {
+    "analysing": "hypothesize",
+    "deciding": "hypothesize",
+    "applying": "change",
+    "merge_wait": "change",
+    "checking": "prove",
+    "watching": "prove",
+    "reverting": "learn",
+    "settled": "learn",
+}
+
+
+def test_live_carries_the_story_phase_and_the_machine_phase_under_machine(agent) -> None:
+    from tests.evolution.page_helpers import every_phase
+
+    made = every_phase()
+    stuck_seen = 0
+    for phase, cycle in made.items():
+        if phase == Cycle.Phase.SETTLED:
+            continue
+        (row,) = agent.get("/api/loop/status/", {"targetKind": "scenario", "targetId": cycle.entity.slug}).json()[
+            "entities"
+        ]
+        assert row["live"]["id"] == cycle.pk
+        assert row["live"]["machine"]["phase"] == phase and row["live"]["phase"] == STORY[phase], phase
+        stuck = [item for item in row["needsYou"] if item["gate"] == "stuck"]
+        if stuck:
+            stuck_seen += 1
+            assert row["stuck"]["machine"]["phase"] == phase and row["stuck"]["cycleId"] == cycle.pk
+            assert row["stuck"]["since"] == stuck[0]["since"] and row["stuck"]["clause"] == stuck[0]["clause"]
+        else:
+            assert row["stuck"] is None
+    assert stuck_seen == 2  # every_phase leaves two steps due for days
+
+
+def test_one_entitys_awaiting_person_is_under_next_waits(agent) -> None:
+    from evolution.steering import cadence
+
+    entity = in_loop()
+    person = {"what": "score PR #16", "url": "https://example.org/pr/16"}
+    window = {"ready": False, "runIds": [], "reason": "2 of 3 series PRs scored",
+              "progress": {"have": 2, "need": 3, "unit": "scored series PRs"}, "awaitingPerson": person}  # fmt: skip
+    cadence.record_window(entity, window, timezone.now())
+    (row,) = agent.get("/api/loop/status/", {"targetKind": "scenario", "targetId": "digest"}).json()["entities"]
+    assert row["next"]["waits"]["awaitingPerson"] == person
+    assert row["next"]["meter"] == {"have": 2, "need": 3, "unit": "scored series PRs"}
+    assert row["next"]["text"] == "2 of 3 scored series PRs · waiting on you: score PR #16."
+    (idle,) = agent.get("/api/loop/status/", {"targetKind": "scenario", "targetId": "digest"}).json()["entities"]
+    assert idle["waits"] == row["next"]["waits"]  # the old place still answers, the same record
