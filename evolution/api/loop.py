@@ -1,4 +1,4 @@
-"""The loop's REST API: loop_status, loop_history, loop_get_cycle and loop_analyze (seed 003).
+"""The loop's REST API: loop_status, loop_history, loop_get, loop_get_cycle and loop_analyze (seed 003).
 
 Reads are open to people and agents (token or session). ``targetKind`` +
 ``targetId`` name one entity; both absent mean the whole fleet; naming only
@@ -22,7 +22,9 @@ from evolution.api.serializers import (
     AnalyzeAnswerSerializer,
     AnalyzeRequestSerializer,
     CycleDetailSerializer,
+    EntityStatusSerializer,
     HistorySerializer,
+    LoopGetSerializer,
     LoopStatusSerializer,
     represent,
 )
@@ -117,6 +119,43 @@ class LoopHistory(APIView):
         except (ValueError, status.NotFound) as exc:
             return _refusal(exc)
         return Response(HistorySerializer(answer).data)
+
+
+#: loop_get's parameters; anything else is refused naming it.
+GET_PARAMETERS = ("targetKind", "targetId", "limit", "cursor")
+
+
+class LoopGet(APIView):
+    @extend_schema(
+        operation_id="loop_get",
+        summary="loop_get: one entity whole — its loop_status entry and its cycles, newest opening first, with grades",
+        parameters=[
+            *TARGET,
+            OpenApiParameter("limit", OpenApiTypes.INT, description="Cycles per page: 1-100, default 20."),
+            OpenApiParameter("cursor", OpenApiTypes.STR, description="A previous page's nextCursor."),
+        ],
+        responses={200: LoopGetSerializer, 400: INVALID, 404: NOT_FOUND},
+    )
+    def get(self, request: Request) -> Response:
+        params = request.query_params
+        odd = next((name for name in params if name not in GET_PARAMETERS and name != "format"), None)
+        if odd is not None:
+            detail = f"{odd}: not a loop_get parameter (the parameters are {', '.join(GET_PARAMETERS)})"
+            return _error("invalid", detail, http.HTTP_400_BAD_REQUEST)
+        kind, slug = _target(request)
+        try:
+            if not kind or not slug:
+                missing = "targetKind" if not kind else "targetId"
+                raise ValueError(f"{missing}: loop_get reads one entity: name both targetKind and targetId")
+            entity = status.entity_named(kind, slug)
+            (row,) = fleet.loop_status(entity)["entities"]
+            cycles = history.history(
+                entity.target_kind, entity.slug, limit=params.get("limit", 20), cursor=params.get("cursor") or None
+            )
+        except (ValueError, status.NotFound) as exc:
+            return _refusal(exc)
+        body = {"entity": represent(EntityStatusSerializer(), row), **HistorySerializer(cycles).data}
+        return Response(body)
 
 
 class LoopCycle(APIView):

@@ -206,6 +206,13 @@ class HistorySerializer(serializers.Serializer):
     nextCursor = serializers.CharField(allow_null=True, help_text="Pass back as `cursor` for the next (older) page.")
 
 
+class LoopGetSerializer(serializers.Serializer):
+    entity = EntityStatusSerializer(help_text="The entity's loop_status entry.")
+    cycles = HistoryRowSerializer(many=True, help_text="Its cycles, newest opening first (loop_history's rows).")
+    count = serializers.IntegerField()
+    nextCursor = serializers.CharField(allow_null=True, help_text="The next (older) page; null on the last.")
+
+
 class PairSerializer(serializers.Serializer):
     slot = serializers.IntegerField(help_text="The frozen input's index in the cycle's frozenSet.")
     trial = serializers.IntegerField()

@@ -157,3 +157,29 @@ def test_one_entitys_awaiting_person_is_under_next_waits(agent) -> None:
     assert row["next"]["text"] == "2 of 3 scored series PRs · waiting on you: score PR #16."
     (idle,) = agent.get("/api/loop/status/", {"targetKind": "scenario", "targetId": "digest"}).json()["entities"]
     assert idle["waits"] == row["next"]["waits"]  # the old place still answers, the same record
+
+
+# --- loop_get: one entity whole (its status and its cycles, each with its grade) ------------------------------
+
+
+def test_loop_get_answers_one_entitys_status_and_its_cycles_with_their_grades(agent) -> None:
+    entity = in_loop()
+    older, newer = settled(entity, days_ago=3), settled(entity, days_ago=1)
+    settled(in_loop("other"))
+    answer = agent.get("/api/loop/get/", {"targetKind": "workflow", "targetId": "digest", "limit": 1})
+    assert answer.status_code == 200
+    body = answer.json()
+    assert (body["entity"]["targetKind"], body["entity"]["targetId"]) == ("scenario", "digest")
+    assert body["entity"]["state"] and "next" in body["entity"]
+    assert [row["id"] for row in body["cycles"]] == [newer.pk] and "grade" in body["cycles"][0]
+    rest = agent.get("/api/loop/get/", {"targetKind": "scenario", "targetId": "digest", "cursor": body["nextCursor"]})
+    assert [row["id"] for row in rest.json()["cycles"]] == [older.pk] and rest.json()["nextCursor"] is None
+
+
+def test_loop_get_needs_one_entity_and_refuses_what_is_no_parameter(agent) -> None:
+    in_loop()
+    assert agent.get("/api/loop/get/").json()["detail"].startswith("targetKind:")
+    missing = agent.get("/api/loop/get/", {"targetKind": "scenario", "targetId": "nope"})
+    assert missing.status_code == 404 and missing.json()["error"] == "not_found"
+    odd = agent.get("/api/loop/get/", {"targetKind": "scenario", "targetId": "digest", "since": "2026-01-01"})
+    assert odd.status_code == 400 and odd.json()["detail"].startswith("since: not a loop_get parameter")
