@@ -437,6 +437,9 @@ class AnalyzeAnswerSerializer(serializers.Serializer):
     cycleId = serializers.IntegerField(allow_null=True, help_text="The cycle opened, or the row recording why not.")
     opened = serializers.BooleanField()
     reason = serializers.CharField()
+    cardId = serializers.CharField(
+        allow_null=True, help_text="An agent's ask: the person's approval card it waits on (null for a person)."
+    )
 
 
 # --- A fast path for the big reads ---------------------------------------------------------------
