@@ -4,8 +4,9 @@ Every call goes through ``evolution.ideas`` — the same functions the Ideas
 panel and ``/idea`` in Telegram use. A person's post asks for its cycle at
 once; an agent token's post is accepted and waits on a person's approval card
 (opened False, reason "waiting on a person's approval"). A refused post
-writes nothing: 400 ``precondition`` with the reason, 404 ``not_found`` for
-an entity that does not exist.
+writes nothing: 409 ``precondition`` with the reason (as the other loop
+writes answer a failed precondition), 404 ``not_found`` for an entity that
+does not exist.
 """
 
 from __future__ import annotations
@@ -87,8 +88,12 @@ def actor(request: Request) -> str:
     return request.user.get_username()
 
 
-#: An IdeaRefused's code → its status (anything else is 400).
-REFUSED_HTTP = {"not_found": http.HTTP_404_NOT_FOUND, asks.TOO_MANY: http.HTTP_429_TOO_MANY_REQUESTS}
+#: An IdeaRefused's code → its status (anything else is 400); a failed precondition is 409, as in the other writes.
+REFUSED_HTTP = {
+    "not_found": http.HTTP_404_NOT_FOUND,
+    "precondition": http.HTTP_409_CONFLICT,
+    asks.TOO_MANY: http.HTTP_429_TOO_MANY_REQUESTS,
+}
 
 
 def asker_of(request: Request) -> str:
@@ -152,13 +157,14 @@ class LoopIdeas(APIView):
             "Writes the idea and asks for its cycle at once: opened true when the cycle started, else opened "
             "false with the reason (an unsettled cycle, an earlier idea ahead) — the idea is queued, do not post "
             "it again. An agent token's idea waits on a person's approval card (opened false, reason "
-            '"waiting on a person\'s approval"). Refused with nothing written (400 precondition) when the entity '
+            '"waiting on a person\'s approval"). Refused with nothing written (409 precondition) when the entity '
             f"is not in the loop or switched off, or the text is empty or longer than {ideas.MAX_CHARS} characters."
         ),
         request=IdeaRequestSerializer,
         responses={
             201: IdeaAnswerSerializer,
-            400: OpenApiResponse(ErrorSerializer, description="precondition (the reason) or invalid (the body)."),
+            400: OpenApiResponse(ErrorSerializer, description="invalid (the body)."),
+            409: OpenApiResponse(ErrorSerializer, description="precondition: the reason, nothing written."),
             429: OpenApiResponse(
                 ErrorSerializer,
                 description="too_many_pending: the agent's cards waiting on people are at the cap (named).",
