@@ -82,6 +82,7 @@ def connect() -> None:
     registry.register(supervision.PRODUCER, Card.Kind.GRANT, supervision.on_card)
     registry.register(ideas.PRODUCER, Card.Kind.GRANT, intake.on_card)  # an agent's idea waits on its approval
     registry.register(analyze_ask.PRODUCER, Card.Kind.GRANT, analyze_ask.on_card)  # an agent's loop_analyze too
+    registry.register(ideas.WITHDRAW_PRODUCER, Card.Kind.GRANT, ideas.on_withdraw_card)  # and someone else's idea
     register_message_handler(ideas_telegram.on_message)  # /idea in Telegram
     registry.register(settings_writes.PRODUCER, Card.Kind.WIDEN, settings_writes.on_widen_card)
     listen_to_pulls(_pull_moved)

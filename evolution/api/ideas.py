@@ -74,6 +74,9 @@ class WithdrawAnswerSerializer(serializers.Serializer):
     reason = serializers.CharField()
     targetKind = serializers.CharField()
     targetId = serializers.CharField()
+    cardId = serializers.CharField(
+        allow_null=True, help_text="An agent's withdraw of someone else's idea: the approval card it waits on."
+    )
 
 
 def _error(code: str, detail: str, http_status: int) -> Response:
@@ -207,21 +210,35 @@ class LoopIdeaWithdraw(APIView):
         summary="loop_cancel_idea: withdraw a queued idea (answers its state after the call)",
         description=(
             "withdrawn true once the idea is withdrawn — again on a second call. An idea a cycle already took "
-            "stays that cycle's hypothesis: withdrawn false with the reason (stop it at the decide gate)."
+            "stays that cycle's hypothesis: withdrawn false with the reason (stop it at the decide gate). An agent "
+            "withdrawing an idea it did not post opens a person's approval card (202, cardId; asking again finds it)."
         ),
         request=None,
-        responses={200: WithdrawAnswerSerializer, 404: NOT_FOUND},
+        responses={
+            200: WithdrawAnswerSerializer,
+            202: OpenApiResponse(WithdrawAnswerSerializer, description="An agent's ask waits on a person's card."),
+            404: NOT_FOUND,
+            429: OpenApiResponse(ErrorSerializer, description="too_many_pending: the agent's asks are at the cap."),
+        },
     )
     def post(self, request: Request, pk: int) -> Response:
         idea = Idea.objects.select_related("entity", "card").filter(pk=pk).first()
         if idea is None:
             return _error("not_found", f"idea {pk} names no idea", http.HTTP_404_NOT_FOUND)
         person = None if is_agent(request) else request.user
-        answer = ideas.withdraw(idea, actor(request), user=person)
+        try:
+            if person is None and idea.author != actor(request):  # someone else's idea: a person approves (R18.13)
+                answer = ideas.ask_withdraw(idea, asker=asker_of(request))
+            else:
+                answer = ideas.withdraw(idea, actor(request), user=person)
+        except ideas.IdeaRefused as exc:
+            return _error(exc.code, exc.reason, REFUSED_HTTP.get(exc.code, http.HTTP_400_BAD_REQUEST))
         body = {
             "withdrawn": answer.withdrawn,
             "reason": answer.reason,
             "targetKind": idea.entity.target_kind,
             "targetId": idea.entity.slug,
+            "cardId": str(answer.card.pk) if answer.card is not None else None,
         }
-        return Response(WithdrawAnswerSerializer(body).data)
+        code = http.HTTP_202_ACCEPTED if answer.card is not None else http.HTTP_200_OK
+        return Response(WithdrawAnswerSerializer(body).data, status=code)

@@ -125,16 +125,21 @@ def test_withdraw_answers_the_state_after_the_call(agent, person) -> None:
     entity = looped()
     busy(entity)
     idea_id = create(person).json()["ideaId"]
-    once = agent.post(f"/api/loop/ideas/{idea_id}/withdraw/").json()
-    twice = agent.post(f"/api/loop/ideas/{idea_id}/withdraw/").json()
+    # The person who posted it withdraws it (an agent withdrawing a person's idea asks a person first:
+    # tests/evolution/test_idea_withdraw_asks.py).
+    once = person.post(f"/api/loop/ideas/{idea_id}/withdraw/").json()
+    twice = person.post(f"/api/loop/ideas/{idea_id}/withdraw/").json()
+    thrice = agent.post(f"/api/loop/ideas/{idea_id}/withdraw/").json()  # withdrawn already: nothing to ask
     assert (
         once
         == twice
+        == thrice
         == {
             "withdrawn": True,
             "reason": f"idea {idea_id} is withdrawn: no cycle will take it",
             "targetKind": "scenario",
             "targetId": "triage",
+            "cardId": None,
         }
     )
     assert agent.post("/api/loop/ideas/999999/withdraw/").status_code == 404
