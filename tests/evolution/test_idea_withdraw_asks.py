@@ -74,3 +74,29 @@ def test_an_agent_withdraws_its_own_idea_and_a_person_anyones_at_once(alice) -> 
     assert mine.status_code == 200 and mine.json()["withdrawn"] is True and mine.json()["cardId"] is None
     person = client_for(alice, "me2", agent=False).post(f"/api/loop/ideas/{idea.pk}/withdraw/", format="json")
     assert person.status_code == 200 and person.json()["withdrawn"] is True
+
+
+# --- A withdrawal that beats the cycle's take (R18.14) ----------------------------------------------------------
+
+
+def test_a_withdrawal_that_beats_the_cycles_take_leaves_a_skipped_row_and_spends_nothing(alice) -> None:
+    from django.utils import timezone
+
+    from evolution.loop import machine, opening
+    from evolution.models import Cycle
+    from evolution.steering import ideas
+
+    idea = queued_by_a_person(alice)
+    supervision.release(idea.entity, actor="carol", reason="back")
+    head = ideas.next_idea(idea.entity)  # the sweep read the head of the queue ...
+    ideas.withdraw(idea, "alice")  # ... and the withdrawal landed before its cycle took it
+    made = machine.open_cycle(idea.entity, origin=Cycle.Origin.IDEA, idea=head)
+    assert not made.opened and made.reason == "the idea was withdrawn before its cycle started"
+    [row] = Cycle.objects.filter(entity=idea.entity)
+    assert row.status == Cycle.Status.SKIPPED and row.reason == "the idea was withdrawn before its cycle started"
+    assert row.claim is None and not row.analysed and not row.rounds.exists()  # no proposer was asked
+    assert row.origin == Cycle.Origin.IDEA
+    # No rest and no daily slot: the next grade may open a cycle at once.
+    assert opening.refusal(idea.entity, origin=Cycle.Origin.GRADE, now=timezone.now()) is None
+    idea.refresh_from_db()
+    assert idea.status == Idea.Status.WITHDRAWN and idea.cycle_id is None
