@@ -305,6 +305,8 @@ def test_the_loop_endpoints_are_in_the_schema(person) -> None:
     assert paths["/api/loop/history/"]["get"]["operationId"] == "loop_history"
     assert paths["/api/loop/cycles/{id}/"]["get"]["operationId"] == "loop_get_cycle"
     analyze = paths["/api/loop/analyze/"]["post"]
-    assert analyze["operationId"] == "loop_analyze" and {"200", "202", "400", "404", "409", "429"} <= set(analyze["responses"])
+    assert analyze["operationId"] == "loop_analyze" and {"200", "202", "400", "404", "409", "429"} <= set(
+        analyze["responses"]
+    )
     history = {p["name"] for p in paths["/api/loop/history/"]["get"]["parameters"]}
     assert {"targetKind", "targetId", "since", "limit", "cursor"} <= history
