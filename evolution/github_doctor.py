@@ -9,17 +9,20 @@ Seed 003, "What your repository must require" and "GitHub (GitHub merge gate)":
   GitHub writes nothing either way) — a refusal outranks every other finding,
   so it comes first;
 - whether the base branch requires ``singularity/diff-gate`` and
-  ``singularity/validation`` (classic protection or rulesets) — the second
-  a hint while no pre-merge check posts it — and whether the plan allows
-  branch rules on a private repository at all;
+  ``singularity/validation`` (classic protection or rulesets), as the seed
+  asks — without the second a person can merge a change the pre-merge check
+  turned down — and whether the plan allows branch rules on a private
+  repository at all;
 - whether ``allow_auto_merge`` is on when some entity declares ``merge: auto``
   (a hint when the credential cannot see it);
-- arms GitHub will refuse every time: a PR whose only required status is
-  ``singularity/diff-gate`` — set before the PR opens — is clean the moment it
-  opens, and GitHub refuses auto-merge on a clean PR. No stage of this build
-  posts ``singularity/validation`` on an apply PR (there is no pre-merge check
-  yet), so an apply PR's arm holds only on a required check beyond the loop's
-  own, and a revert PR's (both statuses set as it opens) likewise;
+- arms GitHub will refuse every time: a PR whose required statuses are all
+  set before it opens is clean the moment it opens, and GitHub refuses
+  auto-merge on a clean PR. ``singularity/diff-gate`` is set before an apply
+  PR opens; ``singularity/validation`` is pending from the pre-merge check's
+  start until it answers, but set ``success`` at once ("no pre-merge check")
+  on the PR of an entity that has none (``check.mode: none``, a heartbeat or
+  a pipeline). A revert PR carries both as it opens, so its arm holds only
+  on a required check beyond the loop's own;
 - when the webhook last delivered.
 """
 
@@ -122,11 +125,10 @@ def _rules(repository: str, branch: str, facts: dict[str, Any], required: Requir
     elif required.unavailable:
         return
     elif missing == [VALIDATION]:
-        # The seed's rule asks for both; no stage of this build posts the check's verdict on an apply PR yet.
         yield Check(
-            PASS,
-            f"hint: {branch} requires {DIFF_GATE} but not {VALIDATION}; no pre-merge check posts {VALIDATION} on "
-            "an apply PR in this build, so that is right for now — require it once the loop's entities have one",
+            WARN,
+            f"{branch} requires {DIFF_GATE} but not {VALIDATION}: a person can merge a change the pre-merge check "
+            f"turned down or could not show works — add {VALIDATION} to the ruleset (or classic protection) on {branch}",
         )
     else:
         what = " and ".join(missing)
@@ -160,25 +162,24 @@ def _auto_merge_setting(repository: str, facts: dict[str, Any], auto: list[Entit
 
 
 def _arms(entity: Entity, branch: str, contexts: frozenset[str]) -> Iterator[Check]:
-    """The arms GitHub refuses every time (a PR clean when it opens) or holds on a status nobody posts."""
-    beyond_diff_gate = contexts - {DIFF_GATE}
-    beyond_ours = contexts - OURS
-    if contexts and not beyond_diff_gate:
+    """The arms GitHub refuses every time: a PR whose required statuses are all set before it opens is clean then."""
+    from evolution.loop.freeze import REPLAY, check_mode
+
+    checked = check_mode(entity) == REPLAY
+    # Set before an apply PR opens: the diff gate, and the validation too when no check runs ("no pre-merge check").
+    set_at_open = frozenset({DIFF_GATE}) if checked else OURS
+    if contexts and contexts <= set_at_open:
+        what = " and ".join(c for c in (DIFF_GATE, VALIDATION) if c in contexts)
+        why = "" if checked else f" (it has no pre-merge check, so {VALIDATION} answers success at once)"
         yield Check(
             WARN,
-            f"{_label(entity)} declares merge: auto with no pre-merge check, and {branch} requires nothing but "
-            f"{DIFF_GATE}, set before its PR opens: every PR is clean the moment it opens, so GitHub refuses every "
-            'arm ("Pull request is in clean status") and each round demotes to a person — require another check '
-            f"(your CI) on {branch}",
+            f"{_label(entity)} declares merge: auto, and {branch} requires nothing but {what}, set before its PRs "
+            f'open{why}: every PR is clean the moment it opens, so GitHub refuses every arm ("Pull request is in '
+            f'clean status") and each round demotes to a person — require another check (your CI) on {branch}',
         )
-        return
-    if VALIDATION in contexts:
-        yield Check(
-            WARN,
-            f"{_label(entity)}: {branch} requires {VALIDATION}, which no pre-merge check posts on its PRs in this "
-            "build: each arm is held until someone posts it, or a person merges",
-        )
-    if contexts and not beyond_ours:
+        if checked or contexts != OURS:
+            return
+    if contexts and not contexts - OURS:
         yield Check(
             WARN,
             f"{_label(entity)}: its revert PRs carry {DIFF_GATE} and {VALIDATION} as success from the moment they "

@@ -62,7 +62,7 @@ def connect() -> None:
     from evolution import doctor, github_doctor, tasks  # noqa: F401 - the doctor's sections, the machine's steps
     from evolution.forges import git_env
     from evolution.forges.base import listen_to_pulls
-    from evolution.loop import intake
+    from evolution.loop import analyze_ask, intake
     from evolution.reads.evidence import decide_card_detail
     from evolution.reads.trends import trend_markers
     from evolution.steering import ideas, supervision
@@ -83,6 +83,8 @@ def connect() -> None:
     registry.register("loop", Card.Kind.RETRY, _card)
     registry.register(supervision.PRODUCER, Card.Kind.GRANT, supervision.on_card)
     registry.register(ideas.PRODUCER, Card.Kind.GRANT, intake.on_card)  # an agent's idea waits on its approval
+    registry.register(analyze_ask.PRODUCER, Card.Kind.GRANT, analyze_ask.on_card)  # an agent's loop_analyze too
+    registry.register(ideas.WITHDRAW_PRODUCER, Card.Kind.GRANT, ideas.on_withdraw_card)  # and someone else's idea
     register_message_handler(ideas_telegram.on_message)  # /idea in Telegram
     registry.register(settings_writes.PRODUCER, Card.Kind.WIDEN, settings_writes.on_widen_card)
     listen_to_pulls(_pull_moved)

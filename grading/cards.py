@@ -288,9 +288,12 @@ def episode_shape(execution: Execution) -> dict[str, Any]:
 
 
 def run_link(execution: Execution) -> str:
-    """Return the whole run's address on the dashboard (absolute on SINGULARITY_PUBLIC_URL when set)."""
+    """Return the whole run's permanent short link, ``/go/run:<id>`` (R4.23; absolute on SINGULARITY_PUBLIC_URL
+    when set): it answers with the run's page."""
+    from grading.views.go import short_link
+
     base = (settings.SINGULARITY_PUBLIC_URL or "").rstrip("/")
-    return f"{base}{execution.get_absolute_url()}"
+    return f"{base}{short_link(execution)}"
 
 
 def _rubric(spec: dict[str, Any]) -> dict[str, Any]:

@@ -4,10 +4,12 @@ from django.urls import path
 
 from grading import views
 from grading.chat import views as chat_views
+from grading.views.go import go_run
 
 app_name = "grading"
 
 urlpatterns = [
+    path("go/run:<uuid:run_id>/", go_run, name="go-run"),
     path("entities/", views.entity_list, name="entities"),
     path("entities/<str:target_kind>/<str:slug>/", views.entity_detail, name="entity"),
     path("entities/<str:target_kind>/<str:slug>/run/", views.entity_run, name="entity-run"),

@@ -28,3 +28,50 @@ def bob(db) -> User:
 @pytest.fixture
 def charlie(db) -> User:
     return User.objects.create_user("charlie", "charlie@example.org", "charlie-password")
+
+
+# --- The Postgres-only tests say where they ran ----------------------------------------------------------------
+
+#: Outcomes of the tests marked ``postgres`` (real parallel workers), by node id: skipped on SQLite, run in CI's
+#: Postgres pass (``.ci/run``). The summary says which, so a pass that skipped them all is never silent.
+_POSTGRES_OUTCOMES: dict[str, str] = {}
+
+
+def pytest_runtest_logreport(report) -> None:
+    if "postgres" not in report.keywords:
+        return
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        _POSTGRES_OUTCOMES[report.nodeid] = report.outcome
+
+
+def _database_vendor() -> str:
+    from django.db import connection
+
+    return connection.vendor
+
+
+def postgres_summary() -> tuple[str, bool]:
+    """The summary line of the ``postgres``-marked tests, and whether the run broke its promise (on Postgres, one
+    of them was skipped or failed to run)."""
+    vendor = _database_vendor()
+    ran = sum(1 for outcome in _POSTGRES_OUTCOMES.values() if outcome == "passed")
+    skipped = sum(1 for outcome in _POSTGRES_OUTCOMES.values() if outcome == "skipped")
+    failed = len(_POSTGRES_OUTCOMES) - ran - skipped
+    line = f"postgres-marked tests: {ran} passed on {vendor}, {skipped} skipped, {failed} failed"
+    if vendor != "postgresql" and skipped:
+        line += " (they run in CI's Postgres pass: .ci/run)"
+    return line, vendor == "postgresql" and skipped > 0
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if not _POSTGRES_OUTCOMES:
+        return
+    line, broken = postgres_summary()
+    terminalreporter.write_sep("-", line, red=broken, green=not broken)
+    if broken:
+        terminalreporter.write_line("a postgres-marked test was skipped on Postgres: the run fails")
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    if _POSTGRES_OUTCOMES and postgres_summary()[1] and session.exitstatus == 0:
+        session.exitstatus = 1

@@ -40,4 +40,4 @@ def test_no_link_inside_the_dashboard_points_at_the_public_address(demo, alice, 
         html = client.get(path).content.decode()
         assert "http://dash.example" not in html, path
     inbox = client.get("/inbox/").content.decode()
-    assert re.search(r'whole run: <a href="/evolution/runs/[0-9a-f-]+/">/evolution/runs/', inbox)  # the card's link
+    assert re.search(r'whole run: <a href="/evolution/go/run:[0-9a-f-]+/">/evolution/go/run:', inbox)  # the card's link

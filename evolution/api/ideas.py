@@ -4,8 +4,9 @@ Every call goes through ``evolution.ideas`` — the same functions the Ideas
 panel and ``/idea`` in Telegram use. A person's post asks for its cycle at
 once; an agent token's post is accepted and waits on a person's approval card
 (opened False, reason "waiting on a person's approval"). A refused post
-writes nothing: 400 ``precondition`` with the reason, 404 ``not_found`` for
-an entity that does not exist.
+writes nothing: 409 ``precondition`` with the reason (as the other loop
+writes answer a failed precondition), 404 ``not_found`` for an entity that
+does not exist.
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ class WithdrawAnswerSerializer(serializers.Serializer):
     reason = serializers.CharField()
     targetKind = serializers.CharField()
     targetId = serializers.CharField()
+    cardId = serializers.CharField(
+        allow_null=True, help_text="An agent's withdraw of someone else's idea: the approval card it waits on."
+    )
 
 
 def _error(code: str, detail: str, http_status: int) -> Response:
@@ -87,8 +91,12 @@ def actor(request: Request) -> str:
     return request.user.get_username()
 
 
-#: An IdeaRefused's code → its status (anything else is 400).
-REFUSED_HTTP = {"not_found": http.HTTP_404_NOT_FOUND, asks.TOO_MANY: http.HTTP_429_TOO_MANY_REQUESTS}
+#: An IdeaRefused's code → its status (anything else is 400); a failed precondition is 409, as in the other writes.
+REFUSED_HTTP = {
+    "not_found": http.HTTP_404_NOT_FOUND,
+    "precondition": http.HTTP_409_CONFLICT,
+    asks.TOO_MANY: http.HTTP_429_TOO_MANY_REQUESTS,
+}
 
 
 def asker_of(request: Request) -> str:
@@ -152,13 +160,14 @@ class LoopIdeas(APIView):
             "Writes the idea and asks for its cycle at once: opened true when the cycle started, else opened "
             "false with the reason (an unsettled cycle, an earlier idea ahead) — the idea is queued, do not post "
             "it again. An agent token's idea waits on a person's approval card (opened false, reason "
-            '"waiting on a person\'s approval"). Refused with nothing written (400 precondition) when the entity '
+            '"waiting on a person\'s approval"). Refused with nothing written (409 precondition) when the entity '
             f"is not in the loop or switched off, or the text is empty or longer than {ideas.MAX_CHARS} characters."
         ),
         request=IdeaRequestSerializer,
         responses={
             201: IdeaAnswerSerializer,
-            400: OpenApiResponse(ErrorSerializer, description="precondition (the reason) or invalid (the body)."),
+            400: OpenApiResponse(ErrorSerializer, description="invalid (the body)."),
+            409: OpenApiResponse(ErrorSerializer, description="precondition: the reason, nothing written."),
             429: OpenApiResponse(
                 ErrorSerializer,
                 description="too_many_pending: the agent's cards waiting on people are at the cap (named).",
@@ -174,6 +183,11 @@ class LoopIdeas(APIView):
         data = form.validated_data
         try:
             entity = status.entity_named(data["targetKind"], data["targetId"])
+        except status.NotFound as exc:
+            return _error("not_found", str(exc), http.HTTP_404_NOT_FOUND)
+        except ValueError as exc:  # a kind that is no kind (an old name reads as its kind)
+            return _error("invalid", str(exc), http.HTTP_400_BAD_REQUEST)
+        try:
             posted = intake.post(
                 entity, data["text"], author=actor(request), is_agent=is_agent(request), asker=asker_of(request)
             )
@@ -196,21 +210,35 @@ class LoopIdeaWithdraw(APIView):
         summary="loop_cancel_idea: withdraw a queued idea (answers its state after the call)",
         description=(
             "withdrawn true once the idea is withdrawn — again on a second call. An idea a cycle already took "
-            "stays that cycle's hypothesis: withdrawn false with the reason (stop it at the decide gate)."
+            "stays that cycle's hypothesis: withdrawn false with the reason (stop it at the decide gate). An agent "
+            "withdrawing an idea it did not post opens a person's approval card (202, cardId; asking again finds it)."
         ),
         request=None,
-        responses={200: WithdrawAnswerSerializer, 404: NOT_FOUND},
+        responses={
+            200: WithdrawAnswerSerializer,
+            202: OpenApiResponse(WithdrawAnswerSerializer, description="An agent's ask waits on a person's card."),
+            404: NOT_FOUND,
+            429: OpenApiResponse(ErrorSerializer, description="too_many_pending: the agent's asks are at the cap."),
+        },
     )
     def post(self, request: Request, pk: int) -> Response:
         idea = Idea.objects.select_related("entity", "card").filter(pk=pk).first()
         if idea is None:
             return _error("not_found", f"idea {pk} names no idea", http.HTTP_404_NOT_FOUND)
         person = None if is_agent(request) else request.user
-        answer = ideas.withdraw(idea, actor(request), user=person)
+        try:
+            if person is None and idea.author != actor(request):  # someone else's idea: a person approves (R18.13)
+                answer = ideas.ask_withdraw(idea, asker=asker_of(request))
+            else:
+                answer = ideas.withdraw(idea, actor(request), user=person)
+        except ideas.IdeaRefused as exc:
+            return _error(exc.code, exc.reason, REFUSED_HTTP.get(exc.code, http.HTTP_400_BAD_REQUEST))
         body = {
             "withdrawn": answer.withdrawn,
             "reason": answer.reason,
             "targetKind": idea.entity.target_kind,
             "targetId": idea.entity.slug,
+            "cardId": str(answer.card.pk) if answer.card is not None else None,
         }
-        return Response(WithdrawAnswerSerializer(body).data)
+        code = http.HTTP_202_ACCEPTED if answer.card is not None else http.HTTP_200_OK
+        return Response(WithdrawAnswerSerializer(body).data, status=code)

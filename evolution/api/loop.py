@@ -1,10 +1,10 @@
-"""The loop's REST API: loop_status, loop_history, loop_get_cycle and loop_analyze (seed 003).
+"""The loop's REST API: loop_status, loop_history, loop_get, loop_get_cycle and loop_analyze (seed 003).
 
 Reads are open to people and agents (token or session). ``targetKind`` +
 ``targetId`` name one entity; both absent mean the whole fleet; naming only
-one half is refused. ``POST /api/loop/analyze/`` is "Analyze now": a person
-may ask; an agent token is refused (the seed puts an agent's loop:analyze
-behind a person's approval card, which comes with issue 6).
+one half is refused. ``POST /api/loop/analyze/`` is "Analyze now": a person's
+ask opens the cycle; an agent token's opens a person's approval card
+(``evolution.loop.analyze_ask``, R20.25), whose Approve opens it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ from evolution.api.serializers import (
     AnalyzeAnswerSerializer,
     AnalyzeRequestSerializer,
     CycleDetailSerializer,
+    EntityStatusSerializer,
     HistorySerializer,
+    LoopGetSerializer,
     LoopStatusSerializer,
     represent,
 )
@@ -89,23 +91,71 @@ class LoopHistory(APIView):
             OpenApiParameter(
                 "since", OpenApiTypes.DATETIME, description="Cycles that moved (opened, advanced, settled) at or after."
             ),
+            OpenApiParameter(
+                "feature",
+                OpenApiTypes.STR,
+                description="The entities the feature ships now (the folder under features/ their file is in).",
+            ),
             OpenApiParameter("limit", OpenApiTypes.INT, description="1-100, default 20."),
             OpenApiParameter("cursor", OpenApiTypes.STR, description="A previous page's nextCursor."),
         ],
+        description="targetKind alone narrows to that kind; a parameter that is no filter is refused (400), "
+        "never ignored.",
         responses={200: HistorySerializer, 400: INVALID, 404: NOT_FOUND},
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
+        unknown = history.unknown_filter(params.keys())
+        if unknown:
+            return _error("invalid", unknown, http.HTTP_400_BAD_REQUEST)
         try:
             answer = history.history(
                 *_target(request),
                 since=params.get("since") or None,
                 limit=params.get("limit", 20),
                 cursor=params.get("cursor") or None,
+                feature=params.get("feature") or None,
             )
         except (ValueError, status.NotFound) as exc:
             return _refusal(exc)
         return Response(HistorySerializer(answer).data)
+
+
+#: loop_get's parameters; anything else is refused naming it.
+GET_PARAMETERS = ("targetKind", "targetId", "limit", "cursor")
+
+
+class LoopGet(APIView):
+    @extend_schema(
+        operation_id="loop_get",
+        summary="loop_get: one entity whole — its loop_status entry and its cycles, newest opening first, with grades",
+        parameters=[
+            *TARGET,
+            OpenApiParameter("limit", OpenApiTypes.INT, description="Cycles per page: 1-100, default 20."),
+            OpenApiParameter("cursor", OpenApiTypes.STR, description="A previous page's nextCursor."),
+        ],
+        responses={200: LoopGetSerializer, 400: INVALID, 404: NOT_FOUND},
+    )
+    def get(self, request: Request) -> Response:
+        params = request.query_params
+        odd = next((name for name in params if name not in GET_PARAMETERS and name != "format"), None)
+        if odd is not None:
+            detail = f"{odd}: not a loop_get parameter (the parameters are {', '.join(GET_PARAMETERS)})"
+            return _error("invalid", detail, http.HTTP_400_BAD_REQUEST)
+        kind, slug = _target(request)
+        try:
+            if not kind or not slug:
+                missing = "targetKind" if not kind else "targetId"
+                raise ValueError(f"{missing}: loop_get reads one entity: name both targetKind and targetId")
+            entity = status.entity_named(kind, slug)
+            (row,) = fleet.loop_status(entity)["entities"]
+            cycles = history.history(
+                entity.target_kind, entity.slug, limit=params.get("limit", 20), cursor=params.get("cursor") or None
+            )
+        except (ValueError, status.NotFound) as exc:
+            return _refusal(exc)
+        body = {"entity": represent(EntityStatusSerializer(), row), **HistorySerializer(cycles).data}
+        return Response(body)
 
 
 class LoopCycle(APIView):
@@ -125,29 +175,26 @@ class LoopCycle(APIView):
 class LoopAnalyze(APIView):
     @extend_schema(
         operation_id="loop_analyze",
-        summary="loop_analyze: Analyze now — open a cycle on request (people only for now)",
+        summary="loop_analyze: Analyze now — open a cycle on request (an agent's ask waits on a person's card)",
         description=(
             "Opens a cycle for the entity on request (exempt from cooldownHours and maxAnalysesPerDay), or "
             "answers why not (another cycle holds the entity, the loop is off, …) with the row recording it. "
-            "An agent token is refused: an agent's analysis waits on a person's approval card."
+            "An agent token's ask opens a person's approval card instead (202, cardId; asking again finds it): "
+            "the person's Approve opens the cycle. An ask the gates refuse now is 409 precondition, no card."
         ),
         request=AnalyzeRequestSerializer,
         responses={
             200: AnalyzeAnswerSerializer,
+            202: OpenApiResponse(AnalyzeAnswerSerializer, description="An agent's ask waits on a person's card."),
             400: INVALID,
-            403: OpenApiResponse(ErrorSerializer, description="refused: an agent token (a person must ask)."),
             404: NOT_FOUND,
+            409: OpenApiResponse(ErrorSerializer, description="precondition: no cycle can open now (the reason)."),
+            429: OpenApiResponse(ErrorSerializer, description="too_many_pending: the agent's asks are at the cap."),
         },
     )
     def post(self, request: Request) -> Response:
         from evolution.loop.trigger import analyze_now
 
-        if is_agent(request):
-            return _error(
-                "refused",
-                "loop_analyze: an agent token cannot open a cycle; a person asks (Analyze now on the entity's page)",
-                http.HTTP_403_FORBIDDEN,
-            )
         data = request.data if isinstance(request.data, dict) else {}
         form = AnalyzeRequestSerializer(data=data)
         if not form.is_valid():
@@ -156,9 +203,36 @@ class LoopAnalyze(APIView):
             entity = status.entity_named(form.validated_data["targetKind"], form.validated_data["targetId"])
         except (ValueError, status.NotFound) as exc:
             return _refusal(exc)
+        if is_agent(request):
+            return _agent_asks(request, entity)
         answer = analyze_now(entity, user=request.user)
-        body = {"cycleId": answer.cycle.pk if answer.cycle else None, "opened": answer.opened, "reason": answer.reason}
+        body = {
+            "cycleId": answer.cycle.pk if answer.cycle else None,
+            "opened": answer.opened,
+            "reason": answer.reason,
+            "cardId": None,
+        }
         return Response(AnalyzeAnswerSerializer(body).data)
+
+
+def _agent_asks(request: Request, entity: Any) -> Response:
+    """An agent's loop_analyze: a person's approval card (202), or 409/429 with the reason and nothing written."""
+    from evolution.loop import analyze_ask
+    from evolution.steering import asks
+
+    asker = asks.asker_for(request.user.get_username(), request.auth.name)
+    try:
+        card = analyze_ask.ask(entity, asker=asker)
+    except analyze_ask.AnalyzeRefused as refused:
+        code = http.HTTP_429_TOO_MANY_REQUESTS if refused.code == asks.TOO_MANY else http.HTTP_409_CONFLICT
+        return _error(refused.code, refused.detail, code)
+    body = {
+        "cycleId": None,
+        "opened": False,
+        "reason": f"waiting on a person's approval (card {card.pk}, until {card.expires_at.isoformat()})",
+        "cardId": str(card.pk),
+    }
+    return Response(AnalyzeAnswerSerializer(body).data, status=http.HTTP_202_ACCEPTED)
 
 
 def _first_error(errors: dict[str, Any]) -> str:

@@ -68,9 +68,18 @@ class LiveWatchSerializer(serializers.Serializer):
     deadline = Instant()
 
 
+class MachineSerializer(serializers.Serializer):
+    phase = serializers.CharField(
+        help_text="The machine's phase: analysing, deciding, applying, checking, merge_wait, watching, reverting."
+    )
+
+
 class LiveCycleSerializer(serializers.Serializer):
     id = serializers.IntegerField()
-    phase = serializers.CharField()
+    phase = serializers.CharField(
+        source="storyPhase", help_text="The story's phase a person reads: observe, hypothesize, change, prove, learn."
+    )
+    machine = MachineSerializer(help_text="The machine's own phase (machine.phase).")
     round = serializers.IntegerField(allow_null=True, help_text="The newest round's number.")
     prUrl = serializers.CharField(help_text="The PR's address; empty before one opens.")
     pr = PullSerializer(allow_null=True)
@@ -109,6 +118,20 @@ class WaitsSerializer(serializers.Serializer):
     sampledAt = Instant(help_text="When the window was last sampled.")
 
 
+class NextSerializer(serializers.Serializer):
+    text = serializers.CharField(help_text="What comes next, in a sentence.")
+    waits = WaitsSerializer(allow_null=True, help_text="What the trigger window waits on (null: it does not wait).")
+    meter = JSONRecord(allow_null=True, help_text="The trigger window's progress {have, need, unit}, when it waits.")
+
+
+class StuckSerializer(serializers.Serializer):
+    cycleId = serializers.IntegerField(allow_null=True)
+    round = serializers.IntegerField(allow_null=True)
+    since = Instant(help_text="Since when the step has been due with no worker on it.")
+    clause = serializers.CharField()
+    machine = MachineSerializer(help_text="The stuck cycle's machine phase (stuck.machine.phase).")
+
+
 class MonthSpendSerializer(serializers.Serializer):
     """This calendar month's loop spend on the entity and what it moved (issue 16): snake_case."""
 
@@ -128,9 +151,12 @@ class EntityStatusSerializer(serializers.Serializer):
     stateLabel = serializers.CharField()
     live = LiveCycleSerializer(allow_null=True, help_text="The cycle holding the entity, else its newest live one.")
     inFlight = LiveCycleSerializer(many=True, help_text="Every cycle of the entity not settled yet.")
-    next = serializers.CharField(help_text="What comes next, in a sentence.")
+    next = NextSerializer(source="nextStep", help_text="What comes next: the sentence, the window's waits, its meter.")
+    stuck = StuckSerializer(allow_null=True, help_text="A step due with no worker on it (null: none).")
     needsYou = NeedsYouSerializer(many=True)
-    waits = WaitsSerializer(allow_null=True, help_text="What the trigger window waits on (null: it does not wait).")
+    waits = WaitsSerializer(
+        allow_null=True, help_text="What the trigger window waits on (null: it does not wait); also next.waits."
+    )
     month = MonthSpendSerializer(help_text="This calendar month's loop spend and what it moved.")
 
 
@@ -178,6 +204,13 @@ class HistorySerializer(serializers.Serializer):
     cycles = HistoryRowSerializer(many=True)
     count = serializers.IntegerField(help_text="Rows on this page.")
     nextCursor = serializers.CharField(allow_null=True, help_text="Pass back as `cursor` for the next (older) page.")
+
+
+class LoopGetSerializer(serializers.Serializer):
+    entity = EntityStatusSerializer(help_text="The entity's loop_status entry.")
+    cycles = HistoryRowSerializer(many=True, help_text="Its cycles, newest opening first (loop_history's rows).")
+    count = serializers.IntegerField()
+    nextCursor = serializers.CharField(allow_null=True, help_text="The next (older) page; null on the last.")
 
 
 class PairSerializer(serializers.Serializer):
@@ -404,6 +437,9 @@ class AnalyzeAnswerSerializer(serializers.Serializer):
     cycleId = serializers.IntegerField(allow_null=True, help_text="The cycle opened, or the row recording why not.")
     opened = serializers.BooleanField()
     reason = serializers.CharField()
+    cardId = serializers.CharField(
+        allow_null=True, help_text="An agent's ask: the person's approval card it waits on (null for a person)."
+    )
 
 
 # --- A fast path for the big reads ---------------------------------------------------------------

@@ -10,6 +10,7 @@ from evolution.api import loop as api  # noqa: E402
 urlpatterns += [
     path("loop/status/", api.LoopStatus.as_view(), name="api-loop-status"),
     path("loop/history/", api.LoopHistory.as_view(), name="api-loop-history"),
+    path("loop/get/", api.LoopGet.as_view(), name="api-loop-get"),
     path("loop/cycles/<int:pk>/", api.LoopCycle.as_view(), name="api-loop-cycle"),
     path("loop/analyze/", api.LoopAnalyze.as_view(), name="api-loop-analyze"),
 ]

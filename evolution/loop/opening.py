@@ -344,7 +344,9 @@ def open_cycle(
 
             state = Idea.objects.filter(pk=idea.pk).values_list("status", flat=True).first()
             if state == Idea.Status.WITHDRAWN:
-                return Opened(None, False, "the idea was withdrawn before its cycle started")
+                # The cycle on its way is recorded skipped (R18.14): no round, no proposer, no rest, no daily slot.
+                why = "the idea was withdrawn before its cycle started"
+                return Opened(record_refusal(entity, origin=origin, reason=why, now=now, anchor=anchor), False, why)
             if state == Idea.Status.TAKEN:
                 return Opened(None, False, "another cycle took the idea first")
         why = live_refusal(entity) or "another cycle took the entity first"

@@ -210,6 +210,25 @@ def _progress_words(window: dict[str, Any] | None) -> str:
     return str(window.get("reason") or "")
 
 
+#: The story's phase a person reads of each machine phase (seed 003: observe · hypothesize · change · prove ·
+#: learn). ``observe`` is an entity's with no live cycle (its window gathering); a live cycle is past it.
+STORY_PHASES = {
+    Cycle.Phase.ANALYSING: "hypothesize",
+    Cycle.Phase.DECIDING: "hypothesize",
+    Cycle.Phase.APPLYING: "change",
+    Cycle.Phase.MERGE_WAIT: "change",
+    Cycle.Phase.CHECKING: "prove",
+    Cycle.Phase.WATCHING: "prove",
+    Cycle.Phase.REVERTING: "learn",
+    Cycle.Phase.SETTLED: "learn",
+}
+
+
+def story_phase(phase: str) -> str:
+    """The story's phase of machine phase ``phase`` (``observe`` for none)."""
+    return STORY_PHASES.get(phase, "observe")
+
+
 def _live_dict(cycle: Cycle) -> dict[str, Any]:
     rnd = _newest_round(cycle)
     pr = _pr(_pr_round(cycle))
@@ -232,6 +251,9 @@ def _live_dict(cycle: Cycle) -> dict[str, Any]:
         "startedAt": cycle.started_at,
         "url": cycle.get_absolute_url(),
         "watch": watch,
+        # loop_status (R21.11): the machine's phase under ``machine``, a bare phase is the story's.
+        "machine": {"phase": cycle.phase},
+        "storyPhase": story_phase(cycle.phase),
     }
 
 
@@ -348,6 +370,7 @@ def _row(
     state, following, primary = state_of(entity, live, needs, outcomes, now, paused, grouped)
     in_flight = [_live_dict(c) for c in live]
     speaking = next((dict(d) for c, d in zip(live, in_flight, strict=True) if c is primary), None)
+    waits = _waits(entity)
     return {
         "entity": entity,
         "targetKind": entity.target_kind,
@@ -360,7 +383,26 @@ def _row(
         "inFlight": in_flight,
         "next": following,
         "needsYou": needs,
-        "waits": _waits(entity),
+        "waits": waits,
+        # loop_status's ``next`` (R21.4): the sentence, what the window waits on, and its meter.
+        "nextStep": {"text": following, "waits": waits, "meter": waits["progress"] if waits else None},
+        "stuck": _stuck(needs, in_flight),
+    }
+
+
+def _stuck(needs: list[dict[str, Any]], in_flight: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The entity's first step due with no worker on it (a ``stuck`` needs-you item), with its cycle's machine
+    phase under ``machine`` (R21.11); None when nothing is stuck."""
+    item = next((i for i in needs if i.get("gate") == "stuck"), None)
+    if item is None:
+        return None
+    phases = {d["id"]: d["phase"] for d in in_flight}
+    return {
+        "cycleId": item.get("cycleId"),
+        "round": item.get("round"),
+        "since": item.get("since"),
+        "clause": item.get("clause", ""),
+        "machine": {"phase": phases.get(item.get("cycleId"), "")},
     }
 
 

@@ -101,26 +101,51 @@ def history_row(cycle: Cycle) -> dict[str, Any]:
     }
 
 
+#: The filters loop_history reads; anything else is refused naming it, never ignored (R20.23).
+FILTERS = ("targetKind", "targetId", "feature", "since", "limit", "cursor")
+
+
+def unknown_filter(names: Any) -> str | None:
+    """The refusal of the first parameter of ``names`` that is no loop_history filter, or None when all are."""
+    for name in names:
+        if name not in FILTERS and name != "format":  # ``format`` is DRF's choice of renderer
+            return f"{name}: not a loop_history filter (the filters are {', '.join(FILTERS)})"
+    return None
+
+
 def history(
     target_kind: str | None = None,
     target_id: str | None = None,
     since: datetime | str | None = None,
     limit: Any = 20,
     cursor: str | None = None,
+    feature: str | None = None,
 ) -> dict[str, Any]:
     """loop_history: {cycles, count, nextCursor}, one row per cycle, newest opening first.
 
-    ``since`` keeps the cycles that moved (opened, advanced, settled) at or
-    after it; ``cursor`` is a previous answer's ``nextCursor`` (the next,
-    older page; null on the last). Raises ValueError naming the parameter
-    (limit outside 1–100, half an entity, a bad instant or cursor) and
-    NotFound for an entity that does not exist.
+    ``targetKind`` alone narrows to that kind's entities, with ``targetId`` to
+    one entity; ``feature`` to the entities the feature ships now (whose file
+    is under ``features/<feature>/`` at the call: an entity moved between
+    features takes its cycles with it). ``since`` keeps the cycles that moved
+    (opened, advanced, settled) at or after it; ``cursor`` is a previous
+    answer's ``nextCursor`` (the next, older page; null on the last). Raises
+    ValueError naming the parameter (limit outside 1–100, a targetId without
+    its kind, a bad kind, instant or cursor) and NotFound for an entity that
+    does not exist.
     """
+    from grading.target_names import target_kind_named
+
     size = _limit(limit)
-    entity = entity_named(target_kind, target_id)
     cycles = Cycle.objects.select_related("entity").order_by("-started_at", "-id")
-    if entity is not None:
-        cycles = cycles.filter(entity=entity)
+    if target_id:
+        cycles = cycles.filter(entity=entity_named(target_kind, target_id))
+    elif target_kind:
+        cycles = cycles.filter(entity__target_kind=target_kind_named(target_kind))
+    if feature not in (None, ""):
+        name = str(feature).strip().strip("/")
+        if not name or "/" in name:
+            raise ValueError(f"feature: {str(feature)[:60]!r} is not a feature's name (the folder under features/)")
+        cycles = cycles.filter(entity__path__startswith=f"features/{name}/")
     if since not in (None, ""):
         cycles = cycles.filter(moved_at__gte=parse_instant(since))  # type: ignore[arg-type]
     if cursor:

@@ -156,16 +156,20 @@ def entity_named(
     """The entity ``target_kind`` + ``target_id`` name, None when both are empty (``names``: how the asker spells
     the two parameters in its refusal).
 
-    Raises ValueError when only one half is given and NotFound when they name nothing.
+    Raises ValueError when only one half is given or the kind is no kind, NotFound when they name nothing. A kind
+    named one deploy back (workflow, pipeline, chat) is read as the kind it named (R5.21).
     """
     if not target_kind and not target_id:
         return None
     if not target_kind or not target_id:
         missing = names[0] if not target_kind else names[1]
         raise ValueError(f"{missing}: name both {names[0]} and {names[1]}, or neither (the whole fleet)")
-    entity = Entity.objects.filter(target_kind=target_kind, slug=target_id).first()
+    from grading.target_names import target_kind_named
+
+    kind = target_kind_named(target_kind, name=names[0])  # an old name (workflow, pipeline, chat) reads as its kind
+    entity = Entity.objects.filter(target_kind=kind, slug=target_id).first()
     if entity is None:
-        raise NotFound(f"{target_kind}:{target_id} names no entity")
+        raise NotFound(f"{kind}:{target_id} names no entity")
     return entity
 
 

@@ -67,6 +67,8 @@ class Withdrawn:
     idea: Idea
     withdrawn: bool
     reason: str
+    #: The approval card an agent's withdraw of someone else's idea waits on (None: nothing waits).
+    card: Any = None
 
 
 # --- Refusals -----------------------------------------------------------------
@@ -240,6 +242,69 @@ def withdraw(
     return Withdrawn(
         idea, False, f"idea {idea.pk} was already taken by cycle {idea.cycle_id}; stop it at the decide gate instead"
     )
+
+
+# --- An agent's withdraw of someone else's idea: a person's approval (R18.4, R18.13) ------------------
+
+#: The hitl producer of the approval cards an agent's withdraw of someone else's idea waits on.
+WITHDRAW_PRODUCER = "loop-idea-withdraw"
+
+
+def ask_withdraw(idea: Idea, *, asker: str, now: datetime | None = None) -> Withdrawn:
+    """An agent's withdraw of an idea it did not post: open (or find) a person's approval card; the idea stays
+    queued until they approve. An idea no longer queued answers its state as ``withdraw`` would; IdeaRefused
+    (too_many_pending) when the agent's asks are at the cap, nothing written."""
+    from hitl.actions import open_card
+    from hitl.models import Card
+
+    now = now or timezone.now()
+    if idea.status != Idea.Status.QUEUED:
+        return withdraw(idea, asker, now=now)
+    waiting = (
+        Card.objects.filter(
+            producer=WITHDRAW_PRODUCER, status=Card.Status.PENDING, expires_at__gt=now, payload__idea=idea.pk
+        )
+        .filter(payload__asker=asker)
+        .first()
+    )
+    if waiting is None:
+        too_many = asks.over_cap(asker)
+        if too_many:
+            raise IdeaRefused(asks.TOO_MANY, too_many)
+        waiting = open_card(
+            producer=WITHDRAW_PRODUCER,
+            kind=Card.Kind.GRANT,
+            key=f"{WITHDRAW_PRODUCER}:{idea.pk}:{now.timestamp()}",
+            title=f"Approve: withdraw idea {idea.pk} for {idea.entity}"[:200],
+            subject=str(idea.entity)[:200],
+            subject_url=_absolute(idea.entity.get_absolute_url()),
+            text=(
+                f"{asker} asks to withdraw idea {idea.pk} for {idea.entity}, posted by {idea.author}: "
+                f"{quote(idea.text)}\n\nApprove withdraws it (no cycle will take it); Decline leaves it queued."
+            ),
+            expires_at=_review_deadline(idea.entity, now),
+            options=[{"value": APPROVE, "label": "Approve"}, {"value": DECLINE, "label": "Decline"}],
+            payload={"op": "withdraw", "idea": idea.pk, asks.ASKER: asker},
+        )
+    reason = f"waiting on a person's approval (card {waiting.pk}): idea {idea.pk} was posted by {idea.author}"
+    return Withdrawn(idea, False, reason, card=waiting)
+
+
+def on_withdraw_card(card: Any) -> None:
+    """Hear a closed withdraw approval card: on Approve, withdraw the idea; anything else leaves it queued."""
+    from hitl.models import Card
+
+    payload = card.payload or {}
+    idea = Idea.objects.select_related("entity", "card").filter(pk=payload.get("idea")).first()
+    if idea is None:
+        log.warning("loop: withdraw card %s names no idea (%s)", card.pk, payload)
+        return
+    if card.status != Card.Status.ANSWERED or (card.answer or {}).get("choice") != APPROVE:
+        log.info("loop: idea %s stays: the withdraw was not approved (%s)", idea.pk, card.status)
+        return
+    person = card.responded_by.get_username() if card.responded_by is not None else "someone"
+    answer = withdraw(idea, f"{payload.get(asks.ASKER, 'an agent')} (approved by {person})", user=card.responded_by)
+    log.info("loop: %s: %s", idea.entity, answer.reason)
 
 
 # --- An agent's post: a person's approval -----------------------------------------

@@ -1,5 +1,5 @@
 """The loop's REST API and the reads behind it: loop_status, loop_history (filters, cursor, limit), loop_get_cycle,
-loop_analyze (people only), and the OpenAPI schema.
+loop_analyze (an agent's ask waits on a person's card), and the OpenAPI schema.
 """
 
 from __future__ import annotations
@@ -269,7 +269,7 @@ def test_analyze_opens_a_cycle_for_a_person(person, alice) -> None:
     response = person.post("/api/loop/analyze/", {"targetKind": "scenario", "targetId": "digest"}, format="json")
     assert response.status_code == 200
     cycle = Cycle.objects.get(entity=entity)
-    assert response.json() == {"cycleId": cycle.pk, "opened": True, "reason": "opened"}
+    assert response.json() == {"cycleId": cycle.pk, "opened": True, "reason": "opened", "cardId": None}
     assert cycle.origin == "request" and cycle.requested_by == alice
 
 
@@ -281,11 +281,10 @@ def test_analyze_answers_why_not(person) -> None:
     assert body["reason"] == f"the loop is off for {entity}"
 
 
-def test_analyze_refuses_an_agent_token(agent) -> None:
+def test_analyze_by_an_agent_token_waits_on_a_persons_card(agent) -> None:
     in_loop()
     response = agent.post("/api/loop/analyze/", {"targetKind": "scenario", "targetId": "digest"}, format="json")
-    assert response.status_code == 403 and response.json()["error"] == "refused"
-    assert "a person asks" in response.json()["detail"]
+    assert response.status_code == 202 and response.json()["cardId"]  # tests/evolution/test_agent_analyze.py
     assert not Cycle.objects.exists()
 
 
@@ -306,6 +305,8 @@ def test_the_loop_endpoints_are_in_the_schema(person) -> None:
     assert paths["/api/loop/history/"]["get"]["operationId"] == "loop_history"
     assert paths["/api/loop/cycles/{id}/"]["get"]["operationId"] == "loop_get_cycle"
     analyze = paths["/api/loop/analyze/"]["post"]
-    assert analyze["operationId"] == "loop_analyze" and {"200", "400", "403", "404"} <= set(analyze["responses"])
+    assert analyze["operationId"] == "loop_analyze" and {"200", "202", "400", "404", "409", "429"} <= set(
+        analyze["responses"]
+    )
     history = {p["name"] for p in paths["/api/loop/history/"]["get"]["parameters"]}
     assert {"targetKind", "targetId", "since", "limit", "cursor"} <= history

@@ -5,37 +5,59 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+import time_machine
 from django.utils import timezone
 
 from evolution.loop import machine
 from evolution.models import AutoAcceptGrant, Cycle, Round, Supervision
 from evolution.steering import autonomy
 from hitl.models import Card, Notice
-from tests.evolution.loop_helpers import graded, history, looped
+from tests.evolution.loop_helpers import JUDGE, graded, history, looped
 
 pytestmark = pytest.mark.django_db
 
 AUTO = {"autonomy": {"decide": "auto", "merge": "auto"}}
 
 
-def shipped(entity, status: str, *, minutes_ago: int, merge_gate: str = "human", verdict: dict | None = None) -> Cycle:
-    """A settled cycle whose round merged (through ``merge_gate``), settled ``minutes_ago``."""
+def shipped(entity, status: str, *, minutes_ago: int, merge_gate: str = "human") -> Cycle:
+    """A change merged through ``merge_gate`` and settled at ``status`` by the real watch, ``minutes_ago``.
+
+    The watch opens at the merge, two minutes before the settle, and reads what landed since: five good runs
+    validate, two bad ones regress (its revert is then due: no forge here, so none opens); an unvalidated change
+    shipped under ``watch.mode: none`` (settled at the merge, no verdict record, as the engine writes it).
+    """
     at = timezone.now() - timedelta(minutes=minutes_ago)
+    merged = at if status == Cycle.Status.UNVALIDATED else at - timedelta(minutes=2)
     cycle = Cycle.objects.create(
         entity=entity,
         key=f"shipped:{entity.pk}:{at.isoformat()}",
         origin=Cycle.Origin.GRADE,
-        phase=Cycle.Phase.SETTLED,
-        status=status,
+        phase=Cycle.Phase.MERGE_WAIT,
         analysed=True,
-        started_at=at - timedelta(minutes=5),
-        merged_at=at - timedelta(minutes=2),
-        completed_at=at,
-        watch_verdict=verdict
-        if verdict is not None
-        else {"verdict": status, "perMetric": [], "perInput": [], "comparator": "count", "n": 5, "bad": 0},
+        judge=JUDGE,
+        terms=entity.terms,
+        started_at=merged - timedelta(minutes=5),
+        moved_at=merged,
+        merged_at=merged,
     )
     Round.objects.create(cycle=cycle, number=1, status=Round.Status.MERGED, merge_sha="a" * 40, merge_gate=merge_gate)
+    cycle = Cycle.objects.select_related("entity").get(pk=cycle.pk)
+    if status == Cycle.Status.UNVALIDATED:
+        loop = cycle.entity.terms["loop"]
+        cycle.entity.terms = {
+            **cycle.entity.terms,
+            "loop": {**loop, "watch": {**loop.get("watch", {}), "mode": "none"}},
+        }
+    with time_machine.travel(merged, tick=False):
+        machine.open_watch(cycle, merged)
+    marks = {Cycle.Status.VALIDATED: "ggggg", Cycle.Status.REGRESSED: "bb"}.get(status, "")
+    for i, mark in enumerate(marks):
+        graded(entity, bad=mark == "b", at=merged + timedelta(seconds=10 * (i + 1)))
+    if marks:
+        with time_machine.travel(at, tick=False):
+            machine.evaluate(cycle, at)
+    cycle.refresh_from_db()
+    assert cycle.status == status and cycle.completed_at == at, (cycle.status, cycle.reason)
     return cycle
 
 
@@ -71,12 +93,22 @@ def test_decide_auto_accepts_without_a_card_with_a_notice():
     assert Notice.objects.filter(kind="accepted", text__startswith="accepted under decide: auto").exists()
 
 
-def test_a_broken_unattended_analysis_closes_the_cycle_failed_at_once_without_a_card_or_lesson():
+def test_a_broken_unattended_analysis_closes_the_cycle_failed_at_once_without_a_card_or_lesson(fake_gateway, settings):
+    """The real analysis under decide: auto, its proposer's gateway answering 500."""
+    from tests.fakes.gateway import Reply
+
+    settings.BRAMA_BASE_URL = fake_gateway.base_url
+    settings.BRAMA_MAX_RETRIES = 0
+    fake_gateway.script(Reply(status=500, error_message="the model is down"))
     entity = looped(loop=AUTO)
     cycle = opened(entity)
-    machine.fail(cycle.rounds.get(number=1), "the analysis failed: boom", unattended=True)
+    rnd = machine.analyse(cycle.rounds.get(number=1).pk)
     cycle.refresh_from_db()
-    assert cycle.status == Cycle.Status.FAILED and cycle.claim is None
+    rnd.refresh_from_db()
+    assert len(fake_gateway.requests) == 1
+    assert rnd.status == Round.Status.FAILED and "the gateway failed" in rnd.error
+    assert cycle.status == Cycle.Status.FAILED and cycle.claim is None and cycle.phase == Cycle.Phase.SETTLED
+    assert cycle.reason.endswith("(unattended: closed at once)")
     assert not Card.objects.filter(producer="loop").exists() and not cycle.lessons.exists()
 
 
@@ -106,11 +138,15 @@ def test_validated_resets_the_streak_and_a_human_merged_unvalidated_neither_coun
 
 def test_the_pause_is_announced_once_at_the_crossing_settle():
     entity = looped(loop=AUTO)
-    shipped(entity, Cycle.Status.REGRESSED, minutes_ago=30)
-    crossing = shipped(entity, Cycle.Status.REGRESSED, minutes_ago=10)
-    assert autonomy.announce_if_crossed(crossing) is True
+    first = shipped(entity, Cycle.Status.REGRESSED, minutes_ago=30)
+    assert not Notice.objects.filter(kind="paused").exists()
+    crossing = shipped(entity, Cycle.Status.REGRESSED, minutes_ago=10)  # the settle itself announces the crossing
+    [notice] = Notice.objects.filter(kind="paused")
+    assert notice.text.startswith(
+        f"paused by the breaker: 2 regressed settles in a row (cycles {first.pk}, {crossing.pk})"
+    )
     later = shipped(entity, Cycle.Status.REGRESSED, minutes_ago=1)
-    assert autonomy.announce_if_crossed(later) is False
+    assert autonomy.announce_if_crossed(later) is False and autonomy.announce_if_crossed(crossing) is False
     assert Notice.objects.filter(kind="paused").count() == 1
 
 
@@ -125,19 +161,19 @@ def test_a_paused_entitys_next_proposal_is_carded_with_the_reminder():
 
 def test_one_unattended_change_nothing_measured_pauses_whatever_the_ceiling():
     entity = looped(loop={"autonomy": {"decide": "auto", "merge": "auto", "maxConsecutiveRegressions": None}})
-    shipped(entity, Cycle.Status.UNVALIDATED, minutes_ago=5, merge_gate="auto", verdict={})
+    shipped(entity, Cycle.Status.UNVALIDATED, minutes_ago=5, merge_gate="auto")
     assert "shipped unattended and nothing measured it" in autonomy.paused(entity)
 
 
 def test_on_unmeasured_continue_keeps_autonomy_after_a_blind_ship():
     entity = looped(loop={"autonomy": {"decide": "auto", "merge": "auto", "onUnmeasured": "continue"}})
-    shipped(entity, Cycle.Status.UNVALIDATED, minutes_ago=5, merge_gate="auto", verdict={})
+    shipped(entity, Cycle.Status.UNVALIDATED, minutes_ago=5, merge_gate="auto")
     assert autonomy.paused(entity) is None
 
 
 def test_a_human_merged_blind_change_pauses_nothing():
     entity = looped(loop=AUTO)
-    shipped(entity, Cycle.Status.UNVALIDATED, minutes_ago=5, merge_gate="human", verdict={})
+    shipped(entity, Cycle.Status.UNVALIDATED, minutes_ago=5, merge_gate="human")
     assert autonomy.paused(entity) is None
 
 

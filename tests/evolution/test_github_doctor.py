@@ -86,10 +86,13 @@ def test_a_branch_missing_a_status_is_named(human, github_on):
     assert any(f"does not require {DIFF_GATE} and {VALIDATION}" in m and "holds no auto-merge" in m for m in warned)
 
 
-def test_a_branch_missing_only_the_validation_no_stage_posts_yet_is_a_hint(human, github_on):
+def test_a_branch_missing_only_the_validation_is_warned_the_check_posts_it(human, github_on):
     github_on.protection = [DIFF_GATE]
-    assert not any("does not require" in m for m in lines("warn"))
-    assert any(m.startswith(f"hint: main requires {DIFF_GATE} but not {VALIDATION}") for m in lines("pass"))
+    assert any(
+        m.startswith(f"main requires {DIFF_GATE} but not {VALIDATION}: a person can merge a change the pre-merge check")
+        for m in lines("warn")
+    )
+    assert not any(VALIDATION in m and m.startswith("hint") for m in lines("pass"))
 
 
 def test_a_private_repository_on_a_plan_without_branch_rules_is_named(auto, github_on):
@@ -115,18 +118,36 @@ def test_a_branch_requiring_only_the_diff_gate_refuses_every_arm_and_the_doctor_
     github_on.protection = [DIFF_GATE]
     warned = lines("warn")
     assert any(
-        "scenario:digest declares merge: auto with no pre-merge check" in m and "Pull request is in clean status" in m
+        f"scenario:digest declares merge: auto, and main requires nothing but {DIFF_GATE}, set before its PRs open:"
+        in m
+        and "Pull request is in clean status" in m
         for m in warned
     )
 
 
-def test_a_branch_requiring_validation_holds_arms_on_a_status_nothing_posts_and_refuses_revert_arms(auto, github_on):
+def test_a_branch_requiring_both_statuses_holds_a_checked_arm_and_refuses_revert_arms(auto, github_on):
+    from evolution.loop.freeze import check_mode
+
     github_on.protection = [DIFF_GATE, VALIDATION]
+    assert check_mode(Entity.objects.get(slug="digest")) == "replay"
     warned = lines("warn")
-    assert any(f"requires {VALIDATION}, which no pre-merge check posts" in m for m in warned)
+    assert not any("requires nothing but" in m for m in warned)  # the check's pending validation holds the arm
+    assert not any("no pre-merge check posts" in m for m in warned)
     assert any("its revert PRs carry" in m and "a person merges each revert" in m for m in warned)
     github_on.rulesets = [["ci/tests"]]
     assert not any("revert PRs" in m for m in lines("warn"))
+
+
+def test_an_entity_with_no_check_is_clean_at_open_under_both_statuses(auto, github_on):
+    entity = Entity.objects.get(slug="digest")
+    loop = dict(entity.terms["loop"])
+    loop["check"] = {**(loop.get("check") or {}), "mode": "none"}
+    Entity.objects.filter(pk=entity.pk).update(terms={**entity.terms, "loop": loop})
+    github_on.protection = [DIFF_GATE, VALIDATION]
+    assert any(
+        f"requires nothing but {DIFF_GATE} and {VALIDATION}, set before its PRs open (it has no pre-merge check" in m
+        for m in lines("warn")
+    )
 
 
 def test_the_webhook_is_reported_by_when_it_last_delivered(human, github_on, settings):

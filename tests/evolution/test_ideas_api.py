@@ -78,8 +78,8 @@ def test_an_agents_post_waits_on_an_approval_card(agent) -> None:
 @pytest.mark.parametrize(
     ("text", "status", "error", "detail"),
     [
-        ("", 400, "precondition", "the idea is empty: write the hypothesis to try"),
-        ("x" * 4001, 400, "precondition", "the idea is 4001 characters long; at most 4000"),
+        ("", 409, "precondition", "the idea is empty: write the hypothesis to try"),
+        ("x" * 4001, 409, "precondition", "the idea is 4001 characters long; at most 4000"),
     ],
 )
 def test_a_refused_post_writes_nothing(person, text, status, error, detail) -> None:
@@ -92,7 +92,7 @@ def test_a_refused_post_writes_nothing(person, text, status, error, detail) -> N
 def test_an_entity_off_the_loop_is_a_precondition_and_a_missing_one_not_found(person) -> None:
     looped(loop={"enabled": False})
     off = create(person)
-    assert off.status_code == 400 and off.json() == {
+    assert off.status_code == 409 and off.json() == {  # as the other loop writes answer a failed precondition
         "error": "precondition",
         "detail": "the loop is off for scenario:triage",
     }
@@ -125,16 +125,21 @@ def test_withdraw_answers_the_state_after_the_call(agent, person) -> None:
     entity = looped()
     busy(entity)
     idea_id = create(person).json()["ideaId"]
-    once = agent.post(f"/api/loop/ideas/{idea_id}/withdraw/").json()
-    twice = agent.post(f"/api/loop/ideas/{idea_id}/withdraw/").json()
+    # The person who posted it withdraws it (an agent withdrawing a person's idea asks a person first:
+    # tests/evolution/test_idea_withdraw_asks.py).
+    once = person.post(f"/api/loop/ideas/{idea_id}/withdraw/").json()
+    twice = person.post(f"/api/loop/ideas/{idea_id}/withdraw/").json()
+    thrice = agent.post(f"/api/loop/ideas/{idea_id}/withdraw/").json()  # withdrawn already: nothing to ask
     assert (
         once
         == twice
+        == thrice
         == {
             "withdrawn": True,
             "reason": f"idea {idea_id} is withdrawn: no cycle will take it",
             "targetKind": "scenario",
             "targetId": "triage",
+            "cardId": None,
         }
     )
     assert agent.post("/api/loop/ideas/999999/withdraw/").status_code == 404
@@ -152,7 +157,7 @@ def test_withdrawing_a_taken_idea_answers_false(person) -> None:
 def test_the_idea_endpoints_are_in_the_schema(person) -> None:
     paths = person.get("/api/schema/?format=json").json()["paths"]
     assert paths["/api/loop/ideas/"]["post"]["operationId"] == "loop_create_idea"
-    assert {"201", "400", "404"} <= set(paths["/api/loop/ideas/"]["post"]["responses"])
+    assert {"201", "400", "404", "409"} <= set(paths["/api/loop/ideas/"]["post"]["responses"])
     assert paths["/api/loop/ideas/"]["get"]["operationId"] == "loop_list_ideas"
     assert paths["/api/loop/ideas/{id}/withdraw/"]["post"]["operationId"] == "loop_cancel_idea"
 

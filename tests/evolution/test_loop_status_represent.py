@@ -55,6 +55,8 @@ def test_represent_keeps_drfs_edge_cases():
                 "live": None,
                 "inFlight": [],
                 "next": "Nothing.",
+                "nextStep": {"text": "Nothing.", "waits": None, "meter": None},
+                "stuck": None,
                 "needsYou": [wait],
                 "waits": None,
                 "month": {

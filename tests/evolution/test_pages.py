@@ -362,12 +362,41 @@ def test_a_skip_note_is_quoted_under_the_decision(web) -> None:
     assert 'id="set-aside"' in html and "Turned down by alice" in html
 
 
+def _archive_refuses() -> None:
+    """The lessons' table refuses every insert (a database trigger), as a full disk or a broken archive would."""
+    from django.db import connection
+
+    from evolution.models import Lesson
+
+    table = connection.ops.quote_name(Lesson._meta.db_table)
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "CREATE FUNCTION lesson_refused() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'disk full'; END $$ "
+                "LANGUAGE plpgsql"
+            )
+            cursor.execute(
+                f"CREATE TRIGGER lesson_refused BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION lesson_refused()"
+            )
+        else:
+            cursor.execute(
+                f"CREATE TRIGGER lesson_refused BEFORE INSERT ON {table} BEGIN SELECT RAISE(ABORT, 'disk full'); END"
+            )
+
+
 def test_a_lesson_the_archive_refused_is_said(web) -> None:
+    from evolution.loop import machine
+
     entity = in_loop()
-    cycle = make_cycle(entity, phase=Cycle.Phase.SETTLED, status=Cycle.Status.FAILED, lesson_error="disk full")
-    make_round(cycle, status=Round.Status.FAILED, error="the apply failed")
+    cycle = make_cycle(entity, phase=Cycle.Phase.DECIDING)
+    make_round(cycle, status=Round.Status.FAILED, error="the apply failed")  # a proposal behind it: a lesson is owed
+    _archive_refuses()
+    machine.settle(cycle, Cycle.Status.FAILED, reason="the apply failed")  # the real settle writes the lesson
+    cycle.refresh_from_db()
+    assert cycle.status == Cycle.Status.FAILED and not cycle.lessons.exists()
+    assert "disk full" in cycle.lesson_error
     html = web.get(f"/evolution/cycles/{cycle.pk}/").content.decode()
-    assert "could not be written: disk full" in html
+    assert f"could not be written: {cycle.lesson_error}" in html
 
 
 def test_go_cycle_redirects_to_the_story_keeping_the_proposal(web) -> None:

@@ -176,13 +176,35 @@ def test_a_spent_budget_fails_the_round_before_any_agent(opened):
     assert "a retry would spend from the same budget" in rnd.error
 
 
-def test_the_kill_switch_during_an_analysis_ends_the_cycle_without_a_card_or_lesson(opened):
-    opened.entity.loop_enabled = False
-    opened.entity.save()
+def test_the_kill_switch_during_an_analysis_ends_the_cycle_without_a_card_or_lesson(
+    opened, fake_gateway, settings, monkeypatch
+):
+    """The proposer answers a real proposal through the gateway; the switch goes off while it works."""
+    import json
+
+    from evolution.loop import proposer
+    from grading.models import Entity
+    from tests.fakes.gateway import Reply
+
+    settings.BRAMA_BASE_URL = fake_gateway.base_url
+    settings.BRAMA_MAX_RETRIES = 0
+    answer = {"summary": "Route 'invoice' to billing.", "hypothesis": "Invoices fell through.", "citedLessons": [],
+              "files": [{"path": "features/triage/triage.scenario.md", "content": "---\nname: t\n---\nNew.\n"}]}  # fmt: skip
+    fake_gateway.script(Reply(content=json.dumps(answer)))
+    real = proposer.propose
+
+    def switched_off_meanwhile(*args, **kwargs):
+        proposal = real(*args, **kwargs)  # the real proposer, answered by the gateway
+        Entity.objects.filter(pk=opened.entity_id).update(loop_enabled=False)  # a person flips the switch meanwhile
+        return proposal
+
+    monkeypatch.setattr(proposer, "propose", switched_off_meanwhile)
     rnd = machine.analyse(opened.rounds.get(number=1).pk)
     opened.refresh_from_db()
-    assert rnd.status == Round.Status.SKIPPED and rnd.card is None
-    assert opened.status == Cycle.Status.SKIPPED and not opened.lessons.exists()
+    assert len(fake_gateway.requests) == 1  # the proposer was asked and answered a proposal
+    assert rnd.status == Round.Status.SKIPPED and rnd.card is None and not rnd.files
+    assert opened.status == Cycle.Status.SKIPPED and opened.reason == "the loop was switched off during the analysis"
+    assert not Card.objects.filter(producer="loop").exists() and not opened.lessons.exists()
 
 
 def test_an_agent_cannot_answer_the_decide_card(opened, alice):

@@ -190,14 +190,37 @@ def test_a_ready_window_carrying_awaiting_person_is_a_load_error(tmp_path, setti
         cadence.check_window(entity, {"ready": True, "awaitingPerson": {"what": "x"}, "runIds": []})
 
 
-def test_a_window_naming_a_run_twice_is_refused_and_replays_are_dropped(tmp_path, settings):
+def test_a_window_naming_a_run_twice_is_refused_and_replays_are_dropped(tmp_path, settings, caplog):
+    import uuid
+
+    from grading.models import Execution
+
+    replay_id, foreign_id = uuid.uuid4(), uuid.uuid4()
     source = (
-        "def window(ctx):\n    w = ctx.preset.window(ctx)\n    return {**w, 'runIds': w['runIds'] + w['runIds'][-1:]}\n"
+        "def window(ctx):\n"
+        "    w = ctx.preset.window(ctx)\n"
+        "    if ctx.anchor and ctx.anchor['id'] == w['runIds'][-1] and len(w['runIds']) == 4:\n"
+        "        return {**w, 'runIds': w['runIds'] + w['runIds'][-1:]}\n"
+        f"    return {{**w, 'runIds': ['{replay_id}', '{foreign_id}'] + w['runIds']}}\n"
     )
     entity = _module(tmp_path, settings, source)
-    history(entity, "bbb")
-    assert land(graded(entity, bad=True)) == 0
+
+    def rekeyed(grade: Grade, new_id) -> None:  # a run the brain's window() names by an id it knows
+        Execution.objects.filter(pk=grade.execution_id).update(id=new_id)
+        Grade.objects.filter(pk=grade.pk).update(execution_id=new_id)
+
+    rekeyed(graded(entity, bad=True, loop_launched=True), replay_id)  # the loop's own replay: never counted
+    rekeyed(graded(looped("other"), bad=True), foreign_id)  # another entity's run: never counted
+    history(entity, "ggg")
+    with caplog.at_level("WARNING", logger="evolution.loop.trigger"):
+        assert land(graded(entity, bad=True)) == 0  # 4 runs, the landed one named twice
+    assert "window() named a run twice: a run is one vote" in caplog.text
     assert cycles_of(entity) == []
+    landed = graded(entity, bad=True)
+    assert land(landed) == 1  # 2 of 5 bad counting only the entity's own runs (the replay is a third bad one)
+    [cycle] = cycles_of(entity)
+    assert str(replay_id) not in cycle.window["runIds"] and str(foreign_id) not in cycle.window["runIds"]
+    assert len(cycle.window["runIds"]) == 5 and cycle.window["runIds"][-1] == str(landed.execution_id)
 
 
 def test_a_batch_decides_each_landing_on_its_own_window():

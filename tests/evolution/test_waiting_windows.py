@@ -221,10 +221,29 @@ def test_the_sweep_ends_the_wait_of_a_held_entity_so_a_pause_never_counts_toward
     assert WaitingWindow.objects.get(entity=entity).moved_at == START + timedelta(days=20, hours=1)
 
 
-def test_a_scheduled_look_records_the_window_an_entitys_own_window_answers(monkeypatch) -> None:
-    entity = looped(loop={"trigger": {"every": 24}})
-    answers = iter([not_ready(2, awaitingPerson=PERSON), not_ready(3)])
-    monkeypatch.setattr(trigger, "request_window", lambda entity, *, now: next(answers))
+def _own_window(tmp_path, settings, body: str, **loop):
+    """An entity in the loop whose brain module declares ``window(ctx)`` with ``body`` (run by the real sandbox)."""
+    from tests.grading.grading_helpers import brain_repo
+
+    source = "def window(ctx):\n" + "".join(f"    {line}\n" for line in body.strip().splitlines())
+    checkout, commit = brain_repo(tmp_path / "brain", {"features/triage/triage.loop.py": source})
+    settings.BRAIN_CHECKOUT = str(checkout.path)
+    return looped(loop=loop, loop_module_path="features/triage/triage.loop.py", commit=commit)
+
+
+#: The brain's window(): two of three scored PRs and a person asked for the third on March 2nd, three later.
+WAITS_ON_A_PERSON = f"""
+first = ctx.now.day == 2
+w = {{'from': None, 'to': ctx.now.isoformat(), 'runIds': [], 'metrics': [], 'ready': False,
+     'reason': 'series PRs scored', 'progress': {{'have': 2 if first else 3, 'need': 3, 'unit': 'scored series PRs'}}}}
+if first:
+    w['awaitingPerson'] = {PERSON!r}
+return w
+"""
+
+
+def test_a_scheduled_look_records_the_window_an_entitys_own_window_answers(tmp_path, settings) -> None:
+    entity = _own_window(tmp_path, settings, WAITS_ON_A_PERSON, trigger={"every": 24})
     with time_machine.travel(START, tick=False):
         assert trigger.sweep() == 0  # not ready: the look opens nothing
     row = WaitingWindow.objects.get(entity=entity)
@@ -235,23 +254,19 @@ def test_a_scheduled_look_records_the_window_an_entitys_own_window_answers(monke
     assert row.awaiting_person is None and row.have == 3 and row.moved_at == START + timedelta(hours=24)
 
 
-def test_a_window_that_throws_leaves_the_record_as_it_was(monkeypatch) -> None:
-    entity = looped(loop={"trigger": {"every": 1}})
+def test_a_window_that_throws_leaves_the_record_as_it_was(tmp_path, settings, caplog) -> None:
+    entity = _own_window(tmp_path, settings, "raise RuntimeError('the sampler broke')", trigger={"every": 1})
     cadence.record_window(entity, not_ready(2), START - timedelta(hours=2))
-
-    def throws(entity, *, now):
-        raise RuntimeError("the sampler broke")
-
-    monkeypatch.setattr(trigger, "request_window", throws)
     with time_machine.travel(START, tick=False):
         trigger.sweep()
+    assert "the scheduled look was withheld" in caplog.text and "the sampler broke" in caplog.text
     row = WaitingWindow.objects.get(entity=entity)
     assert row.moved_at == START - timedelta(hours=2) and row.sampled_at == START - timedelta(hours=2)
 
 
-def test_a_scheduled_look_refuses_a_ready_window_naming_a_person(monkeypatch, caplog) -> None:
-    looped(loop={"trigger": {"every": 1}})
-    monkeypatch.setattr(trigger, "request_window", lambda entity, *, now: {**ready(), "awaitingPerson": PERSON})
+def test_a_scheduled_look_refuses_a_ready_window_naming_a_person(tmp_path, settings, caplog) -> None:
+    body = f"return {{**ctx.preset.window(ctx), 'ready': True, 'awaitingPerson': {PERSON!r}}}"
+    _own_window(tmp_path, settings, body, trigger={"every": 1})
     with time_machine.travel(START, tick=False):
         assert trigger.sweep() == 0
     assert "window() answered ready with awaitingPerson" in caplog.text

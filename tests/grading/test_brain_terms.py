@@ -80,7 +80,7 @@ NON_DEFAULT = {
         "onUnmeasured": "continue",
         "requireCalibration": True,
     },
-    "budget": {"maxUsdPerRun": "5"},
+    "budget": {"maxUsdPerRun": "5", "maxUsdPerMonth": "50"},
     "evidence": {"runs": 3, "maxTokens": 1000, "includeTrace": True},
     "lessons": {"maxRecalled": 2, "retentionDays": 30},
 }
@@ -88,16 +88,25 @@ NON_DEFAULT = {
 
 @pytest.mark.parametrize("block", D.LOOP_WHOLESALE)
 def test_every_loop_block_is_replaced_wholesale_with_the_engine_filling_the_rest(block):
+    """An entity's block replaces the manifest's whole: every key it leaves out is the engine's, not the manifest's
+    (a manifest-only leaf, ``loop.budget.maxUsdPerMonth``, stays the manifest's). Tried with the block empty and
+    with its first key alone, so a block of one entity key (budget) is read too."""
+    from singularity.brain.terms import MANIFEST_ONLY_LEAVES
+
     manifest_block = NON_DEFAULT[block]
+    assert all(value != D.LOOP[block][key] for key, value in manifest_block.items())  # else the test reads nothing
     first_key = next(iter(manifest_block))
-    entity_block = {first_key: manifest_block[first_key]}
-    terms, prov = resolve({"loop": {block: manifest_block}}, {"loop": {block: entity_block}})
-    for key, engine_value in D.LOOP[block].items():
-        if key == first_key:
-            assert prov[f"loop.{block}.{key}"] == "entity"
-        else:
-            assert terms["loop"][block][key] == engine_value, key
-            assert prov[f"loop.{block}.{key}"] == "engine"
+    for entity_block in ({}, {first_key: manifest_block[first_key]}):
+        terms, prov = resolve({"loop": {block: manifest_block}}, {"loop": {block: entity_block}})
+        for key, engine_value in D.LOOP[block].items():
+            if key in entity_block:
+                assert prov[f"loop.{block}.{key}"] == "entity"
+            elif ("loop", block, key) in MANIFEST_ONLY_LEAVES:
+                assert terms["loop"][block][key] == manifest_block[key], key
+                assert prov[f"loop.{block}.{key}"] == "manifest"
+            else:
+                assert terms["loop"][block][key] == engine_value, (entity_block, key)
+                assert prov[f"loop.{block}.{key}"] == "engine"
 
 
 def test_a_partial_autonomy_block_drops_the_manifests_other_gate():

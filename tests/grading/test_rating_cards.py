@@ -309,7 +309,8 @@ def test_the_card_links_the_whole_run_and_shows_each_criterion_and_rubric(carded
     settings.SINGULARITY_PUBLIC_URL = "https://singularity.example.org/"
     grade = booked(asking("always", metrics={"layout_fit": LAYOUT_FIT, "clarity": CLARITY}))
     card = carded(grade)
-    assert f"The whole run: https://singularity.example.org/evolution/runs/{grade.execution_id}/" in card.text
+    # The permanent short link (R4.23), which answers with the run's page wherever that page lives.
+    assert f"The whole run: https://singularity.example.org/evolution/go/run:{grade.execution_id}/" in card.text
     assert "Layout fit (1–5, step 1): The scenes follow the strategy" in card.text
     assert "  4 — Good" in card.text
     assert "Clarity (1–10, step 1): Reads clearly" in card.text and "  8..10 — Crisp" in card.text
@@ -511,3 +512,14 @@ def test_the_sweep_of_lost_card_openings_is_on_the_beat(settings):
     entry = settings.CELERY_BEAT_SCHEDULE["grading-open-missing-rating-cards"]
     assert entry["task"] == "grading.tasks.cards.open_missing_rating_cards"
     assert 0 < entry["options"]["expires"] <= entry["schedule"]
+
+
+def test_the_short_link_of_a_run_leads_to_its_page_and_an_unknown_one_is_not_found(client, alice):
+    import uuid
+
+    run = make_run(make_entity("digest"))
+    client.force_login(alice)
+    answer = client.get(f"/evolution/go/run:{run.pk}/")
+    assert answer.status_code == 302 and answer["Location"] == f"/evolution/runs/{run.pk}/"
+    assert client.get(f"/evolution/go/run:{uuid.uuid4()}/").status_code == 404
+    assert client.get("/evolution/go/run:not-a-run/").status_code == 404

@@ -185,7 +185,13 @@ def target_named(target_kind: str | None, target_id: str | None) -> Entity | Non
     if not target_kind or not target_id:
         missing = "targetKind" if not target_kind else "targetId"
         raise SettingsRefusal(INVALID, f"{missing}: name both targetKind and targetId, or neither (the brain tier)")
-    entity = Entity.objects.filter(target_kind=target_kind, slug=target_id).first()
+    from grading.target_names import target_kind_named
+
+    try:
+        kind = target_kind_named(target_kind)  # an old name (workflow, pipeline, chat) reads as its kind (R5.21)
+    except ValueError as exc:
+        raise SettingsRefusal(INVALID, str(exc)) from None
+    entity = Entity.objects.filter(target_kind=kind, slug=target_id).first()
     if entity is None:
-        raise SettingsRefusal(NOT_FOUND, f"{target_kind}:{target_id} names no entity")
+        raise SettingsRefusal(NOT_FOUND, f"{kind}:{target_id} names no entity")
     return entity
