@@ -3,7 +3,7 @@
 
 Each trace has 6 spans (an ``invoke_agent`` root, 3 model calls with messages and usage, 2 tool calls) made by
 the SDK's tracer and sent by its ``BatchSpanProcessor`` + OTLP/HTTP protobuf exporter, gzip, from ``--procs``
-processes into the project's server (``manage.py runserver --noreload``, what ``manage.py up`` serves) on
+processes into the project's server (gunicorn as ``manage.py up`` runs it; ``--server runserver`` for the old one) on
 Postgres, with the pool of connections on. Every export request is timed inside the exporter. Then the beat's
 sweep (``grading.otlp_assemble.sweep``) makes the runs and grades them under ``method: none`` in one process,
 timed apart. It prints: export requests p50/p95, spans/s and traces/s accepted (from the first span made to the
@@ -205,6 +205,10 @@ def main() -> None:
     parser.add_argument("--procs", type=int, default=4)
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--broker", default="redis://127.0.0.1:6379/8")
+    parser.add_argument(
+        "--server", choices=["gunicorn", "runserver"], default="gunicorn", help="the production server (as up runs it)"
+    )
+    parser.add_argument("--web-concurrency", type=int, default=2, help="gunicorn's worker processes")
     args = parser.parse_args()
 
     fresh_database(args.pg_url)
@@ -225,9 +229,14 @@ def main() -> None:
         "import django; django.setup()\nfrom grading.models import OtlpTrace\nOtlpTrace.objects.all().delete()", env
     )
 
+    if args.server == "runserver":
+        command = [sys.executable, "manage.py", "runserver", f"127.0.0.1:{args.port}", "--noreload"]
+    else:  # as ``manage.py up`` runs it (singularity.management.commands.up.web_command)
+        command = [sys.executable, "-m", "gunicorn", "singularity.wsgi:application", "--config",
+                   "python:singularity.gunicorn_conf", "--bind", f"127.0.0.1:{args.port}"]  # fmt: skip
     server = subprocess.Popen(
-        [sys.executable, "manage.py", "runserver", f"127.0.0.1:{args.port}", "--noreload"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        command, cwd=ROOT, env={**env, "WEB_CONCURRENCY": str(args.web_concurrency)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     url = f"http://127.0.0.1:{args.port}"
     try:
