@@ -3,7 +3,11 @@
 The loop never pushes to the default branch and never merges on its own
 authority: it pushes a branch, opens a pull request, sets commit statuses,
 reads the request back (polling with backoff), and — under ``merge: auto``,
-issue 6 — arms the forge's own auto-merge.
+issue 6 — arms the forge's own auto-merge. A forge refuses the arm on a
+request that is already clean (every required check green on its head:
+GitHub's "Pull request is in clean status"); then ``arm_or_merge`` merges it
+through the forge bound to the same head and method — what the arm would have
+done at that moment (issue 32, docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from singularity.errors import UpstreamError
 
 DIFF_GATE = "singularity/diff-gate"
 VALIDATION = "singularity/validation"
+#: GitHub's words refusing an arm on a request every required check already passed (the local forge says the same).
+CLEAN_STATUS = "Pull request is in clean status"
 
 
 class ForgeError(UpstreamError):
@@ -79,8 +85,38 @@ class Forge(Protocol):
     def disarm_auto_merge(self, number: int) -> PullInfo:
         """Take an armed auto-merge back out (nothing when none stands)."""
 
+    def merge_checked(self, number: int, *, method: str, sha: str, by: str) -> PullInfo:
+        """Merge ``number`` with ``method`` only if its head is still ``sha`` and every required check passed."""
+
     def list_pulls(self, *, limit: int = 100) -> list[PullInfo]:
         """The forge's pull requests, newest first (the dashboard's list)."""
+
+
+def refused_clean(exc: BaseException) -> bool:
+    """Whether ``exc`` is a forge refusing an arm because the request is already clean."""
+    return CLEAN_STATUS.lower() in str(exc).lower()
+
+
+def arm_or_merge(forge: Forge, number: int, *, method: str, sha: str, by: str) -> tuple[PullInfo, str]:
+    """Arm ``number``'s auto-merge bound to ``sha``; on a clean refusal merge it at ``sha`` with ``method``.
+
+    Returns the request and how it went: "armed" or "merged" (the clean-status
+    merge). Any other refusal — and a refused merge (the head moved, a check
+    turned) — raises the forge's ForgeError with its reason.
+    """
+    try:
+        return forge.arm_auto_merge(number, method=method, sha=sha, by=by), "armed"
+    except ForgeError as exc:
+        if not refused_clean(exc):
+            raise
+    try:
+        pull = forge.merge_checked(number, method=method, sha=sha, by=by)
+    except ForgeError as exc:
+        raise ForgeError(
+            f"auto-merge unavailable: PR #{number} was clean, and its merge at {sha[:12]} was refused: {exc}",
+            permanent=True,
+        ) from None
+    return pull, "merged"
 
 
 # --- Who hears a pull request move --------------------------------------------------------

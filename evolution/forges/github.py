@@ -10,6 +10,8 @@ It does for the loop what the local forge does (``evolution.forges.base.Forge``)
   over REST. A read is conditional: the ETag and the answer are kept on the
   ``GitHubPull`` row, so a poll of an unchanged PR is a 304 that GitHub does not
   count against the rate limit, whichever worker asks.
+- ``merge_checked``: the merge endpoint with ``sha`` and ``merge_method``, for
+  a request GitHub refused to arm because it was already clean (issue 32).
 - ``arm_auto_merge`` / ``disarm_auto_merge``: GitHub-native auto-merge over
   GraphQL (PyGithub's ``enable_automerge`` / ``disable_automerge``), with the
   merge method and the expected head. GitHub refuses an arm with HTTP 200 and a
@@ -53,12 +55,13 @@ from urllib.parse import quote
 import github
 import requests
 from django.conf import settings
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from github import Auth, Github, GithubException
 
-from evolution.forges.base import ForgeError, PullInfo
+from evolution.forges.base import ForgeError, PullInfo, pull_event
 from evolution.models import GitHubPull
 from singularity.forge_env import git_remote
 
@@ -688,6 +691,28 @@ class GitHubForge:
         )
         log.info("github: PR #%s armed for auto-merge (%s at %s, for %s)", number, method, sha[:12], by)
         return self.get_pull(number)
+
+    def merge_checked(self, number: int, *, method: str, sha: str, by: str) -> PullInfo:
+        """Merge ``number`` through GitHub's merge endpoint with ``sha`` (GitHub refuses with 409 if the head moved)
+        and ``merge_method``: what the armed auto-merge would have done on a request GitHub found clean.
+        """
+        if method not in METHODS:
+            raise GitHubError(f"merge method {method!r} is not one of {', '.join(METHODS)}", permanent=True)
+        payload = {"sha": sha, "merge_method": method}
+        try:
+            self._call(
+                f"merge PR #{number} ({method}) at {sha[:12]}",
+                lambda: self.requester.requestJsonAndCheck(
+                    "PUT", f"/repos/{self.repository}/pulls/{number}/merge", input=payload
+                ),
+            )
+        except GitHubError as exc:
+            self._failed(number, exc)
+            raise
+        log.info("github: merged PR #%s (%s at %s, for %s): it was clean", number, method, sha[:12], by)
+        pull = self.get_pull(number)  # the first read to find it merged syncs the brain
+        transaction.on_commit(lambda: pull_event(number))
+        return pull
 
     def disarm_auto_merge(self, number: int) -> PullInfo:
         """Take an armed auto-merge back out (nothing when none stands); return the request as it is then."""

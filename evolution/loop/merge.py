@@ -6,8 +6,10 @@ two minutes at first, the interval doubling up to six hours
 once; the read decides.
 
 - The gate (``gate``): under ``merge: auto`` the forge's auto-merge is armed
-  (the loop never merges itself); a forge that refuses the arm, the breaker
-  or the calibration hold demote the round to a person's merge.
+  bound to the checked head; a forge that refuses the arm because the PR is
+  already clean ("Pull request is in clean status") has it merged through its
+  merge endpoint at that head with the configured method (issue 32); any other
+  refusal, the breaker or the calibration hold demote the round to a person.
 - The wait (``poll``): merged → the round records its merge and the cycle
   its ``merged_at`` (the machine then opens the watch, counted from the
   merge); closed unmerged → settle unvalidated; still open past
@@ -73,13 +75,17 @@ def notice_pr(cycle: Cycle, rnd: Round, *, checking: bool = False) -> None:
 
 
 def gate(rnd: Round, *, now: datetime, sha: str = "") -> None:
-    """Staff the merge gate: under merge: auto arm the forge's auto-merge (the loop never merges itself).
+    """Staff the merge gate: under merge: auto arm the forge's auto-merge, or merge a PR that is already clean.
 
     The arm is bound to ``sha`` (the commit the pre-merge check checked; the
     PR's head where there is no check), so a head pushed since is refused.
-    A forge that refuses the arm, the breaker or the calibration hold demote the round to a person's merge.
+    A PR GitHub finds clean (every required check passed on ``sha``) cannot be
+    armed; it is merged through the forge at ``sha`` with the configured
+    method instead. Any other refusal, the breaker or the calibration hold
+    demote the round to a person's merge.
     """
     from evolution.forges import ForgeError, get_forge
+    from evolution.forges.base import arm_or_merge
 
     cycle = rnd.cycle
     policy = autonomy.policy(cycle.entity)
@@ -90,13 +96,17 @@ def gate(rnd: Round, *, now: datetime, sha: str = "") -> None:
         demote(rnd, gates.note)
         return
     method = policy.get("mergeMethod") or "merge"
+    sha = sha or rnd.head_sha
     # Recorded before the arm: an arm on a green head merges at once, and the merge wait reads the gate.
     Round.objects.filter(pk=rnd.pk).update(merge_gate=autonomy.AUTO)
     rnd.merge_gate = autonomy.AUTO
     try:
-        get_forge().arm_auto_merge(rnd.pr_number, method=method, sha=sha or rnd.head_sha, by=cycle.actor)
+        _pull, how = arm_or_merge(get_forge(), rnd.pr_number, method=method, sha=sha, by=cycle.actor)
     except ForgeError as exc:
         demote(rnd, str(exc) if str(exc).startswith("auto-merge unavailable") else f"auto-merge unavailable: {exc}")
+        return
+    if how == "merged":
+        log.info("loop: cycle %s: PR #%s was clean at %s: merged by the loop", cycle.pk, rnd.pr_number, sha[:12])
 
 
 def demote(rnd: Round, why: str) -> None:

@@ -187,8 +187,11 @@ def first_poll(now: datetime) -> dict[str, Any]:
 
 
 def arm(cycle_id: int, round_id: int, pull: Any) -> None:
-    """A revert inherits the merge gate: under merge: auto its auto-merge is armed (the breaker never vetoes an undo)."""
+    """A revert inherits the merge gate: under merge: auto its auto-merge is armed (the breaker never vetoes an undo);
+    a revert PR already clean (both statuses success from the start) is merged at its head instead.
+    """
     from evolution.forges import get_forge
+    from evolution.forges.base import arm_or_merge
 
     cycle = Cycle.objects.select_related("entity").get(pk=cycle_id)
     if autonomy.revert_gate(cycle.entity) != autonomy.AUTO:
@@ -196,7 +199,7 @@ def arm(cycle_id: int, round_id: int, pull: Any) -> None:
     method = autonomy.policy(cycle.entity).get("mergeMethod") or "merge"
     Round.objects.filter(pk=round_id).update(revert_merge_gate=autonomy.AUTO)
     try:
-        get_forge().arm_auto_merge(pull.number, method=method, sha=pull.head_sha, by=cycle.actor)
+        arm_or_merge(get_forge(), pull.number, method=method, sha=pull.head_sha, by=cycle.actor)
     except ForgeError as exc:
         Round.objects.filter(pk=round_id).update(revert_merge_gate=autonomy.HUMAN)
         from hitl.actions import post_notice

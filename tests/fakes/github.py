@@ -717,6 +717,14 @@ class FakeGitHub:
             raise Refused(405, {"message": "Pull Request is not mergeable", "documentation_url": DOCS})
         if sha and sha != pull.head_sha:
             raise Refused(409, {"message": "Head branch was modified. Review and try the merge again."})
+        allowed = {
+            "merge": self.allow_merge_commit,
+            "squash": self.allow_squash_merge,
+            "rebase": self.allow_rebase_merge,
+        }
+        if not allowed.get(method, False):
+            word = {"merge": "Merge commits", "squash": "Squash merges", "rebase": "Rebase merges"}.get(method, method)
+            raise Refused(405, {"message": f"{word} are not allowed on this repository.", "documentation_url": DOCS})
         blockers = self._blockers(pull)
         if blockers:
             raise Refused(405, {"message": blockers[0], "documentation_url": DOCS})
