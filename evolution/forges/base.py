@@ -26,7 +26,12 @@ CLEAN_STATUS = "Pull request is in clean status"
 
 
 class ForgeError(UpstreamError):
-    """The forge refused or failed an operation; the message names which and why."""
+    """The forge refused or failed an operation; the message names which and why.
+
+    ``until``: set when the forge is rate-limited until then (GitHub): a caller waits until it rather than failing.
+    """
+
+    until: datetime | None = None
 
 
 @dataclass(frozen=True)

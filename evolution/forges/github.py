@@ -47,7 +47,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -56,13 +56,13 @@ import github
 import requests
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from github import Auth, Github, GithubException
 
 from evolution.forges.base import ForgeError, PullInfo, pull_event
-from evolution.models import GitHubPull
+from evolution.models import GitHubPull, GitHubRateLimit
 from singularity.forge_env import git_remote
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,11 @@ NO_COMMIT = "0" * 40
 #: GitHub's status descriptions stop at 140 characters.
 DESCRIPTION_MAX = 140
 
+#: The REST API version every request names (GitHub's current one; without it GitHub picks its default).
+API_VERSION = "2022-11-28"
+#: A secondary limit without Retry-After waits at least this long, doubling per consecutive limit (GitHub's docs).
+SECONDARY_FLOOR_S = 60.0
+
 #: How a wait is spent; tests replace it to read the waits without sleeping them.
 _sleep: Callable[[float], None] = time.sleep
 
@@ -98,11 +103,16 @@ class GitHubError(ForgeError):
         status: int | None = None,
         reason: str = "",
         retry_after: float | None = None,
+        limit: str = "",
+        until: datetime | None = None,
     ) -> None:
         super().__init__(message, permanent=permanent)
         self.status = status
         self.reason = reason or message
         self.retry_after = retry_after
+        #: "primary" (X-RateLimit-Remaining: 0), "secondary" (any other rate limit), or "" (no rate limit).
+        self.limit = limit
+        self.until = until
 
 
 # --- The credential --------------------------------------------------------------------------
@@ -180,6 +190,7 @@ def connection() -> _Connection:
                 seconds_between_writes=settings.GITHUB_SECONDS_BETWEEN_WRITES or None,
                 user_agent="singularity-loop",
                 lazy=True,
+                api_version=API_VERSION,
             )
             _CONNECTIONS.clear()
             found = _CONNECTIONS[key] = _Connection(credential, client)
@@ -295,12 +306,14 @@ def ours(what: str, exc: BaseException, *, credential: str) -> GitHubError:
             )
         wait = _wait_asked(headers)
         if status == 429 or (status == 403 and (wait is not None or _rate_limited(said))):
+            spent = str(headers.get("x-ratelimit-remaining", "")).strip() == "0" and not headers.get("retry-after")
             return GitHubError(
                 f"GitHub rate-limited the attempt to {what}: {said} (HTTP {status})",
                 permanent=False,
                 status=status,
                 reason=said,
                 retry_after=wait,
+                limit="primary" if spent else "secondary",
             )
         if status >= 500:
             return GitHubError(
@@ -321,19 +334,133 @@ def ours(what: str, exc: BaseException, *, credential: str) -> GitHubError:
     raise exc
 
 
-def call(what: str, fn: Callable[[], T], *, credential: str = "the credential") -> T:
-    """``fn()`` with GitHub's errors made ours; a temporary one is retried with backoff (GitHub's wait when it says).
+def _limit_key(credential: str) -> str:
+    return f"{settings.GITHUB_API_URL} {credential}"[:300]
 
-    Gives up with the last temporary error after settings.GITHUB_RETRIES
-    retries, or at once when GitHub asks for a wait longer than
-    settings.GITHUB_RETRY_MAX_WAIT_SECS (the step's own retry comes back later).
+
+def clock(when: datetime) -> str:
+    """A reset as people read it: "14:05 UTC" (the date too when it is not today)."""
+    when = when.astimezone(UTC)
+    today = timezone.now().astimezone(UTC).date()
+    return f"{when:%H:%M} UTC" if when.date() == today else f"{when:%Y-%m-%d %H:%M} UTC"
+
+
+def limited(credential: str | None = None) -> GitHubRateLimit | None:
+    """The rate limit standing now (for ``credential``, else for any), or None: no call is made before its ``until``."""
+    rows = GitHubRateLimit.objects.filter(until__gt=timezone.now())
+    if credential is not None:
+        rows = rows.filter(key=_limit_key(credential))
+    return rows.order_by("-until").first()
+
+
+def _held(what: str, row: GitHubRateLimit) -> GitHubError:
+    return GitHubError(
+        f"GitHub rate limit until {clock(row.until)}: did not {what} ({row.reason})",
+        permanent=False,
+        reason=row.reason,
+        retry_after=max(0.0, (row.until - timezone.now()).total_seconds()),
+        limit="held",
+        until=row.until,
+    )
+
+
+def _record_limit(credential: str, error: GitHubError) -> tuple[GitHubRateLimit, float]:
+    """Record a rate limit where every process sees it: until GitHub's reset, its Retry-After, or — a secondary
+    limit that named no wait — at least a minute, doubling with each consecutive one.
+    """
+    key = _limit_key(credential)
+    now = timezone.now()
+    with transaction.atomic():
+        row, _ = GitHubRateLimit.objects.select_for_update().get_or_create(key=key)
+        if error.retry_after is not None:
+            wait = error.retry_after
+        else:
+            wait = SECONDARY_FLOOR_S * (2 ** min(row.strikes, 6))
+            row.strikes += 1
+        until = now + timedelta(seconds=max(wait, 1.0))
+        if row.until is None or row.until < until:
+            row.until = until
+        row.reason = f"{error.reason} (HTTP {error.status})"[:2000]
+        row.updated_at = now
+        row.save()
+    log.warning("github: rate limit until %s for %s: %s", clock(row.until), credential, error.reason)
+    if wait > settings.GITHUB_RETRY_MAX_WAIT_SECS:
+        _announce(row)
+    return row, wait
+
+
+def _announce(row: GitHubRateLimit) -> None:
+    """A notice, once per limit: GitHub rate limit until HH:MM."""
+    from hitl.actions import post_notice
+    from hitl.models import Notice
+
+    subject = f"github rate limit {row.until.isoformat()}"
+    if Notice.objects.filter(kind="github-rate-limit", subject=subject).exists():
+        return
+    post_notice(
+        producer="loop",
+        kind="github-rate-limit",
+        title=f"GitHub rate limit until {clock(row.until)}",
+        text=f"GitHub asked the loop to wait: {row.reason}. Polls, applies, checks and withdraws wait until then.",
+        subject=subject,
+    )
+
+
+def _cleared(credential: str) -> None:
+    """A call got through after a limit: GitHub lifted it, and consecutive secondary limits count from zero."""
+    GitHubRateLimit.objects.filter(key=_limit_key(credential)).filter(
+        Q(strikes__gt=0) | Q(until__gt=timezone.now())
+    ).update(strikes=0, until=None)
+
+
+def call(what: str, fn: Callable[[], T], *, credential: str = "the credential") -> T:
+    """``fn()`` with GitHub's errors made ours; a temporary one is retried (GitHub's wait when it says).
+
+    A rate limit standing for this credential (``GitHubRateLimit``, every
+    process's) stops the call before it is made. A rate limit GitHub answers
+    is recorded there: a primary one until ``X-RateLimit-Reset``, a secondary
+    one for ``Retry-After`` or at least 60 s growing exponentially. A wait no
+    longer than settings.GITHUB_RETRY_MAX_WAIT_SECS is slept here and the call
+    tried again; a longer one raises a temporary GitHubError with ``until``,
+    which the poll, the apply, the check and a withdraw wait out. Other
+    temporary errors (5xx, a lost connection) back off from
+    settings.GITHUB_RETRY_BACKOFF_SECS, up to settings.GITHUB_RETRIES retries.
     """
     attempt = 0
     while True:
+        standing = limited(credential) if attempt == 0 else None  # a retry follows this call's own wait
+        if standing is not None:
+            wait = (standing.until - timezone.now()).total_seconds()
+            if wait > settings.GITHUB_RETRY_MAX_WAIT_SECS:
+                raise _held(what, standing)
+            attempt += 1
+            _sleep(max(wait, 0.0))
+            continue
         try:
-            return fn()
+            answer = fn()
         except Exception as exc:  # noqa: BLE001 - classified by ``ours``; a bug is raised again there
             error = ours(what, exc, credential=credential)
+        else:
+            if attempt:
+                _cleared(credential)
+            return answer
+        if error.limit:
+            row, wait = _record_limit(credential, error)
+            error.until = row.until
+            if wait > settings.GITHUB_RETRY_MAX_WAIT_SECS or attempt >= settings.GITHUB_RETRIES:
+                raise GitHubError(
+                    f"GitHub rate limit until {clock(row.until)}: {error}",
+                    permanent=False,
+                    status=error.status,
+                    reason=error.reason,
+                    retry_after=wait,
+                    limit=error.limit,
+                    until=row.until,
+                ) from None
+            attempt += 1
+            log.warning("github: %s; retry %d of %d at %s", error, attempt, settings.GITHUB_RETRIES, clock(row.until))
+            _sleep(max(wait, 0.0))
+            continue
         if error.permanent or attempt >= settings.GITHUB_RETRIES:
             raise error from None
         wait = error.retry_after

@@ -252,6 +252,8 @@ def apply(rnd: Round, *, now: datetime | None = None) -> Fail | None:
         paths = list(getattr(exc, "paths", []) or [])
         return Fail(f"the apply failed: {exc}", paths=paths, unattended=autonomy.unattended(rnd))
     except (ForgeError, SingularityError) as exc:
+        if isinstance(exc, ForgeError) and exc.until is not None:
+            raise  # a rate limit: the apply waits for its reset (``machine.apply``), nothing is failed
         return Fail(f"the apply failed: {exc}{withdraw(rnd)}", paths=[], unattended=autonomy.unattended(rnd))
     now = now or timezone.now()
     rnd.status = Round.Status.APPLIED
@@ -276,8 +278,11 @@ def withdraw(rnd: Round) -> str:
     branch: the PR left open would stand beside it for nobody. A forge that
     cannot be asked is logged and named; the failure stands either way.
     """
-    from evolution.forges import ForgeError
+    from evolution.forges import ForgeError, rate_limit, rate_limit_words
 
+    limit = rate_limit()
+    if limit is not None:  # no call GitHub would refuse: the next attempt at this round adopts or closes it
+        return f"; {rate_limit_words(limit[0])}: a PR it may have opened on {round_branch(rnd)} is not closed yet"
     try:
         forge = get_forge()
         pull = forge.open_pull_of(round_branch(rnd), forge.default_branch())

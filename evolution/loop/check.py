@@ -41,7 +41,8 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from evolution.core.polling import FIRST_INTERVAL_S, back_off
+from evolution.core.polling import FIRST_INTERVAL_S, back_off, read_or_wait, wait_out
+from evolution.forges import rate_limit
 from evolution.loop import freeze as freezing
 from evolution.loop.steps import Move, Settle
 from evolution.models import Cycle, Replay, Round
@@ -560,6 +561,10 @@ def evaluate(cycle: Cycle, now: datetime) -> Answered | None:
     if rnd is None:
         return Answered(UNVALIDATED, "", settle=Settle(Cycle.Status.FAILED, "the check found no round with an open PR"))
     closing = cycle.check_deadline is not None and now >= cycle.check_deadline
+    limit = rate_limit()
+    if limit is not None:  # its answer is posted on GitHub: it waits for the reset, then answers
+        wait_out(cycle, limit[0])
+        return None
     pairs = read_pairs(cycle, rnd)
     waiting = any(P.UNFINISHED in (p.candidate.state, p.baseline.state) for p in pairs)
     if waiting and not closing:
@@ -575,7 +580,9 @@ def poll(cycle: Cycle, now: datetime) -> Settle | Move | None:
     rnd = checking_round(cycle)
     if rnd is None:
         return Settle(Cycle.Status.FAILED, "the check found no round with an open PR")
-    pull = _forge().get_pull(rnd.pr_number)
+    pull = read_or_wait(_forge(), cycle, rnd.pr_number)
+    if pull is None:
+        return None
     if pull.state == "closed":
         Round.objects.filter(pk=rnd.pk).update(status=Round.Status.CLOSED)
         return Settle(Cycle.Status.UNVALIDATED, f"PR #{pull.number} was closed unmerged while its check ran")

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from evolution.core import cycles
-from evolution.core.polling import FIRST_INTERVAL_S, back_off, deadline_hours
+from evolution.core.polling import FIRST_INTERVAL_S, back_off, deadline_hours, read_or_wait
 from evolution.loop.steps import Move, Settle
 from evolution.models import Cycle, Round
 from evolution.steering import autonomy
@@ -150,7 +150,9 @@ def poll(cycle: Cycle, now: datetime) -> Settle | Move | None:
     if round is None:
         return Settle(Cycle.Status.FAILED, "the merge wait found no round with an open PR")
     forge = _forge()
-    pull = forge.get_pull(round.pr_number)
+    pull = read_or_wait(forge, cycle, round.pr_number)
+    if pull is None:
+        return None
     if pull.state == "merged":
         merged_at = pull.merged_at or now
         Round.objects.filter(pk=round.pk).update(merge_sha=pull.merge_sha, status=Round.Status.MERGED)

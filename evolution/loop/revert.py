@@ -25,7 +25,7 @@ from django.conf import settings
 from django.db import transaction
 
 from evolution.core import cycles
-from evolution.core.polling import FIRST_INTERVAL_S, back_off, deadline_hours
+from evolution.core.polling import FIRST_INTERVAL_S, back_off, deadline_hours, read_or_wait
 from evolution.forges import get_forge
 from evolution.forges.base import DIFF_GATE, VALIDATION, ForgeError, PullInfo
 from evolution.forges.git import step_branch, throwaway_clone
@@ -251,7 +251,9 @@ def poll(cycle: Cycle, now: datetime) -> str:
         log.warning("loop: cycle %s is reverting with no revert PR on any round; polled again later", cycle.pk)
         return back_off(cycle, now, deadline=None)
     deadline = _revert_deadline(cycle, round, now)
-    pull = get_forge().get_pull(round.revert_pr_number)
+    pull = read_or_wait(get_forge(), cycle, round.revert_pr_number)
+    if pull is None:
+        return "open"
     if pull.state == "merged":
         return _ended(cycle, round, "merged", revert_merged_at=pull.merged_at or now)
     if pull.state == "closed":

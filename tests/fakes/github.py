@@ -115,6 +115,8 @@ class Request:
     path: str
     status: int
     token: str
+    #: The X-GitHub-Api-Version the request named ("" when none).
+    api_version: str = ""
 
     @property
     def conditional_hit(self) -> bool:
@@ -423,7 +425,8 @@ class FakeGitHub:
                 status, answer, extra = self._route(method, path, query, headers, body, token)
             except Refused as refused:
                 status, answer, extra = refused.status, refused.body, refused.headers
-            self._state.requests.append(Request(method, path, status, token or ""))
+            version = str(headers.get("X-GitHub-Api-Version") or "")
+            self._state.requests.append(Request(method, path, status, token or "", version))
             charged = sum(1 for r in self._state.requests if r.status != 304)
         extra = {
             "X-RateLimit-Limit": "5000",
