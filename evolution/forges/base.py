@@ -21,6 +21,11 @@ from singularity.errors import UpstreamError
 
 DIFF_GATE = "singularity/diff-gate"
 VALIDATION = "singularity/validation"
+#: GitHub refuses a pull request body or a comment this long or longer (HTTP 422).
+BODY_MAX = 65_536
+#: Where a cut body stops: well below GitHub's bound, leaving room for the line that says where the rest is.
+BODY_CUT = BODY_MAX - 1_000
+
 #: GitHub's words refusing an arm on a request every required check already passed (the local forge says the same).
 CLEAN_STATUS = "Pull request is in clean status"
 
@@ -95,6 +100,20 @@ class Forge(Protocol):
 
     def list_pulls(self, *, limit: int = 100) -> list[PullInfo]:
         """The forge's pull requests, newest first (the dashboard's list)."""
+
+
+def fit(body: str, *, rest: str) -> str:
+    """``body`` as GitHub takes it: under ``BODY_MAX`` characters, cut at a line where it is longer, with a last
+    line saying it was cut and that the whole of it is at ``rest`` (the cycle's story).
+    """
+    if len(body) < BODY_MAX:
+        return body
+    head = body[:BODY_CUT]
+    line = head.rfind("\n")
+    if line > BODY_CUT // 2:
+        head = head[:line]
+    note = f"\n\n… cut here: GitHub takes at most {BODY_MAX:,} characters ({len(body):,} were written). The whole of it: {rest}\n"
+    return head.rstrip() + note
 
 
 def refused_clean(exc: BaseException) -> bool:

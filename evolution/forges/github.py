@@ -61,7 +61,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from github import Auth, Github, GithubException
 
-from evolution.forges.base import ForgeError, PullInfo, pull_event
+from evolution.forges.base import ForgeError, PullInfo, fit, pull_event
 from evolution.models import GitHubPull, GitHubRateLimit
 from singularity.forge_env import git_remote
 
@@ -570,7 +570,9 @@ class GitHubForge:
 
         def create() -> Any:
             tries.append(1)
-            return self.repo.create_pull(base=base, head=head, title=title[:256], body=body)
+            return self.repo.create_pull(
+                base=base, head=head, title=title[:256], body=fit(body, rest=f"the loop's record of branch {head}")
+            )
 
         try:
             made = self._call(what, create)
@@ -721,7 +723,8 @@ class GitHubForge:
     def comment(self, number: int, body: str, *, by: str) -> None:
         """Leave a comment on the request (GitHub's issue comments); GitHubError with GitHub's reason."""
         issue = self.repo.get_issue(number)  # lazy: no request; a pull request's comments are its issue's
-        self._call(f"comment on PR #{number}", lambda: issue.create_comment(body))
+        said = fit(body, rest=self.pull_url(number))
+        self._call(f"comment on PR #{number}", lambda: issue.create_comment(said))
         log.info("github: commented on PR #%s (for %s)", number, by)
 
     def list_pulls(self, *, limit: int = 100) -> list[PullInfo]:

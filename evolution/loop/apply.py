@@ -31,7 +31,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from evolution.forges import get_forge
-from evolution.forges.base import DIFF_GATE, PullInfo
+from evolution.forges.base import DIFF_GATE, PullInfo, fit
 from evolution.forges.git import is_ancestor, step_branch, throwaway_clone
 from evolution.loop import diffgate
 from evolution.loop.steps import Fail
@@ -228,7 +228,8 @@ def pull_body(round: Round, gate: dict[str, Any]) -> str:
             f"{held.get('n', 0)}); `singularity/validation` answers on this head before any merge.",
             "",
         ]
-    return "\n".join(parts) + "\n"
+    story = settings.SINGULARITY_PUBLIC_URL.rstrip("/") + cycle.get_absolute_url()
+    return fit("\n".join(parts) + "\n", rest=story)
 
 
 # --- The round ------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from django.utils.module_loading import import_string
 
 from evolution.core.polling import FIRST_INTERVAL_S, back_off, read_or_wait, wait_out
 from evolution.forges import rate_limit
+from evolution.forges.base import fit
 from evolution.loop import freeze as freezing
 from evolution.loop.steps import Move, Settle
 from evolution.models import Cycle, Replay, Round
@@ -447,7 +448,7 @@ def comment_body(cycle: Cycle, rnd: Round) -> str:
         lines.append(f"| {label} | {incumbent} | {candidate} | {marks} |")
     link = settings.SINGULARITY_PUBLIC_URL.rstrip("/") + cycle.get_absolute_url()
     lines += ["", f"Nothing shipped. The whole record: cycle {cycle.pk}, {link}"]
-    return "\n".join(lines) + "\n"
+    return fit("\n".join(lines) + "\n", rest=link)
 
 
 def _close(rnd: Round, cycle: Cycle) -> str:

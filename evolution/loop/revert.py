@@ -27,7 +27,7 @@ from django.db import transaction
 from evolution.core import cycles
 from evolution.core.polling import FIRST_INTERVAL_S, back_off, deadline_hours, read_or_wait
 from evolution.forges import get_forge
-from evolution.forges.base import DIFF_GATE, VALIDATION, ForgeError, PullInfo
+from evolution.forges.base import DIFF_GATE, VALIDATION, ForgeError, PullInfo, fit
 from evolution.forges.git import step_branch, throwaway_clone
 from evolution.models import Cycle, Round
 from evolution.steering import autonomy
@@ -128,7 +128,7 @@ def revert_body(round: Round) -> str:
         "",
         f"Cycle: {link}",
     ]
-    return "\n".join(lines) + "\n"
+    return fit("\n".join(lines) + "\n", rest=link)
 
 
 # --- At a settle ----------------------------------------------------------------------------

@@ -71,6 +71,22 @@ _GIT_ENV = {
 }
 
 
+#: GitHub refuses a pull request's or a comment's body this long or longer.
+BODY_MAX = 65_536
+
+
+def _fits(body: Any, resource: str) -> None:
+    """422 as GitHub answers a body over its bound."""
+    if isinstance(body, str) and len(body) > BODY_MAX:
+        error = {
+            "resource": resource,
+            "code": "custom",
+            "field": "body",
+            "message": f"body is too long (maximum is {BODY_MAX} characters)",
+        }
+        raise Refused(422, {"message": "Validation Failed", "errors": [error], "documentation_url": DOCS})
+
+
 def _now() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
@@ -507,6 +523,7 @@ class FakeGitHub:
                 raise Refused(404, {"message": "Not Found", "documentation_url": DOCS})
             if not isinstance(data.get("body"), str) or not data["body"]:
                 raise Refused(422, {"message": "Validation Failed", "errors": [{"field": "body", "code": "missing"}]})
+            _fits(data["body"], "IssueComment")
             comment = {
                 "id": len(pull.comments) + 1,
                 "body": data["body"],
@@ -677,6 +694,7 @@ class FakeGitHub:
             )
         head_sha, base_tip = self.tip(head), self.tip(base)
         assert head_sha and base_tip
+        _fits(data.get("body"), "Issue")
         if head == base or _is_ancestor(head_sha, base_tip, self.repo_path):
             raise Refused(422, _validation([_custom(f"No commits between {base} and {head}")]))
         for other in self._state.pulls.values():
