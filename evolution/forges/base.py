@@ -26,6 +26,14 @@ BODY_MAX = 65_536
 #: Where a cut body stops: well below GitHub's bound, leaving room for the line that says where the rest is.
 BODY_CUT = BODY_MAX - 1_000
 
+#: What fixes a status the forge refuses: the permission the loop's credential needs (seed 003, "What your
+#: repository must require").
+STATUS_FIX = (
+    "give the loop's credential permission to post commit statuses — statuses: write on the GitHub App's "
+    "installation, Commit statuses: Read and write on a fine-grained GH_TOKEN (or GITHUB_TOKEN), repo on a classic "
+    "one — and check it with the doctor (GitHub merge gate)"
+)
+
 #: GitHub's words refusing an arm on a request every required check already passed (the local forge says the same).
 CLEAN_STATUS = "Pull request is in clean status"
 

@@ -290,10 +290,13 @@ def after_apply(cycle: Cycle, rnd: Round, now: datetime) -> None:
         if check.needed(fresh):
             start_check(fresh, rnd, now)
         else:
-            check.no_check(rnd)
+            unposted = check.no_check(rnd)
             arm_wait(fresh, rnd, now)
             merge.notice_pr(fresh, rnd)
-            merge.gate(rnd, now=now)
+            if unposted:
+                merge.demote(rnd, f"{unposted}: the PR waits on a person")
+            else:
+                merge.gate(rnd, now=now)
     cycle.refresh_from_db()
 
 
