@@ -8,18 +8,20 @@ Seed 003, "What your repository must require" and "GitHub (GitHub merge gate)":
   posting one on a commit that cannot exist (422: it may; 403: it may not;
   GitHub writes nothing either way) — a refusal outranks every other finding,
   so it comes first;
-- whether the base branch requires ``singularity/diff-gate`` and
-  ``singularity/validation`` (classic protection or rulesets) — the second
-  a hint while no pre-merge check posts it — and whether the plan allows
-  branch rules on a private repository at all;
+- whether the base branch requires both ``singularity/diff-gate`` and
+  ``singularity/validation`` (classic protection or rulesets): the pre-merge
+  check posts the second on the checked head, so a base that does not require
+  it lets anyone merge a candidate the check found worse; and whether the plan
+  allows branch rules on a private repository at all;
 - whether ``allow_auto_merge`` is on when some entity declares ``merge: auto``
   (a hint when the credential cannot see it);
-- arms GitHub will refuse every time: a PR whose only required status is
-  ``singularity/diff-gate`` — set before the PR opens — is clean the moment it
-  opens, and GitHub refuses auto-merge on a clean PR. No stage of this build
-  posts ``singularity/validation`` on an apply PR (there is no pre-merge check
-  yet), so an apply PR's arm holds only on a required check beyond the loop's
-  own, and a revert PR's (both statuses set as it opens) likewise;
+- how a ``merge: auto`` round lands (issue 32): once its statuses are posted a
+  PR that requires nothing beyond the loop's own is clean, GitHub refuses to
+  arm a clean PR ("Pull request is in clean status"), and the loop merges it
+  through GitHub's merge endpoint bound to the checked head and the
+  configured method — what the arm would have done at that moment; with a CI
+  still running the arm holds and GitHub merges. A base requiring nothing
+  still refuses every arm (a person merges);
 - when the webhook last delivered.
 """
 
@@ -121,21 +123,20 @@ def _rules(repository: str, branch: str, facts: dict[str, Any], required: Requir
         yield Check(PASS, f"{branch} requires {DIFF_GATE} and {VALIDATION} ({sources})")
     elif required.unavailable:
         return
-    elif missing == [VALIDATION]:
-        # The seed's rule asks for both; no stage of this build posts the check's verdict on an apply PR yet.
-        yield Check(
-            PASS,
-            f"hint: {branch} requires {DIFF_GATE} but not {VALIDATION}; no pre-merge check posts {VALIDATION} on "
-            "an apply PR in this build, so that is right for now — require it once the loop's entities have one",
-        )
     else:
         what = " and ".join(missing)
+        harm = {
+            DIFF_GATE: "a commit the diff gate never read",
+            VALIDATION: "a candidate the pre-merge check found worse (or has not answered on)",
+        }
         yield Check(
             WARN,
-            f"{branch} does not require {what}: anyone can merge a change the loop's checks did not pass"
-            + (", and GitHub holds no auto-merge on a PR nothing gates" if not contexts else "")
-            + f" — add a ruleset (or classic protection) on {branch} requiring {DIFF_GATE}",
-        )
+            f"{branch} does not require {what}: anyone can merge "
+            + " or ".join(harm[c] for c in missing)
+            + (", and GitHub holds no auto-merge on a PR nothing gates (every merge: auto round falls to a person)"
+               if not contexts else "")
+            + f" — add a ruleset (or classic protection) on {branch} requiring both {DIFF_GATE} and {VALIDATION}",
+        )  # fmt: skip
 
 
 def _auto_merge_setting(repository: str, facts: dict[str, Any], auto: list[Entity]) -> Iterator[Check]:
@@ -160,30 +161,25 @@ def _auto_merge_setting(repository: str, facts: dict[str, Any], auto: list[Entit
 
 
 def _arms(entity: Entity, branch: str, contexts: frozenset[str]) -> Iterator[Check]:
-    """The arms GitHub refuses every time (a PR clean when it opens) or holds on a status nobody posts."""
-    beyond_diff_gate = contexts - {DIFF_GATE}
-    beyond_ours = contexts - OURS
-    if contexts and not beyond_diff_gate:
-        yield Check(
-            WARN,
-            f"{_label(entity)} declares merge: auto with no pre-merge check, and {branch} requires nothing but "
-            f"{DIFF_GATE}, set before its PR opens: every PR is clean the moment it opens, so GitHub refuses every "
-            'arm ("Pull request is in clean status") and each round demotes to a person — require another check '
-            f"(your CI) on {branch}",
+    """How a merge: auto round of ``entity`` lands on ``branch`` (issue 32's clean-status merge), as a hint."""
+    if not contexts:
+        return  # ``_rules`` warned: GitHub refuses every arm, a person merges
+    beyond_ours = sorted(contexts - OURS)
+    if beyond_ours:
+        others = ", ".join(beyond_ours)
+        how = (
+            f'once {others} passed too the PR is clean: GitHub refuses to arm a clean PR ("Pull request is in '
+            'clean status"), so the loop merges it through GitHub bound to the checked head and mergeMethod; while '
+            f"{others} still runs the arm holds and GitHub merges it"
         )
-        return
-    if VALIDATION in contexts:
-        yield Check(
-            WARN,
-            f"{_label(entity)}: {branch} requires {VALIDATION}, which no pre-merge check posts on its PRs in this "
-            "build: each arm is held until someone posts it, or a person merges",
+    else:
+        how = (
+            f"{branch} requires nothing beyond the loop's own statuses, so the PR is clean once they are posted: "
+            'GitHub refuses to arm a clean PR ("Pull request is in clean status") and the loop merges it through '
+            "GitHub bound to the checked head and mergeMethod; its revert PRs (both statuses success as they open) "
+            "land the same way"
         )
-    if contexts and not beyond_ours:
-        yield Check(
-            WARN,
-            f"{_label(entity)}: its revert PRs carry {DIFF_GATE} and {VALIDATION} as success from the moment they "
-            f"open and {branch} requires nothing else, so GitHub refuses their arms too: a person merges each revert",
-        )
+    yield Check(PASS, f"hint: {_label(entity)} declares merge: auto: {how}")
 
 
 def _webhook() -> Iterator[Check]:

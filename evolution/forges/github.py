@@ -30,7 +30,7 @@ temporary ones retried here with backoff before they surface. The outcome of
 every call about a PR is saved on its ``GitHubPull`` row (``last_error``,
 ``attempts``, ``read_at``).
 
-Credentials: ``GITHUB_TOKEN`` (or ``GITHUB_TOKEN_FILE``) first; else the GitHub
+Credentials: ``GITHUB_TOKEN`` or ``GH_TOKEN`` (or their ``_FILE``) first; else the GitHub
 App's installation token, which PyGithub mints and refreshes before it expires.
 """
 
@@ -158,7 +158,8 @@ def _credential() -> Credential:
     from singularity.errors import ConfigError
 
     if settings.GITHUB_TOKEN:
-        return Credential("token", "GITHUB_TOKEN", Auth.Token(settings.GITHUB_TOKEN))
+        label = getattr(settings, "GITHUB_TOKEN_VAR", "") or "GITHUB_TOKEN"
+        return Credential("token", label, Auth.Token(settings.GITHUB_TOKEN))
     if settings.GITHUB_APP_ID:
         try:
             key = Path(settings.GITHUB_APP_PRIVATE_KEY_FILE).read_text()

@@ -86,10 +86,17 @@ def test_a_branch_missing_a_status_is_named(human, github_on):
     assert any(f"does not require {DIFF_GATE} and {VALIDATION}" in m and "holds no auto-merge" in m for m in warned)
 
 
-def test_a_branch_missing_only_the_validation_no_stage_posts_yet_is_a_hint(human, github_on):
+def test_a_branch_missing_only_the_validation_the_check_posts_is_a_warning(human, github_on):
     github_on.protection = [DIFF_GATE]
-    assert not any("does not require" in m for m in lines("warn"))
-    assert any(m.startswith(f"hint: main requires {DIFF_GATE} but not {VALIDATION}") for m in lines("pass"))
+    warned = lines("warn")
+    assert any(
+        m.startswith(
+            f"main does not require {VALIDATION}: anyone can merge a candidate the pre-merge check found worse"
+        )
+        and f"requiring both {DIFF_GATE} and {VALIDATION}" in m
+        for m in warned
+    )
+    assert not any("no pre-merge check posts" in m for m in lines())
 
 
 def test_a_private_repository_on_a_plan_without_branch_rules_is_named(auto, github_on):
@@ -111,22 +118,23 @@ def test_auto_merge_off_is_not_named_when_nobody_declares_merge_auto(human, gith
     assert not any("allow auto-merge" in m for m in lines())
 
 
-def test_a_branch_requiring_only_the_diff_gate_refuses_every_arm_and_the_doctor_says_why(auto, github_on):
-    github_on.protection = [DIFF_GATE]
+def test_under_merge_auto_the_doctor_explains_the_clean_status_merge(auto, github_on):
+    github_on.protection = [DIFF_GATE, VALIDATION]
+    assert not any("Pull request is in clean status" in m for m in lines("warn"))
+    hint = next(m for m in lines("pass") if m.startswith("hint: scenario:digest declares merge: auto"))
+    assert "the loop merges it through GitHub bound to the checked head" in hint and "revert PRs" in hint
+    github_on.rulesets = [["ci/tests"]]
+    hint = next(m for m in lines("pass") if m.startswith("hint: scenario:digest declares merge: auto"))
+    assert "while ci/tests still runs the arm holds and GitHub merges it" in hint
+    assert not any("no pre-merge check posts" in m or "a person merges each revert" in m for m in lines())
+
+
+def test_a_base_requiring_nothing_still_refuses_every_arm(auto, github_on):
+    github_on.protection = None
     warned = lines("warn")
     assert any(
-        "scenario:digest declares merge: auto with no pre-merge check" in m and "Pull request is in clean status" in m
-        for m in warned
+        "holds no auto-merge on a PR nothing gates (every merge: auto round falls to a person)" in m for m in warned
     )
-
-
-def test_a_branch_requiring_validation_holds_arms_on_a_status_nothing_posts_and_refuses_revert_arms(auto, github_on):
-    github_on.protection = [DIFF_GATE, VALIDATION]
-    warned = lines("warn")
-    assert any(f"requires {VALIDATION}, which no pre-merge check posts" in m for m in warned)
-    assert any("its revert PRs carry" in m and "a person merges each revert" in m for m in warned)
-    github_on.rulesets = [["ci/tests"]]
-    assert not any("revert PRs" in m for m in lines("warn"))
 
 
 def test_the_webhook_is_reported_by_when_it_last_delivered(human, github_on, settings):

@@ -248,8 +248,10 @@ def test_a_regressed_change_under_merge_auto_is_reverted_by_an_auto_merged_rever
     )
     cycle, _ = until_cycle(tickets())
     rnd = cycle.rounds.get(number=1)
-    # No pre-merge check posts singularity/validation: a person's CI does, and GitHub merges the armed PR.
-    on_github.post_status(rnd.head_sha, VALIDATION, "success", "checked by a person")
+    # With no check the loop posts singularity/validation as success itself ("no pre-merge check"); the arm holds
+    # on the CI alone, and GitHub merges the armed PR once it is green.
+    assert on_github.statuses(rnd.head_sha) == {DIFF_GATE: "success", VALIDATION: "success"}
+    assert on_github.pull(rnd.pr_number).auto_merge is not None
     on_github.post_status(rnd.head_sha, CI, "success")
     on_github.deliver(Client())
     cycle.refresh_from_db()
