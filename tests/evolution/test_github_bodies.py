@@ -54,3 +54,21 @@ def test_a_comment_over_githubs_bound_is_cut_by_the_forge(gb, github_on):
     gb.forge.comment(pull.number, "y" * 70_000, by="test")
     (comment,) = github_on.pull(pull.number).comments
     assert len(comment["body"]) < BODY_MAX and comment["body"].endswith(f"{gb.forge.pull_url(pull.number)}\n")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.no_check
+def test_on_the_local_forge_a_70000_character_summary_is_cut_the_same_way(embedded, alice, monkeypatch):
+    from evolution.models import PullRequest
+
+    held: list[int] = []
+    monkeypatch.setitem(machine.STEPS, "apply", held.append)
+    card, _ = drive_until_card(tickets())
+    press(card, alice, "accept")
+    cycle = Cycle.objects.get(entity=triage(), analysed=True)
+    rnd = cycle.rounds.get(number=1)
+    Round.objects.filter(pk=rnd.pk).update(summary="A long account of the change. " * 2_400)
+    machine.apply(rnd.pk)
+    rnd.refresh_from_db()
+    body = PullRequest.objects.get(number=rnd.pr_number).body
+    assert len(body) < BODY_MAX and body.rstrip().endswith(f"http://dash.example{cycle.get_absolute_url()}")

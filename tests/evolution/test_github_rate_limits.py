@@ -176,3 +176,14 @@ def test_an_apply_under_a_limit_pushes_nothing_and_runs_after_the_reset(on_githu
     rnd.refresh_from_db()
     assert rnd.status == Round.Status.APPLIED and rnd.pr_number is not None
     assert len([r for r in on_github.requests if r.method == "POST" and r.path.endswith("/pulls")]) == 1
+
+
+@pytest.mark.django_db
+def test_the_fleets_status_says_github_is_rate_limited(github_on):
+    from evolution.reads.fleet import loop_status
+
+    until = timezone.now() + timedelta(minutes=20)
+    GitHubRateLimit.objects.create(key="k", until=until, reason="API rate limit exceeded (HTTP 403)")
+    status = loop_status()
+    (item,) = [i for i in status["needsYouItems"] if i["gate"] == "forge"]
+    assert item["clause"].startswith(f"GitHub rate limit until {until:%H:%M} UTC") and status["needsYou"] >= 1
