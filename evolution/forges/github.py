@@ -308,6 +308,7 @@ def ours(what: str, exc: BaseException, *, credential: str) -> GitHubError:
         wait = _wait_asked(headers)
         if status == 429 or (status == 403 and (wait is not None or _rate_limited(said))):
             spent = str(headers.get("x-ratelimit-remaining", "")).strip() == "0" and not headers.get("retry-after")
+            reset = str(headers.get("x-ratelimit-reset") or "").strip()
             return GitHubError(
                 f"GitHub rate-limited the attempt to {what}: {said} (HTTP {status})",
                 permanent=False,
@@ -315,6 +316,7 @@ def ours(what: str, exc: BaseException, *, credential: str) -> GitHubError:
                 reason=said,
                 retry_after=wait,
                 limit="primary" if spent else "secondary",
+                until=datetime.fromtimestamp(int(reset), tz=UTC) if spent and reset.isdigit() else None,
             )
         if status >= 500:
             return GitHubError(
@@ -378,7 +380,7 @@ def _record_limit(credential: str, error: GitHubError) -> tuple[GitHubRateLimit,
         else:
             wait = SECONDARY_FLOOR_S * (2 ** min(row.strikes, 6))
             row.strikes += 1
-        until = now + timedelta(seconds=max(wait, 1.0))
+        until = error.until or now + timedelta(seconds=max(wait, 1.0))  # a primary limit: GitHub's reset itself
         if row.until is None or row.until < until:
             row.until = until
         row.reason = f"{error.reason} (HTTP {error.status})"[:2000]
@@ -811,6 +813,8 @@ class GitHubForge:
             )
         except GitHubError as exc:
             self._failed(number, exc)
+            if exc.until is not None:
+                raise  # a rate limit is no refusal: the arm is tried again after its reset
             raise GitHubError(
                 f"auto-merge unavailable: GitHub refused to arm PR #{number}: {exc.reason}",
                 permanent=True,

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from evolution.core import cycles
-from evolution.core.polling import FIRST_INTERVAL_S, back_off, deadline_hours, read_or_wait
+from evolution.core.polling import FIRST_INTERVAL_S, back_off, deadline_hours, read_or_wait, wait_out
 from evolution.loop.steps import Move, Settle
 from evolution.models import Cycle, Round
 from evolution.steering import autonomy
@@ -33,6 +33,8 @@ from evolution.steering import autonomy
 log = logging.getLogger(__name__)
 
 PRODUCER = "loop"
+#: How a round's note starts while its merge: auto arm waits out a forge rate limit (the poll arms it after).
+ARM_WAITS = "the arm waits:"
 
 
 # --- Arming the wait -----------------------------------------------------------------
@@ -84,7 +86,7 @@ def gate(rnd: Round, *, now: datetime, sha: str = "") -> None:
     method instead. Any other refusal, the breaker or the calibration hold
     demote the round to a person's merge.
     """
-    from evolution.forges import ForgeError, get_forge
+    from evolution.forges import ForgeError, get_forge, rate_limit_words
     from evolution.forges.base import arm_or_merge
 
     cycle = rnd.cycle
@@ -103,10 +105,28 @@ def gate(rnd: Round, *, now: datetime, sha: str = "") -> None:
     try:
         _pull, how = arm_or_merge(get_forge(), rnd.pr_number, method=method, sha=sha, by=cycle.actor)
     except ForgeError as exc:
+        if exc.until is not None:  # GitHub's rate limit: the arm waits for its reset (the poll arms it then)
+            note = f"{ARM_WAITS} {rate_limit_words(exc.until)}"
+            Round.objects.filter(pk=rnd.pk).update(gate_note=note)
+            rnd.gate_note = note
+            wait_out(cycle, exc.until)
+            return
         demote(rnd, str(exc) if str(exc).startswith("auto-merge unavailable") else f"auto-merge unavailable: {exc}")
         return
+    if rnd.gate_note.startswith(ARM_WAITS):
+        Round.objects.filter(pk=rnd.pk).update(gate_note="")
+        rnd.gate_note = ""
     if how == "merged":
         log.info("loop: cycle %s: PR #%s was clean at %s: merged by the loop", cycle.pk, rnd.pr_number, sha[:12])
+
+
+def _after_arm(forge: Any, cycle: Cycle, round: Round, now: datetime) -> Settle | Move | None:
+    """The poll after a late arm: a PR the gate merged (it was clean) moves on now; an armed one waits."""
+    pull = read_or_wait(forge, cycle, round.pr_number)
+    if pull is not None and pull.state == "merged":
+        return poll(cycle, now)
+    back_off(cycle, now, deadline=cycle.merge_deadline)
+    return None
 
 
 def demote(rnd: Round, why: str) -> None:
@@ -168,6 +188,9 @@ def poll(cycle: Cycle, now: datetime) -> Settle | Move | None:
         reason += _close_unmerged(forge, pull.number, cycle)
         Round.objects.filter(pk=round.pk).update(status=Round.Status.CLOSED)
         return Settle(Cycle.Status.UNVALIDATED, reason)
+    if round.merge_gate == "auto" and not pull.auto_merge and round.gate_note.startswith(ARM_WAITS):
+        gate(round, now=now, sha=round.checked_sha or round.head_sha)  # the rate limit passed: arm it now
+        return None if round.gate_note.startswith(ARM_WAITS) else _after_arm(forge, cycle, round, now)
     if round.merge_gate == "auto" and not pull.auto_merge:
         # The arm was taken out (a person disabled it, or the head moved past the commit the loop vouched for).
         demote(round, f"the auto-merge of PR #{pull.number} no longer stands (disarmed, or its head moved)")

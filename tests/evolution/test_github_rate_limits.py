@@ -187,3 +187,34 @@ def test_the_fleets_status_says_github_is_rate_limited(github_on):
     status = loop_status()
     (item,) = [i for i in status["needsYouItems"] if i["gate"] == "forge"]
     assert item["clause"].startswith(f"GitHub rate limit until {until:%H:%M} UTC") and status["needsYou"] >= 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.no_check
+def test_an_arm_refused_by_a_rate_limit_waits_for_the_reset_then_is_placed(on_github, tmp_path, waits):
+    from evolution.loop.merge import ARM_WAITS
+    from tests.evolution.test_loop_github import CI, go_autonomous, until_cycle
+
+    on_github.protection = [DIFF_GATE, CI]
+    go_autonomous(on_github, tmp_path)
+    reset = timezone.now().replace(microsecond=0) + timedelta(minutes=10)
+    on_github.fail(
+        "POST",
+        "/api/graphql",
+        403,
+        PRIMARY,
+        headers={"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": str(int(reset.timestamp()))},
+    )
+    cycle, _ = until_cycle(tickets())
+    rnd = cycle.rounds.get(number=1)
+    cycle.refresh_from_db()
+    assert rnd.merge_gate == "auto" and rnd.gate_note.startswith(ARM_WAITS), rnd.gate_note  # not a person's
+    assert on_github.pull(rnd.pr_number).auto_merge is None and cycle.next_poll_at == reset
+    assert not Notice.objects.filter(kind="merge-demoted").exists()
+    with time_machine.travel(reset + timedelta(seconds=5), tick=False):
+        machine.poll_due()
+    rnd.refresh_from_db()
+    assert rnd.merge_gate == "auto" and rnd.gate_note == ""
+    assert on_github.pull(rnd.pr_number).auto_merge is not None
+    on_github.post_status(rnd.head_sha, CI, "success")
+    assert on_github.pull(rnd.pr_number).merged
