@@ -218,3 +218,12 @@ def test_an_arm_refused_by_a_rate_limit_waits_for_the_reset_then_is_placed(on_gi
     assert on_github.pull(rnd.pr_number).auto_merge is not None
     on_github.post_status(rnd.head_sha, CI, "success")
     assert on_github.pull(rnd.pr_number).merged
+
+
+@pytest.mark.django_db
+def test_the_needs_you_page_shows_githubs_rate_limit(github_on, alice, client):
+    until = timezone.now() + timedelta(minutes=20)
+    GitHubRateLimit.objects.create(key="k", until=until, reason="API rate limit exceeded (HTTP 403)")
+    client.force_login(alice)
+    page = client.get("/evolution/needs-you/").content.decode()
+    assert 'data-gate="forge"' in page and f"GitHub rate limit until {until:%H:%M} UTC" in page
