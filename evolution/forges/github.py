@@ -214,7 +214,9 @@ def git_env() -> dict[str, str]:
     if not remote.startswith(("https://", "http://")):
         return {}
     credential = connection().credential
-    token = call("mint the credential git sends", credential.token, credential=credential.label)
+    # git is not the REST API: a standing rate limit does not hold a fetch or a push (an App's token mint is
+    # one request, made only when the token is due).
+    token = call("mint the credential git sends", credential.token, credential=credential.label, held=False)
     basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
     count = int(os.environ.get("GIT_CONFIG_COUNT", "0") or 0)
     return {
@@ -375,6 +377,8 @@ def _record_limit(credential: str, error: GitHubError) -> tuple[GitHubRateLimit,
     now = timezone.now()
     with transaction.atomic():
         row, _ = GitHubRateLimit.objects.select_for_update().get_or_create(key=key)
+        if row.until is None or row.until < now - timedelta(hours=1):
+            row.strikes = 0  # the last limit is long past: this one is the first again
         if error.retry_after is not None:
             wait = error.retry_after
         else:
@@ -416,7 +420,7 @@ def _cleared(credential: str) -> None:
     ).update(strikes=0, until=None)
 
 
-def call(what: str, fn: Callable[[], T], *, credential: str = "the credential") -> T:
+def call(what: str, fn: Callable[[], T], *, credential: str = "the credential", held: bool = True) -> T:
     """``fn()`` with GitHub's errors made ours; a temporary one is retried (GitHub's wait when it says).
 
     A rate limit standing for this credential (``GitHubRateLimit``, every
@@ -428,10 +432,11 @@ def call(what: str, fn: Callable[[], T], *, credential: str = "the credential") 
     which the poll, the apply, the check and a withdraw wait out. Other
     temporary errors (5xx, a lost connection) back off from
     settings.GITHUB_RETRY_BACKOFF_SECS, up to settings.GITHUB_RETRIES retries.
+    ``held=False`` skips the standing limit (git's credential: git is not the REST API).
     """
     attempt = 0
     while True:
-        standing = limited(credential) if attempt == 0 else None  # a retry follows this call's own wait
+        standing = limited(credential) if held and attempt == 0 else None  # a retry follows this call's own wait
         if standing is not None:
             wait = (standing.until - timezone.now()).total_seconds()
             if wait > settings.GITHUB_RETRY_MAX_WAIT_SECS:

@@ -227,3 +227,13 @@ def test_the_needs_you_page_shows_githubs_rate_limit(github_on, alice, client):
     client.force_login(alice)
     page = client.get("/evolution/needs-you/").content.decode()
     assert 'data-gate="forge"' in page and f"GitHub rate limit until {until:%H:%M} UTC" in page
+
+
+@pytest.mark.django_db
+def test_a_standing_limit_does_not_hold_git(gb, github_on):
+    from evolution.forges import git_env
+
+    GitHubRateLimit.objects.create(
+        key=f"{github_on.api_url} GITHUB_TOKEN", until=timezone.now() + timedelta(hours=1), reason="limited"
+    )
+    assert git_env()  # the credential header is still made: a fetch or a push is no REST request
