@@ -8,21 +8,20 @@ Seed 003, "What your repository must require" and "GitHub (GitHub merge gate)":
   posting one on a commit that cannot exist (422: it may; 403: it may not;
   GitHub writes nothing either way) — a refusal outranks every other finding,
   so it comes first;
-- whether the base branch requires ``singularity/diff-gate`` and
-  ``singularity/validation`` (classic protection or rulesets), as the seed
-  asks — without the second a person can merge a change the pre-merge check
-  turned down — and whether the plan allows branch rules on a private
-  repository at all;
+- whether the base branch requires both ``singularity/diff-gate`` and
+  ``singularity/validation`` (classic protection or rulesets): the pre-merge
+  check posts the second on the checked head, so a base that does not require
+  it lets anyone merge a candidate the check found worse; and whether the plan
+  allows branch rules on a private repository at all;
 - whether ``allow_auto_merge`` is on when some entity declares ``merge: auto``
   (a hint when the credential cannot see it);
-- arms GitHub will refuse every time: a PR whose required statuses are all
-  set before it opens is clean the moment it opens, and GitHub refuses
-  auto-merge on a clean PR. ``singularity/diff-gate`` is set before an apply
-  PR opens; ``singularity/validation`` is pending from the pre-merge check's
-  start until it answers, but set ``success`` at once ("no pre-merge check")
-  on the PR of an entity that has none (``check.mode: none``, a heartbeat or
-  a pipeline). A revert PR carries both as it opens, so its arm holds only
-  on a required check beyond the loop's own;
+- how a ``merge: auto`` round lands (issue 32): once its statuses are posted a
+  PR that requires nothing beyond the loop's own is clean, GitHub refuses to
+  arm a clean PR ("Pull request is in clean status"), and the loop merges it
+  through GitHub's merge endpoint bound to the checked head and the
+  configured method — what the arm would have done at that moment; with a CI
+  still running the arm holds and GitHub merges. A base requiring nothing
+  still refuses every arm (a person merges);
 - when the webhook last delivered.
 """
 
@@ -124,20 +123,20 @@ def _rules(repository: str, branch: str, facts: dict[str, Any], required: Requir
         yield Check(PASS, f"{branch} requires {DIFF_GATE} and {VALIDATION} ({sources})")
     elif required.unavailable:
         return
-    elif missing == [VALIDATION]:
-        yield Check(
-            WARN,
-            f"{branch} requires {DIFF_GATE} but not {VALIDATION}: a person can merge a change the pre-merge check "
-            f"turned down or could not show works — add {VALIDATION} to the ruleset (or classic protection) on {branch}",
-        )
     else:
         what = " and ".join(missing)
+        harm = {
+            DIFF_GATE: "a commit the diff gate never read",
+            VALIDATION: "a candidate the pre-merge check found worse (or has not answered on)",
+        }
         yield Check(
             WARN,
-            f"{branch} does not require {what}: anyone can merge a change the loop's checks did not pass"
-            + (", and GitHub holds no auto-merge on a PR nothing gates" if not contexts else "")
-            + f" — add a ruleset (or classic protection) on {branch} requiring {DIFF_GATE}",
-        )
+            f"{branch} does not require {what}: anyone can merge "
+            + " or ".join(harm[c] for c in missing)
+            + (", and GitHub holds no auto-merge on a PR nothing gates (every merge: auto round falls to a person)"
+               if not contexts else "")
+            + f" — add a ruleset (or classic protection) on {branch} requiring both {DIFF_GATE} and {VALIDATION}",
+        )  # fmt: skip
 
 
 def _auto_merge_setting(repository: str, facts: dict[str, Any], auto: list[Entity]) -> Iterator[Check]:
@@ -162,29 +161,25 @@ def _auto_merge_setting(repository: str, facts: dict[str, Any], auto: list[Entit
 
 
 def _arms(entity: Entity, branch: str, contexts: frozenset[str]) -> Iterator[Check]:
-    """The arms GitHub refuses every time: a PR whose required statuses are all set before it opens is clean then."""
-    from evolution.loop.freeze import REPLAY, check_mode
-
-    checked = check_mode(entity) == REPLAY
-    # Set before an apply PR opens: the diff gate, and the validation too when no check runs ("no pre-merge check").
-    set_at_open = frozenset({DIFF_GATE}) if checked else OURS
-    if contexts and contexts <= set_at_open:
-        what = " and ".join(c for c in (DIFF_GATE, VALIDATION) if c in contexts)
-        why = "" if checked else f" (it has no pre-merge check, so {VALIDATION} answers success at once)"
-        yield Check(
-            WARN,
-            f"{_label(entity)} declares merge: auto, and {branch} requires nothing but {what}, set before its PRs "
-            f'open{why}: every PR is clean the moment it opens, so GitHub refuses every arm ("Pull request is in '
-            f'clean status") and each round demotes to a person — require another check (your CI) on {branch}',
+    """How a merge: auto round of ``entity`` lands on ``branch`` (issue 32's clean-status merge), as a hint."""
+    if not contexts:
+        return  # ``_rules`` warned: GitHub refuses every arm, a person merges
+    beyond_ours = sorted(contexts - OURS)
+    if beyond_ours:
+        others = ", ".join(beyond_ours)
+        how = (
+            f'once {others} passed too the PR is clean: GitHub refuses to arm a clean PR ("Pull request is in '
+            'clean status"), so the loop merges it through GitHub bound to the checked head and mergeMethod; while '
+            f"{others} still runs the arm holds and GitHub merges it"
         )
-        if checked or contexts != OURS:
-            return
-    if contexts and not contexts - OURS:
-        yield Check(
-            WARN,
-            f"{_label(entity)}: its revert PRs carry {DIFF_GATE} and {VALIDATION} as success from the moment they "
-            f"open and {branch} requires nothing else, so GitHub refuses their arms too: a person merges each revert",
+    else:
+        how = (
+            f"{branch} requires nothing beyond the loop's own statuses, so the PR is clean once they are posted: "
+            'GitHub refuses to arm a clean PR ("Pull request is in clean status") and the loop merges it through '
+            "GitHub bound to the checked head and mergeMethod; its revert PRs (both statuses success as they open) "
+            "land the same way"
         )
+    yield Check(PASS, f"hint: {_label(entity)} declares merge: auto: {how}")
 
 
 def _webhook() -> Iterator[Check]:

@@ -566,6 +566,25 @@ class GitHubDelivery(models.Model):
         return f"{self.event} delivery {self.delivery}"
 
 
+class GitHubRateLimit(models.Model):
+    """GitHub's rate limit for one credential on one GitHub, as every process sees it (issue 32).
+
+    ``until``: no call is made before it (a primary limit's ``X-RateLimit-Reset``,
+    a secondary limit's ``Retry-After``, or at least a minute growing
+    exponentially with ``strikes``, consecutive secondary limits without one).
+    ``reason``: GitHub's words. A call that succeeds after ``until`` clears ``strikes``.
+    """
+
+    key = models.CharField(max_length=300, unique=True)
+    until = models.DateTimeField(null=True, blank=True)
+    reason = models.TextField(blank=True, default="")
+    strikes = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"GitHub rate limit {self.key} until {self.until}"
+
+
 class Backtest(models.Model):
     """One backtest report: what a loop policy would have done over the entity's graded history (issue 16).
 

@@ -3,7 +3,8 @@
 ``read_forge()`` returns them as a dict of settings names; a bad value fails
 at boot with ImproperlyConfigured naming the variable. Under
 ``LOOP_FORGE=github`` a repository and one credential lane are required:
-``GITHUB_TOKEN`` (or ``GITHUB_TOKEN_FILE``) first, a GitHub App second
+``GITHUB_TOKEN`` (or ``GITHUB_TOKEN_FILE``) first — else ``GH_TOKEN`` (or ``GH_TOKEN_FILE``), the
+name the seed and GitHub's own CLI use — a GitHub App second
 (``GITHUB_APP_ID``, ``GITHUB_APP_PRIVATE_KEY_FILE``, ``GITHUB_APP_INSTALLATION_ID``).
 """
 
@@ -81,15 +82,20 @@ def read_forge(environ: dict[str, str] | None = None) -> dict[str, Any]:
         raise ImproperlyConfigured(
             f"GITHUB_REPOSITORY: expected owner/name (the brain's repository), got {repository!r}"
         )
+    token_var = "GITHUB_TOKEN"
     token = env_secret("GITHUB_TOKEN", "", environ)
+    if not token:
+        token = env_secret("GH_TOKEN", "", environ)
+        token_var = "GH_TOKEN" if token else token_var
     if any(ch.isspace() for ch in token):
-        raise ImproperlyConfigured("GITHUB_TOKEN: the token has whitespace inside it (a pasted line break?)")
+        raise ImproperlyConfigured(f"{token_var}: the token has whitespace inside it (a pasted line break?)")
     app_id, key_file, installation = _app(environ)
     values: dict[str, Any] = {
         "LOOP_FORGE": forge,
         "GITHUB_API_URL": _api_url(environ),
         "GITHUB_REPOSITORY": repository,
         "GITHUB_TOKEN": token,
+        "GITHUB_TOKEN_VAR": token_var,
         "GITHUB_APP_ID": app_id,
         "GITHUB_APP_PRIVATE_KEY_FILE": key_file,
         "GITHUB_APP_INSTALLATION_ID": installation,
@@ -107,7 +113,7 @@ def read_forge(environ: dict[str, str] | None = None) -> dict[str, Any]:
             )
         if not token and not app_id:
             raise ImproperlyConfigured(
-                "GITHUB_TOKEN: LOOP_FORGE=github needs a credential — GITHUB_TOKEN (or GITHUB_TOKEN_FILE), or a "
+                "GITHUB_TOKEN: LOOP_FORGE=github needs a credential — GITHUB_TOKEN or GH_TOKEN (or their _FILE), or a "
                 f"GitHub App ({', '.join(_APP_VARS)})"
             )
     return values

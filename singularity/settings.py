@@ -346,6 +346,8 @@ LOOP_FORGE: str = _forge["LOOP_FORGE"]
 GITHUB_API_URL: str = _forge["GITHUB_API_URL"]
 GITHUB_REPOSITORY: str = _forge["GITHUB_REPOSITORY"]
 GITHUB_TOKEN: str = _forge["GITHUB_TOKEN"]
+#: Which variable the token came from (GITHUB_TOKEN, else GH_TOKEN): how messages name the credential.
+GITHUB_TOKEN_VAR: str = _forge["GITHUB_TOKEN_VAR"]
 GITHUB_APP_ID: int = _forge["GITHUB_APP_ID"]
 GITHUB_APP_PRIVATE_KEY_FILE: str = _forge["GITHUB_APP_PRIVATE_KEY_FILE"]
 GITHUB_APP_INSTALLATION_ID: int = _forge["GITHUB_APP_INSTALLATION_ID"]

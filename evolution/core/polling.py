@@ -9,9 +9,13 @@ that dies mid-poll leaves it to the next poll after the lease.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
+from typing import Any
 
 from evolution.models import Cycle
+
+log = logging.getLogger(__name__)
 
 #: The poll's first interval and its ceiling (seed: "starts at two minutes and backs off to six hours").
 FIRST_INTERVAL_S = 120
@@ -51,3 +55,25 @@ def take(cycle: Cycle, now: datetime) -> bool:
         next_poll_at=now + LEASE
     )
     return taken == 1
+
+
+def read_or_wait(forge: Any, cycle: Cycle, number: int) -> Any:
+    """Read PR ``number``; under a forge rate limit, put the cycle's next poll at its reset and return None."""
+    from evolution.forges import ForgeError
+
+    try:
+        return forge.get_pull(number)
+    except ForgeError as exc:
+        if exc.until is None:
+            raise
+        wait_out(cycle, exc.until)
+        return None
+
+
+def wait_out(cycle: Cycle, until: datetime) -> None:
+    """The cycle's next poll is the rate limit's reset (not two minutes later: that poll would be refused too)."""
+    from evolution.forges import rate_limit_words
+
+    Cycle.objects.filter(pk=cycle.pk).update(next_poll_at=until)
+    cycle.next_poll_at = until
+    log.info("loop: cycle %s: %s; its next poll waits until then", cycle.pk, rate_limit_words(until))

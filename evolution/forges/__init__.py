@@ -7,9 +7,13 @@ to its environment for the configured forge (GitHub: the HTTPS credential).
 
 from __future__ import annotations
 
+from datetime import datetime
+
+from django.utils import timezone
+
 from evolution.forges.base import Forge, ForgeError, PullInfo
 
-__all__ = ["Forge", "ForgeError", "PullInfo", "get_forge", "git_env"]
+__all__ = ["Forge", "ForgeError", "PullInfo", "get_forge", "git_env", "rate_limit"]
 
 
 def get_forge() -> Forge:
@@ -39,3 +43,25 @@ def git_env() -> dict[str, str]:
     from evolution.forges.github import git_env as github_git_env
 
     return github_git_env()
+
+
+def rate_limit() -> tuple[datetime, str] | None:
+    """GitHub's rate limit standing now — (until, GitHub's words) — or None (the local forge has none).
+
+    Read from the database (``GitHubRateLimit``), so every process waits out a limit any one of them met.
+    """
+    from django.conf import settings
+
+    if getattr(settings, "LOOP_FORGE", "local") != "github":
+        return None
+    from evolution.models import GitHubRateLimit
+
+    row = GitHubRateLimit.objects.filter(until__gt=timezone.now()).order_by("-until").first()
+    return None if row is None else (row.until, row.reason)
+
+
+def rate_limit_words(until: datetime) -> str:
+    """ "GitHub rate limit until 14:05 UTC" — how every page and notice says it."""
+    from evolution.forges.github import clock
+
+    return f"GitHub rate limit until {clock(until)}"

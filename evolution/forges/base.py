@@ -3,7 +3,11 @@
 The loop never pushes to the default branch and never merges on its own
 authority: it pushes a branch, opens a pull request, sets commit statuses,
 reads the request back (polling with backoff), and — under ``merge: auto``,
-issue 6 — arms the forge's own auto-merge.
+issue 6 — arms the forge's own auto-merge. A forge refuses the arm on a
+request that is already clean (every required check green on its head:
+GitHub's "Pull request is in clean status"); then ``arm_or_merge`` merges it
+through the forge bound to the same head and method — what the arm would have
+done at that moment (issue 32, docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -17,10 +21,30 @@ from singularity.errors import UpstreamError
 
 DIFF_GATE = "singularity/diff-gate"
 VALIDATION = "singularity/validation"
+#: GitHub refuses a pull request body or a comment this long or longer (HTTP 422).
+BODY_MAX = 65_536
+#: Where a cut body stops: well below GitHub's bound, leaving room for the line that says where the rest is.
+BODY_CUT = BODY_MAX - 1_000
+
+#: What fixes a status the forge refuses: the permission the loop's credential needs (seed 003, "What your
+#: repository must require").
+STATUS_FIX = (
+    "give the loop's credential permission to post commit statuses — statuses: write on the GitHub App's "
+    "installation, Commit statuses: Read and write on a fine-grained GH_TOKEN (or GITHUB_TOKEN), repo on a classic "
+    "one — and check it with the doctor (GitHub merge gate)"
+)
+
+#: GitHub's words refusing an arm on a request every required check already passed (the local forge says the same).
+CLEAN_STATUS = "Pull request is in clean status"
 
 
 class ForgeError(UpstreamError):
-    """The forge refused or failed an operation; the message names which and why."""
+    """The forge refused or failed an operation; the message names which and why.
+
+    ``until``: set when the forge is rate-limited until then (GitHub): a caller waits until it rather than failing.
+    """
+
+    until: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -79,8 +103,52 @@ class Forge(Protocol):
     def disarm_auto_merge(self, number: int) -> PullInfo:
         """Take an armed auto-merge back out (nothing when none stands)."""
 
+    def merge_checked(self, number: int, *, method: str, sha: str, by: str) -> PullInfo:
+        """Merge ``number`` with ``method`` only if its head is still ``sha`` and every required check passed."""
+
     def list_pulls(self, *, limit: int = 100) -> list[PullInfo]:
         """The forge's pull requests, newest first (the dashboard's list)."""
+
+
+def fit(body: str, *, rest: str) -> str:
+    """``body`` as GitHub takes it: under ``BODY_MAX`` characters, cut at a line where it is longer, with a last
+    line saying it was cut and that the whole of it is at ``rest`` (the cycle's story).
+    """
+    if len(body) < BODY_MAX:
+        return body
+    head = body[:BODY_CUT]
+    line = head.rfind("\n")
+    if line > BODY_CUT // 2:
+        head = head[:line]
+    note = f"\n\n… cut here: GitHub takes at most {BODY_MAX:,} characters ({len(body):,} were written). The whole of it: {rest}\n"
+    return head.rstrip() + note
+
+
+def refused_clean(exc: BaseException) -> bool:
+    """Whether ``exc`` is a forge refusing an arm because the request is already clean."""
+    return CLEAN_STATUS.lower() in str(exc).lower()
+
+
+def arm_or_merge(forge: Forge, number: int, *, method: str, sha: str, by: str) -> tuple[PullInfo, str]:
+    """Arm ``number``'s auto-merge bound to ``sha``; on a clean refusal merge it at ``sha`` with ``method``.
+
+    Returns the request and how it went: "armed" or "merged" (the clean-status
+    merge). Any other refusal — and a refused merge (the head moved, a check
+    turned) — raises the forge's ForgeError with its reason.
+    """
+    try:
+        return forge.arm_auto_merge(number, method=method, sha=sha, by=by), "armed"
+    except ForgeError as exc:
+        if not refused_clean(exc):
+            raise
+    try:
+        pull = forge.merge_checked(number, method=method, sha=sha, by=by)
+    except ForgeError as exc:
+        raise ForgeError(
+            f"auto-merge unavailable: PR #{number} was clean, and its merge at {sha[:12]} was refused: {exc}",
+            permanent=True,
+        ) from None
+    return pull, "merged"
 
 
 # --- Who hears a pull request move --------------------------------------------------------

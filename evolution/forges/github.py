@@ -10,6 +10,8 @@ It does for the loop what the local forge does (``evolution.forges.base.Forge``)
   over REST. A read is conditional: the ETag and the answer are kept on the
   ``GitHubPull`` row, so a poll of an unchanged PR is a 304 that GitHub does not
   count against the rate limit, whichever worker asks.
+- ``merge_checked``: the merge endpoint with ``sha`` and ``merge_method``, for
+  a request GitHub refused to arm because it was already clean (issue 32).
 - ``arm_auto_merge`` / ``disarm_auto_merge``: GitHub-native auto-merge over
   GraphQL (PyGithub's ``enable_automerge`` / ``disable_automerge``), with the
   merge method and the expected head. GitHub refuses an arm with HTTP 200 and a
@@ -28,7 +30,7 @@ temporary ones retried here with backoff before they surface. The outcome of
 every call about a PR is saved on its ``GitHubPull`` row (``last_error``,
 ``attempts``, ``read_at``).
 
-Credentials: ``GITHUB_TOKEN`` (or ``GITHUB_TOKEN_FILE``) first; else the GitHub
+Credentials: ``GITHUB_TOKEN`` or ``GH_TOKEN`` (or their ``_FILE``) first; else the GitHub
 App's installation token, which PyGithub mints and refreshes before it expires.
 """
 
@@ -45,7 +47,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -53,13 +55,14 @@ from urllib.parse import quote
 import github
 import requests
 from django.conf import settings
-from django.db.models import F
+from django.db import transaction
+from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from github import Auth, Github, GithubException
 
-from evolution.forges.base import ForgeError, PullInfo
-from evolution.models import GitHubPull
+from evolution.forges.base import ForgeError, PullInfo, fit, pull_event
+from evolution.models import GitHubPull, GitHubRateLimit
 from singularity.forge_env import git_remote
 
 log = logging.getLogger(__name__)
@@ -78,6 +81,11 @@ NO_COMMIT = "0" * 40
 #: GitHub's status descriptions stop at 140 characters.
 DESCRIPTION_MAX = 140
 
+#: The REST API version every request names (GitHub's current one; without it GitHub picks its default).
+API_VERSION = "2022-11-28"
+#: A secondary limit without Retry-After waits at least this long, doubling per consecutive limit (GitHub's docs).
+SECONDARY_FLOOR_S = 60.0
+
 #: How a wait is spent; tests replace it to read the waits without sleeping them.
 _sleep: Callable[[float], None] = time.sleep
 
@@ -95,11 +103,16 @@ class GitHubError(ForgeError):
         status: int | None = None,
         reason: str = "",
         retry_after: float | None = None,
+        limit: str = "",
+        until: datetime | None = None,
     ) -> None:
         super().__init__(message, permanent=permanent)
         self.status = status
         self.reason = reason or message
         self.retry_after = retry_after
+        #: "primary" (X-RateLimit-Remaining: 0), "secondary" (any other rate limit), or "" (no rate limit).
+        self.limit = limit
+        self.until = until
 
 
 # --- The credential --------------------------------------------------------------------------
@@ -145,7 +158,8 @@ def _credential() -> Credential:
     from singularity.errors import ConfigError
 
     if settings.GITHUB_TOKEN:
-        return Credential("token", "GITHUB_TOKEN", Auth.Token(settings.GITHUB_TOKEN))
+        label = getattr(settings, "GITHUB_TOKEN_VAR", "") or "GITHUB_TOKEN"
+        return Credential("token", label, Auth.Token(settings.GITHUB_TOKEN))
     if settings.GITHUB_APP_ID:
         try:
             key = Path(settings.GITHUB_APP_PRIVATE_KEY_FILE).read_text()
@@ -177,6 +191,7 @@ def connection() -> _Connection:
                 seconds_between_writes=settings.GITHUB_SECONDS_BETWEEN_WRITES or None,
                 user_agent="singularity-loop",
                 lazy=True,
+                api_version=API_VERSION,
             )
             _CONNECTIONS.clear()
             found = _CONNECTIONS[key] = _Connection(credential, client)
@@ -199,7 +214,9 @@ def git_env() -> dict[str, str]:
     if not remote.startswith(("https://", "http://")):
         return {}
     credential = connection().credential
-    token = call("mint the credential git sends", credential.token, credential=credential.label)
+    # git is not the REST API: a standing rate limit does not hold a fetch or a push (an App's token mint is
+    # one request, made only when the token is due).
+    token = call("mint the credential git sends", credential.token, credential=credential.label, held=False)
     basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
     count = int(os.environ.get("GIT_CONFIG_COUNT", "0") or 0)
     return {
@@ -292,12 +309,16 @@ def ours(what: str, exc: BaseException, *, credential: str) -> GitHubError:
             )
         wait = _wait_asked(headers)
         if status == 429 or (status == 403 and (wait is not None or _rate_limited(said))):
+            spent = str(headers.get("x-ratelimit-remaining", "")).strip() == "0" and not headers.get("retry-after")
+            reset = str(headers.get("x-ratelimit-reset") or "").strip()
             return GitHubError(
                 f"GitHub rate-limited the attempt to {what}: {said} (HTTP {status})",
                 permanent=False,
                 status=status,
                 reason=said,
                 retry_after=wait,
+                limit="primary" if spent else "secondary",
+                until=datetime.fromtimestamp(int(reset), tz=UTC) if spent and reset.isdigit() else None,
             )
         if status >= 500:
             return GitHubError(
@@ -318,19 +339,136 @@ def ours(what: str, exc: BaseException, *, credential: str) -> GitHubError:
     raise exc
 
 
-def call(what: str, fn: Callable[[], T], *, credential: str = "the credential") -> T:
-    """``fn()`` with GitHub's errors made ours; a temporary one is retried with backoff (GitHub's wait when it says).
+def _limit_key(credential: str) -> str:
+    return f"{settings.GITHUB_API_URL} {credential}"[:300]
 
-    Gives up with the last temporary error after settings.GITHUB_RETRIES
-    retries, or at once when GitHub asks for a wait longer than
-    settings.GITHUB_RETRY_MAX_WAIT_SECS (the step's own retry comes back later).
+
+def clock(when: datetime) -> str:
+    """A reset as people read it: "14:05 UTC" (the date too when it is not today)."""
+    when = when.astimezone(UTC)
+    today = timezone.now().astimezone(UTC).date()
+    return f"{when:%H:%M} UTC" if when.date() == today else f"{when:%Y-%m-%d %H:%M} UTC"
+
+
+def limited(credential: str | None = None) -> GitHubRateLimit | None:
+    """The rate limit standing now (for ``credential``, else for any), or None: no call is made before its ``until``."""
+    rows = GitHubRateLimit.objects.filter(until__gt=timezone.now())
+    if credential is not None:
+        rows = rows.filter(key=_limit_key(credential))
+    return rows.order_by("-until").first()
+
+
+def _held(what: str, row: GitHubRateLimit) -> GitHubError:
+    return GitHubError(
+        f"GitHub rate limit until {clock(row.until)}: did not {what} ({row.reason})",
+        permanent=False,
+        reason=row.reason,
+        retry_after=max(0.0, (row.until - timezone.now()).total_seconds()),
+        limit="held",
+        until=row.until,
+    )
+
+
+def _record_limit(credential: str, error: GitHubError) -> tuple[GitHubRateLimit, float]:
+    """Record a rate limit where every process sees it: until GitHub's reset, its Retry-After, or — a secondary
+    limit that named no wait — at least a minute, doubling with each consecutive one.
+    """
+    key = _limit_key(credential)
+    now = timezone.now()
+    with transaction.atomic():
+        row, _ = GitHubRateLimit.objects.select_for_update().get_or_create(key=key)
+        if row.until is None or row.until < now - timedelta(hours=1):
+            row.strikes = 0  # the last limit is long past: this one is the first again
+        if error.retry_after is not None:
+            wait = error.retry_after
+        else:
+            wait = SECONDARY_FLOOR_S * (2 ** min(row.strikes, 6))
+            row.strikes += 1
+        until = error.until or now + timedelta(seconds=max(wait, 1.0))  # a primary limit: GitHub's reset itself
+        if row.until is None or row.until < until:
+            row.until = until
+        row.reason = f"{error.reason} (HTTP {error.status})"[:2000]
+        row.updated_at = now
+        row.save()
+    log.warning("github: rate limit until %s for %s: %s", clock(row.until), credential, error.reason)
+    if wait > settings.GITHUB_RETRY_MAX_WAIT_SECS:
+        _announce(row)
+    return row, wait
+
+
+def _announce(row: GitHubRateLimit) -> None:
+    """A notice, once per limit: GitHub rate limit until HH:MM."""
+    from hitl.actions import post_notice
+    from hitl.models import Notice
+
+    subject = f"github rate limit {row.until.isoformat()}"
+    if Notice.objects.filter(kind="github-rate-limit", subject=subject).exists():
+        return
+    post_notice(
+        producer="loop",
+        kind="github-rate-limit",
+        title=f"GitHub rate limit until {clock(row.until)}",
+        text=f"GitHub asked the loop to wait: {row.reason}. Polls, applies, checks and withdraws wait until then.",
+        subject=subject,
+    )
+
+
+def _cleared(credential: str) -> None:
+    """A call got through after a limit: GitHub lifted it, and consecutive secondary limits count from zero."""
+    GitHubRateLimit.objects.filter(key=_limit_key(credential)).filter(
+        Q(strikes__gt=0) | Q(until__gt=timezone.now())
+    ).update(strikes=0, until=None)
+
+
+def call(what: str, fn: Callable[[], T], *, credential: str = "the credential", held: bool = True) -> T:
+    """``fn()`` with GitHub's errors made ours; a temporary one is retried (GitHub's wait when it says).
+
+    A rate limit standing for this credential (``GitHubRateLimit``, every
+    process's) stops the call before it is made. A rate limit GitHub answers
+    is recorded there: a primary one until ``X-RateLimit-Reset``, a secondary
+    one for ``Retry-After`` or at least 60 s growing exponentially. A wait no
+    longer than settings.GITHUB_RETRY_MAX_WAIT_SECS is slept here and the call
+    tried again; a longer one raises a temporary GitHubError with ``until``,
+    which the poll, the apply, the check and a withdraw wait out. Other
+    temporary errors (5xx, a lost connection) back off from
+    settings.GITHUB_RETRY_BACKOFF_SECS, up to settings.GITHUB_RETRIES retries.
+    ``held=False`` skips the standing limit (git's credential: git is not the REST API).
     """
     attempt = 0
     while True:
+        standing = limited(credential) if held and attempt == 0 else None  # a retry follows this call's own wait
+        if standing is not None:
+            wait = (standing.until - timezone.now()).total_seconds()
+            if wait > settings.GITHUB_RETRY_MAX_WAIT_SECS:
+                raise _held(what, standing)
+            attempt += 1
+            _sleep(max(wait, 0.0))
+            continue
         try:
-            return fn()
+            answer = fn()
         except Exception as exc:  # noqa: BLE001 - classified by ``ours``; a bug is raised again there
             error = ours(what, exc, credential=credential)
+        else:
+            if attempt:
+                _cleared(credential)
+            return answer
+        if error.limit:
+            row, wait = _record_limit(credential, error)
+            error.until = row.until
+            if wait > settings.GITHUB_RETRY_MAX_WAIT_SECS or attempt >= settings.GITHUB_RETRIES:
+                raise GitHubError(
+                    f"GitHub rate limit until {clock(row.until)}: {error}",
+                    permanent=False,
+                    status=error.status,
+                    reason=error.reason,
+                    retry_after=wait,
+                    limit=error.limit,
+                    until=row.until,
+                ) from None
+            attempt += 1
+            log.warning("github: %s; retry %d of %d at %s", error, attempt, settings.GITHUB_RETRIES, clock(row.until))
+            _sleep(max(wait, 0.0))
+            continue
         if error.permanent or attempt >= settings.GITHUB_RETRIES:
             raise error from None
         wait = error.retry_after
@@ -440,7 +578,9 @@ class GitHubForge:
 
         def create() -> Any:
             tries.append(1)
-            return self.repo.create_pull(base=base, head=head, title=title[:256], body=body)
+            return self.repo.create_pull(
+                base=base, head=head, title=title[:256], body=fit(body, rest=f"the loop's record of branch {head}")
+            )
 
         try:
             made = self._call(what, create)
@@ -591,7 +731,8 @@ class GitHubForge:
     def comment(self, number: int, body: str, *, by: str) -> None:
         """Leave a comment on the request (GitHub's issue comments); GitHubError with GitHub's reason."""
         issue = self.repo.get_issue(number)  # lazy: no request; a pull request's comments are its issue's
-        self._call(f"comment on PR #{number}", lambda: issue.create_comment(body))
+        said = fit(body, rest=self.pull_url(number))
+        self._call(f"comment on PR #{number}", lambda: issue.create_comment(said))
         log.info("github: commented on PR #%s (for %s)", number, by)
 
     def list_pulls(self, *, limit: int = 100) -> list[PullInfo]:
@@ -677,6 +818,8 @@ class GitHubForge:
             )
         except GitHubError as exc:
             self._failed(number, exc)
+            if exc.until is not None:
+                raise  # a rate limit is no refusal: the arm is tried again after its reset
             raise GitHubError(
                 f"auto-merge unavailable: GitHub refused to arm PR #{number}: {exc.reason}",
                 permanent=True,
@@ -688,6 +831,28 @@ class GitHubForge:
         )
         log.info("github: PR #%s armed for auto-merge (%s at %s, for %s)", number, method, sha[:12], by)
         return self.get_pull(number)
+
+    def merge_checked(self, number: int, *, method: str, sha: str, by: str) -> PullInfo:
+        """Merge ``number`` through GitHub's merge endpoint with ``sha`` (GitHub refuses with 409 if the head moved)
+        and ``merge_method``: what the armed auto-merge would have done on a request GitHub found clean.
+        """
+        if method not in METHODS:
+            raise GitHubError(f"merge method {method!r} is not one of {', '.join(METHODS)}", permanent=True)
+        payload = {"sha": sha, "merge_method": method}
+        try:
+            self._call(
+                f"merge PR #{number} ({method}) at {sha[:12]}",
+                lambda: self.requester.requestJsonAndCheck(
+                    "PUT", f"/repos/{self.repository}/pulls/{number}/merge", input=payload
+                ),
+            )
+        except GitHubError as exc:
+            self._failed(number, exc)
+            raise
+        log.info("github: merged PR #%s (%s at %s, for %s): it was clean", number, method, sha[:12], by)
+        pull = self.get_pull(number)  # the first read to find it merged syncs the brain
+        transaction.on_commit(lambda: pull_event(number))
+        return pull
 
     def disarm_auto_merge(self, number: int) -> PullInfo:
         """Take an armed auto-merge back out (nothing when none stands); return the request as it is then."""

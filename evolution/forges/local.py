@@ -20,7 +20,7 @@ from django.db.models import Max
 from django.urls import reverse
 from django.utils import timezone
 
-from evolution.forges.base import ForgeError, PullInfo
+from evolution.forges.base import CLEAN_STATUS, ForgeError, PullInfo
 from evolution.forges.git import is_ancestor, throwaway_clone
 from evolution.models import CommitStatus, PullRequest
 from singularity.brain.git import GitError, git
@@ -163,8 +163,9 @@ class LocalForge:
         """Arm auto-merge on ``number`` bound to ``sha``: the forge merges once every required status there is success.
 
         Refused (ForgeError with the reason) when nothing is required on the base branch (no auto-merge is held on
-        a request nothing gates), when ``method`` is not allowed, or when the head is no longer ``sha``. An arm on
-        an already green head merges at once.
+        a request nothing gates), when ``method`` is not allowed, when the head is no longer ``sha``, or — as
+        GitHub refuses it — when every required status is already success on the head ("Pull request is in
+        clean status"): the loop then merges it with ``merge_checked``.
         """
         if not self.required_statuses():
             raise refused("auto-merge unavailable: the base branch requires no status check")
@@ -180,10 +181,30 @@ class LocalForge:
             self._follow_head(row)
             if row.head_sha != sha:
                 raise refused(f"auto-merge unavailable: PR #{number}'s head moved to {row.head_sha[:12]}")
+            if not self.merge_blockers(row):
+                raise refused(f"auto-merge unavailable: {CLEAN_STATUS}")
             row.auto_merge = {"method": method, "sha": sha, "by": by[:200]}
             row.save(update_fields=["auto_merge"])
         log.info("local forge: PR #%s armed for auto-merge (%s at %s)", number, method, sha[:12])
-        return self._land_armed(row) or self._info(row)
+        return self._info(row)
+
+    def merge_checked(self, number: int, *, method: str, sha: str, by: str) -> PullInfo:
+        """Merge ``number`` as GitHub's merge endpoint does with ``sha`` and ``merge_method``: refused (ForgeError)
+        when the method is not allowed, the head is no longer ``sha``, or a required status is not success.
+        """
+        if method not in self.merge_methods():
+            raise refused(
+                f"PR #{number} cannot be merged: merge method {method!r} is not allowed "
+                f"(this repository allows {', '.join(self.merge_methods()) or 'none'})"
+            )
+        head = self.get_pull(number).head_sha
+        if head != sha:
+            raise refused(
+                f"PR #{number} cannot be merged: Head branch was modified (it is {head[:12]}, not {sha[:12]})"
+            )
+        merged = self.merge_pull(number, by=f"clean-status merge ({by})", sha=sha)
+        transaction.on_commit(lambda: _went_live(number))
+        return merged
 
     def disarm_auto_merge(self, number: int) -> PullInfo:
         """Take an armed auto-merge back out (nothing when none stands)."""
@@ -232,7 +253,7 @@ class LocalForge:
                 row.save(update_fields=["state", "closed_by", "closed_at"])
         return self._info(row)
 
-    def merge_pull(self, number: int, *, by: str) -> PullInfo:
+    def merge_pull(self, number: int, *, by: str, sha: str = "") -> PullInfo:
         """Merge an open request with a merge commit pushed to its base; ForgeError naming every reason it cannot.
 
         Refused when the request is not open, when a required status
@@ -246,6 +267,8 @@ class LocalForge:
             if row.state != PullRequest.State.OPEN:
                 raise refused(f"PR #{number} is {row.state}, not open: there is nothing to merge")
             self._follow_head(row)
+            if sha and row.head_sha != sha:
+                raise refused(f"PR #{number} cannot be merged: Head branch was modified (it is {row.head_sha[:12]})")
             blockers = self.merge_blockers(row)
             if blockers:
                 raise refused(f"PR #{number} cannot be merged: " + "; ".join(blockers))

@@ -31,7 +31,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from evolution.forges import get_forge
-from evolution.forges.base import DIFF_GATE, PullInfo
+from evolution.forges.base import DIFF_GATE, STATUS_FIX, PullInfo, fit
 from evolution.forges.git import is_ancestor, step_branch, throwaway_clone
 from evolution.loop import diffgate
 from evolution.loop.steps import Fail
@@ -87,6 +87,7 @@ def apply_round(round: Round) -> Applied:
     standing = forge.open_pull_of(branch, default)
     if standing is not None:
         return _adopt(round, standing, paths)
+    _require_status_permission(forge)
     with throwaway_clone(forge.remote_url(), default, label=f"apply-{cycle.pk}-{round.number}") as clone:
         base_sha = git("rev-parse", "HEAD", cwd=clone).decode().strip()
         git("checkout", "--quiet", "-b", branch, cwd=clone)
@@ -103,7 +104,7 @@ def apply_round(round: Round) -> Applied:
         # Forced: the branch is this round's alone, and one there already is a dead worker's push with no PR.
         git("push", "--quiet", "origin", f"+refs/heads/{branch}:refs/heads/{branch}", cwd=clone)
     described = f"{len(gate['paths'])} file(s), {gate['lines']} of {gate['bound']} lines"
-    forge.set_status(head_sha, DIFF_GATE, "success", f"The diff gate passed: {described}")
+    _gate_status(forge, round, head_sha, f"The diff gate passed: {described}")
     pull = forge.open_pull(head=branch, base=default, title=pull_title(round), body=pull_body(round, gate))
     log.info("apply: cycle %s round %s opened PR #%s on %s", cycle.pk, round.number, pull.number, branch)
     return Applied(branch=branch, base_sha=base_sha, head_sha=head_sha, pull=pull, gate=dict(gate))
@@ -149,6 +150,54 @@ def _adopt(round: Round, pull: PullInfo, paths: list[str]) -> Applied:
         pull.head,
     )
     return Applied(branch=pull.head, base_sha=base_sha, head_sha=head_sha, pull=pull, gate=dict(gate))
+
+
+def _gate_status(forge: Any, round: Round, sha: str, text: str) -> None:
+    """Post ``singularity/diff-gate: success`` on ``sha``; a refusal (the permission revoked since the probe) is
+    a notice now and ApplyFailed with the fix (the round's Retry card), never a silent pending status.
+    """
+    from evolution.forges import ForgeError
+
+    try:
+        forge.set_status(sha, DIFF_GATE, "success", text)
+    except ForgeError as exc:
+        if not exc.permanent:
+            raise
+        from hitl.actions import post_notice
+
+        cycle = round.cycle
+        said = f"{DIFF_GATE} could not be set on {sha[:12]}: {exc}"
+        post_notice(
+            producer="loop",
+            kind="status-refused",
+            title=f"{cycle.entity.name or cycle.entity.slug}: cycle {cycle.pk}: a commit status could not be posted",
+            text=f"{said}. To fix: {STATUS_FIX}.",
+            subject=f"cycle {cycle.pk}",
+        )
+        raise ApplyFailed(f"{said}. To fix: {STATUS_FIX}") from None
+
+
+def _require_status_permission(forge: Any) -> None:
+    """ApplyFailed before anything is pushed when the forge says the credential may not post a commit status.
+
+    The diff gate's status is posted right after the push: without the
+    permission every attempt would push a branch and fail there, leaving an
+    orphan branch per Retry (R10.24, R12.15). GitHub is asked as the doctor
+    asks it (a status on a commit that cannot exist: 422 may, 403 may not); a
+    forge with nothing to ask (the local one) or an answer GitHub could not
+    give lets the apply go on.
+    """
+    probe = getattr(forge, "may_post_statuses", None)
+    if probe is None:
+        return
+    may, why = probe()
+    if may is False:
+        credential = getattr(getattr(forge, "credential", None), "label", "the loop's credential")
+        repository = getattr(forge, "repository", "the repository")
+        raise ApplyFailed(
+            f"{credential} may not post commit statuses on {repository} (GitHub: {why}); nothing was pushed. "
+            f"To fix: {STATUS_FIX}"
+        )
 
 
 def _require_base_still_on(clone: Path, default: str, base_sha: str) -> None:
@@ -250,7 +299,8 @@ def pull_body(round: Round, gate: dict[str, Any]) -> str:
             f"{held.get('n', 0)}); `singularity/validation` answers on this head before any merge.",
             "",
         ]
-    return "\n".join(parts) + "\n"
+    story = settings.SINGULARITY_PUBLIC_URL.rstrip("/") + cycle.get_absolute_url()
+    return fit("\n".join(parts) + "\n", rest=story)
 
 
 # --- The round ------------------------------------------------------------------------------
@@ -274,6 +324,8 @@ def apply(rnd: Round, *, now: datetime | None = None) -> Fail | None:
         paths = list(getattr(exc, "paths", []) or [])
         return Fail(f"the apply failed: {exc}", paths=paths, unattended=autonomy.unattended(rnd))
     except (ForgeError, SingularityError) as exc:
+        if isinstance(exc, ForgeError) and exc.until is not None:
+            raise  # a rate limit: the apply waits for its reset (``machine.apply``), nothing is failed
         return Fail(f"the apply failed: {exc}{withdraw(rnd)}", paths=[], unattended=autonomy.unattended(rnd))
     now = now or timezone.now()
     rnd.status = Round.Status.APPLIED
@@ -298,8 +350,11 @@ def withdraw(rnd: Round) -> str:
     branch: the PR left open would stand beside it for nobody. A forge that
     cannot be asked is logged and named; the failure stands either way.
     """
-    from evolution.forges import ForgeError
+    from evolution.forges import ForgeError, rate_limit, rate_limit_words
 
+    limit = rate_limit()
+    if limit is not None:  # no call GitHub would refuse: the next attempt at this round adopts or closes it
+        return f"; {rate_limit_words(limit[0])}: a PR it may have opened on {round_branch(rnd)} is not closed yet"
     try:
         forge = get_forge()
         pull = forge.open_pull_of(round_branch(rnd), forge.default_branch())

@@ -41,7 +41,9 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from evolution.core.polling import FIRST_INTERVAL_S, back_off
+from evolution.core.polling import FIRST_INTERVAL_S, back_off, read_or_wait, wait_out
+from evolution.forges import rate_limit
+from evolution.forges.base import STATUS_FIX, fit
 from evolution.loop import freeze as freezing
 from evolution.loop.steps import Move, Settle
 from evolution.models import Cycle, Replay, Round
@@ -93,13 +95,19 @@ def deadline_hours(cycle: Cycle) -> float:
 # --- 1. Begin ----------------------------------------------------------------------------------------
 
 
-def no_check(rnd: Round) -> None:
-    """A PR with no pre-merge check says so on ``singularity/validation`` (a required status then holds nothing back)."""
+def no_check(rnd: Round) -> str:
+    """A PR with no pre-merge check says so on ``singularity/validation`` (a required status then holds nothing back).
+
+    Returns "" once posted, else what went wrong (recorded on the round; the merge gate is then a person's).
+    """
     cycle = rnd.cycle
     why = "no pre-merge check: this entity is judged by the watch after the merge"
     if cycle.frozen is not None and not (cycle.frozen or {}).get("slots"):
         why = "no pre-merge check: the cycle froze no inputs (no graded runs, no golden cases)"
-    _post(rnd.head_sha, "success", why, cycle_id=rnd.cycle_id)
+    said = _post(rnd.head_sha, "success", why, cycle_id=rnd.cycle_id)
+    if said:
+        Round.objects.filter(pk=rnd.pk).update(gate_note=f"{said} ({STATUS_FIX})")
+    return said
 
 
 def begin(rnd: Round, now: datetime) -> tuple[Move, list[int]]:
@@ -138,11 +146,11 @@ def begin(rnd: Round, now: datetime) -> tuple[Move, list[int]]:
         rnd.check_verdict = None
         rnd.save(update_fields=["checked_sha", "check_run_ids", "baseline_run_ids", "check_verdict"])
     held = freezing.held_out_text(frozen)
-    _post(
-        head,
+    rnd.checked_sha = head
+    _status(
+        rnd,
         "pending",
         f"The pre-merge check replays {len(slots)} input(s) × {trials} ({held}); waiting for the grades",
-        cycle_id=cycle.pk,
     )
     log.info(
         "loop: cycle %s round %s: the check replays %d candidate and %d incumbent run(s) on %s",
@@ -404,11 +412,13 @@ class Answered:
     demote: str = ""
 
 
-def _post(sha: str, state: str, text: str, *, cycle_id: int) -> None:
-    """Set ``singularity/validation`` on ``sha``; a forge that refuses or cannot be reached is logged, never fatal.
+def _post(sha: str, state: str, text: str, *, cycle_id: int) -> str:
+    """Set ``singularity/validation`` on ``sha``; "" when posted, else what went wrong (never raised).
 
-    The check goes on without it (its record is the verdict); a required status that stays unset holds the PR,
-    which is the safe side, and the next answer posts again.
+    A post the forge refuses (a 403: the credential may no longer post
+    statuses, R12.15) or cannot make is not silent: a notice says so at once,
+    with the credential's fix, and the caller records it on the round; the
+    check never answers validated while its status could not be posted.
     """
     from evolution.forges import ForgeError
     from evolution.forges.base import VALIDATION
@@ -418,10 +428,33 @@ def _post(sha: str, state: str, text: str, *, cycle_id: int) -> None:
         _forge().set_status(sha, VALIDATION, state, description(text))
     except (ForgeError, SingularityError) as exc:
         log.warning("loop: cycle %s: singularity/validation could not be set to %s: %s", cycle_id, state, exc)
+        said = f"singularity/validation could not be set to {state} on {sha[:12]}: {exc}"
+        _status_refused(cycle_id, said)
+        return said
+    return ""
 
 
-def _status(rnd: Round, state: str, text: str) -> None:
-    _post(rnd.checked_sha, state, text, cycle_id=rnd.cycle_id)
+def _status_refused(cycle_id: int, said: str) -> None:
+    from hitl.actions import post_notice
+
+    cycle = Cycle.objects.select_related("entity").filter(pk=cycle_id).first()
+    name = (cycle.entity.name or cycle.entity.slug) if cycle is not None else "the loop"
+    post_notice(
+        producer="loop",
+        kind="status-refused",
+        title=f"{name}: cycle {cycle_id}: a commit status could not be posted",
+        text=f"{said}. GitHub still shows the status as it was. To fix: {STATUS_FIX}.",
+        subject=f"cycle {cycle_id}",
+    )
+
+
+def _status(rnd: Round, state: str, text: str) -> str:
+    said = _post(rnd.checked_sha, state, text, cycle_id=rnd.cycle_id)
+    if said:
+        note = f"{said} ({STATUS_FIX})"
+        Round.objects.filter(pk=rnd.pk).update(gate_note=note)
+        rnd.gate_note = note
+    return said
 
 
 def comment_body(cycle: Cycle, rnd: Round) -> str:
@@ -446,7 +479,7 @@ def comment_body(cycle: Cycle, rnd: Round) -> str:
         lines.append(f"| {label} | {incumbent} | {candidate} | {marks} |")
     link = settings.SINGULARITY_PUBLIC_URL.rstrip("/") + cycle.get_absolute_url()
     lines += ["", f"Nothing shipped. The whole record: cycle {cycle.pk}, {link}"]
-    return "\n".join(lines) + "\n"
+    return fit("\n".join(lines) + "\n", rest=link)
 
 
 def _close(rnd: Round, cycle: Cycle) -> str:
@@ -502,13 +535,17 @@ def answer(cycle: Cycle, rnd: Round, verdict: P.Verdict, pairs: list[P.Pair], no
             ),
         )
     if verdict.verdict == VALIDATED:
-        _status(rnd, "success", f"Validated: {verdict.reason}")
+        unposted = _status(rnd, "success", f"Validated: {verdict.reason}")
+        if unposted:  # GitHub still shows it pending: the check does not answer validated, a person decides
+            return Answered(UNVALIDATED, verdict.reason, demote=f"the check validated it, but {unposted}")
         return Answered(VALIDATED, verdict.reason)
     word = "inconclusive" if verdict.inconclusive else "unvalidated"
     if policy == SHIP:
-        _status(
+        unposted = _status(
             rnd, "success", f"{word}; merged without proof by policy (autonomy.onInconclusive: ship): {verdict.reason}"
         )
+        if unposted:
+            return Answered(UNVALIDATED, verdict.reason, demote=f"shipping it by policy failed: {unposted}")
         return Answered(UNVALIDATED, verdict.reason)
     _status(rnd, "error", f"{word.capitalize()}: {verdict.reason}")
     if policy == CLOSE:
@@ -560,6 +597,10 @@ def evaluate(cycle: Cycle, now: datetime) -> Answered | None:
     if rnd is None:
         return Answered(UNVALIDATED, "", settle=Settle(Cycle.Status.FAILED, "the check found no round with an open PR"))
     closing = cycle.check_deadline is not None and now >= cycle.check_deadline
+    limit = rate_limit()
+    if limit is not None:  # its answer is posted on GitHub: it waits for the reset, then answers
+        wait_out(cycle, limit[0])
+        return None
     pairs = read_pairs(cycle, rnd)
     waiting = any(P.UNFINISHED in (p.candidate.state, p.baseline.state) for p in pairs)
     if waiting and not closing:
@@ -575,7 +616,9 @@ def poll(cycle: Cycle, now: datetime) -> Settle | Move | None:
     rnd = checking_round(cycle)
     if rnd is None:
         return Settle(Cycle.Status.FAILED, "the check found no round with an open PR")
-    pull = _forge().get_pull(rnd.pr_number)
+    pull = read_or_wait(_forge(), cycle, rnd.pr_number)
+    if pull is None:
+        return None
     if pull.state == "closed":
         Round.objects.filter(pk=rnd.pk).update(status=Round.Status.CLOSED)
         return Settle(Cycle.Status.UNVALIDATED, f"PR #{pull.number} was closed unmerged while its check ran")

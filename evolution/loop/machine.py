@@ -27,6 +27,7 @@ from evolution.core import cycles, due
 from evolution.core.cycles import Opened
 from evolution.core.polling import LEASE
 from evolution.core.polling import take as take_poll
+from evolution.forges import ForgeError, rate_limit
 from evolution.loop import apply as applying
 from evolution.loop import brief as briefs
 from evolution.loop import check, decide, merge, opening, proposer, revert, verdict, watch
@@ -242,8 +243,15 @@ def apply(round_id: int, *, now: datetime | None = None) -> Round | None:
     rnd = applying.accepted(round_id)
     if rnd is None:
         return None
+    limit = rate_limit()
+    if limit is not None:
+        return _apply_waits(rnd, limit[0])
     try:
         failed = applying.apply(rnd, now=now)
+    except ForgeError as exc:
+        if exc.until is None:
+            raise
+        return _apply_waits(rnd, exc.until)
     except Exception as exc:  # noqa: BLE001 - any failure of the stage fails its round with the reason, never strands it
         log.exception("loop: cycle %s: the apply of round %s broke", rnd.cycle_id, rnd.number)
         said = f"the apply failed: {type(exc).__name__}: {exc}{applying.withdraw(rnd)}"
@@ -252,6 +260,20 @@ def apply(round_id: int, *, now: datetime | None = None) -> Round | None:
         return _failed(rnd, failed, now or timezone.now())
     now = now or timezone.now()
     after_apply(rnd.cycle, rnd, now)
+    return rnd
+
+
+def _apply_waits(rnd: Round, until: datetime) -> Round:
+    """A forge rate limit stands: the apply's claim runs out at its reset, when the sweep hands it over again
+    (an attempt that pushed its branch already adopts it then: no second branch, no second PR).
+    """
+    from evolution.core.due import apply_lease
+    from evolution.forges import rate_limit_words
+
+    Round.objects.filter(pk=rnd.pk).update(apply_claimed_at=until - apply_lease(), apply_sent_at=None)
+    log.info(
+        "loop: cycle %s round %s: %s; the apply waits until then", rnd.cycle_id, rnd.number, rate_limit_words(until)
+    )
     return rnd
 
 
@@ -268,9 +290,12 @@ def after_apply(cycle: Cycle, rnd: Round, now: datetime) -> None:
         if check.needed(fresh):
             start_check(fresh, rnd, now)
         else:
-            check.no_check(rnd)
+            unposted = check.no_check(rnd)
             arm_wait(fresh, rnd, now)
-            merge.gate(rnd, now=now)
+            if unposted:
+                merge.demote(rnd, f"{unposted}: the PR waits on a person")
+            else:
+                merge.gate(rnd, now=now)
             merge.notice_pr(fresh, rnd)  # after the gate: it says who merges (auto-merge armed, or a person)
     cycle.refresh_from_db()
 

@@ -6,8 +6,10 @@ two minutes at first, the interval doubling up to six hours
 once; the read decides.
 
 - The gate (``gate``): under ``merge: auto`` the forge's auto-merge is armed
-  (the loop never merges itself); a forge that refuses the arm, the breaker
-  or the calibration hold demote the round to a person's merge.
+  bound to the checked head; a forge that refuses the arm because the PR is
+  already clean ("Pull request is in clean status") has it merged through its
+  merge endpoint at that head with the configured method (issue 32); any other
+  refusal, the breaker or the calibration hold demote the round to a person.
 - The wait (``poll``): merged → the round records its merge and the cycle
   its ``merged_at`` (the machine then opens the watch, counted from the
   merge); closed unmerged → settle unvalidated; still open past
@@ -23,7 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from evolution.core import cycles
-from evolution.core.polling import FIRST_INTERVAL_S, back_off, deadline_hours
+from evolution.core.polling import FIRST_INTERVAL_S, back_off, deadline_hours, read_or_wait, wait_out
 from evolution.loop.steps import Move, Settle
 from evolution.models import Cycle, Round
 from evolution.steering import autonomy
@@ -31,6 +33,8 @@ from evolution.steering import autonomy
 log = logging.getLogger(__name__)
 
 PRODUCER = "loop"
+#: How a round's note starts while its merge: auto arm waits out a forge rate limit (the poll arms it after).
+ARM_WAITS = "the arm waits:"
 
 
 # --- Arming the wait -----------------------------------------------------------------
@@ -102,13 +106,17 @@ def notice_merged(cycle: Cycle, rnd: Round, merged_by: str) -> None:
 
 
 def gate(rnd: Round, *, now: datetime, sha: str = "") -> None:
-    """Staff the merge gate: under merge: auto arm the forge's auto-merge (the loop never merges itself).
+    """Staff the merge gate: under merge: auto arm the forge's auto-merge, or merge a PR that is already clean.
 
     The arm is bound to ``sha`` (the commit the pre-merge check checked; the
     PR's head where there is no check), so a head pushed since is refused.
-    A forge that refuses the arm, the breaker or the calibration hold demote the round to a person's merge.
+    A PR GitHub finds clean (every required check passed on ``sha``) cannot be
+    armed; it is merged through the forge at ``sha`` with the configured
+    method instead. Any other refusal, the breaker or the calibration hold
+    demote the round to a person's merge.
     """
-    from evolution.forges import ForgeError, get_forge
+    from evolution.forges import ForgeError, get_forge, rate_limit_words
+    from evolution.forges.base import arm_or_merge
 
     cycle = rnd.cycle
     policy = autonomy.policy(cycle.entity)
@@ -119,13 +127,35 @@ def gate(rnd: Round, *, now: datetime, sha: str = "") -> None:
         demote(rnd, gates.note)
         return
     method = policy.get("mergeMethod") or "merge"
+    sha = sha or rnd.head_sha
     # Recorded before the arm: an arm on a green head merges at once, and the merge wait reads the gate.
     Round.objects.filter(pk=rnd.pk).update(merge_gate=autonomy.AUTO)
     rnd.merge_gate = autonomy.AUTO
     try:
-        get_forge().arm_auto_merge(rnd.pr_number, method=method, sha=sha or rnd.head_sha, by=cycle.actor)
+        _pull, how = arm_or_merge(get_forge(), rnd.pr_number, method=method, sha=sha, by=cycle.actor)
     except ForgeError as exc:
+        if exc.until is not None:  # GitHub's rate limit: the arm waits for its reset (the poll arms it then)
+            note = f"{ARM_WAITS} {rate_limit_words(exc.until)}"
+            Round.objects.filter(pk=rnd.pk).update(gate_note=note)
+            rnd.gate_note = note
+            wait_out(cycle, exc.until)
+            return
         demote(rnd, str(exc) if str(exc).startswith("auto-merge unavailable") else f"auto-merge unavailable: {exc}")
+        return
+    if rnd.gate_note.startswith(ARM_WAITS):
+        Round.objects.filter(pk=rnd.pk).update(gate_note="")
+        rnd.gate_note = ""
+    if how == "merged":
+        log.info("loop: cycle %s: PR #%s was clean at %s: merged by the loop", cycle.pk, rnd.pr_number, sha[:12])
+
+
+def _after_arm(forge: Any, cycle: Cycle, round: Round, now: datetime) -> Settle | Move | None:
+    """The poll after a late arm: a PR the gate merged (it was clean) moves on now; an armed one waits."""
+    pull = read_or_wait(forge, cycle, round.pr_number)
+    if pull is not None and pull.state == "merged":
+        return poll(cycle, now)
+    back_off(cycle, now, deadline=cycle.merge_deadline)
+    return None
 
 
 def demote(rnd: Round, why: str) -> None:
@@ -169,7 +199,9 @@ def poll(cycle: Cycle, now: datetime) -> Settle | Move | None:
     if round is None:
         return Settle(Cycle.Status.FAILED, "the merge wait found no round with an open PR")
     forge = _forge()
-    pull = forge.get_pull(round.pr_number)
+    pull = read_or_wait(forge, cycle, round.pr_number)
+    if pull is None:
+        return None
     if pull.state == "merged":
         merged_at = pull.merged_at or now
         Round.objects.filter(pk=round.pk).update(merge_sha=pull.merge_sha, status=Round.Status.MERGED)
@@ -186,6 +218,9 @@ def poll(cycle: Cycle, now: datetime) -> Settle | Move | None:
         reason += _close_unmerged(forge, pull.number, cycle)
         Round.objects.filter(pk=round.pk).update(status=Round.Status.CLOSED)
         return Settle(Cycle.Status.UNVALIDATED, reason)
+    if round.merge_gate == "auto" and not pull.auto_merge and round.gate_note.startswith(ARM_WAITS):
+        gate(round, now=now, sha=round.checked_sha or round.head_sha)  # the rate limit passed: arm it now
+        return None if round.gate_note.startswith(ARM_WAITS) else _after_arm(forge, cycle, round, now)
     if round.merge_gate == "auto" and not pull.auto_merge:
         # The arm was taken out (a person disabled it, or the head moved past the commit the loop vouched for).
         demote(round, f"the auto-merge of PR #{pull.number} no longer stands (disarmed, or its head moved)")

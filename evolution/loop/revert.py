@@ -25,9 +25,9 @@ from django.conf import settings
 from django.db import transaction
 
 from evolution.core import cycles
-from evolution.core.polling import FIRST_INTERVAL_S, back_off, deadline_hours
+from evolution.core.polling import FIRST_INTERVAL_S, back_off, deadline_hours, read_or_wait
 from evolution.forges import get_forge
-from evolution.forges.base import DIFF_GATE, VALIDATION, ForgeError, PullInfo
+from evolution.forges.base import DIFF_GATE, VALIDATION, ForgeError, PullInfo, fit
 from evolution.forges.git import step_branch, throwaway_clone
 from evolution.models import Cycle, Round
 from evolution.steering import autonomy
@@ -132,7 +132,7 @@ def revert_body(round: Round) -> str:
         "",
         f"Cycle: {link}",
     ]
-    return "\n".join(lines) + "\n"
+    return fit("\n".join(lines) + "\n", rest=link)
 
 
 # --- At a settle ----------------------------------------------------------------------------
@@ -191,8 +191,11 @@ def first_poll(now: datetime) -> dict[str, Any]:
 
 
 def arm(cycle_id: int, round_id: int, pull: Any) -> None:
-    """A revert inherits the merge gate: under merge: auto its auto-merge is armed (the breaker never vetoes an undo)."""
+    """A revert inherits the merge gate: under merge: auto its auto-merge is armed (the breaker never vetoes an undo);
+    a revert PR already clean (both statuses success from the start) is merged at its head instead.
+    """
     from evolution.forges import get_forge
+    from evolution.forges.base import arm_or_merge
 
     cycle = Cycle.objects.select_related("entity").get(pk=cycle_id)
     if autonomy.revert_gate(cycle.entity) != autonomy.AUTO:
@@ -200,7 +203,7 @@ def arm(cycle_id: int, round_id: int, pull: Any) -> None:
     method = autonomy.policy(cycle.entity).get("mergeMethod") or "merge"
     Round.objects.filter(pk=round_id).update(revert_merge_gate=autonomy.AUTO)
     try:
-        get_forge().arm_auto_merge(pull.number, method=method, sha=pull.head_sha, by=cycle.actor)
+        arm_or_merge(get_forge(), pull.number, method=method, sha=pull.head_sha, by=cycle.actor)
     except ForgeError as exc:
         Round.objects.filter(pk=round_id).update(revert_merge_gate=autonomy.HUMAN)
         from hitl.actions import post_notice
@@ -252,7 +255,9 @@ def poll(cycle: Cycle, now: datetime) -> str:
         log.warning("loop: cycle %s is reverting with no revert PR on any round; polled again later", cycle.pk)
         return back_off(cycle, now, deadline=None)
     deadline = _revert_deadline(cycle, round, now)
-    pull = get_forge().get_pull(round.revert_pr_number)
+    pull = read_or_wait(get_forge(), cycle, round.revert_pr_number)
+    if pull is None:
+        return "open"
     if pull.state == "merged":
         return _ended(cycle, round, "merged", revert_merged_at=pull.merged_at or now)
     if pull.state == "closed":

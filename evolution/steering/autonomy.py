@@ -104,6 +104,11 @@ def _shipped_unattended(cycle: Cycle) -> bool:
     return any(r.merge_sha and r.merge_gate == AUTO for r in cycle.rounds.all())
 
 
+def _confounded(cycle: Any) -> bool:
+    """Whether another change landed inside ``cycle``'s watch (a sibling's, or an edit no cycle shipped)."""
+    return bool(getattr(cycle, "confounded_by", None) or getattr(cycle, "confounded_by_edit", None))
+
+
 def _pause_of(entity: Entity, settles: list[Cycle]) -> str | None:
     """Why ``settles`` (newest first, after the last re-arm) pause the entity, or None."""
     return _pause_under(policy(entity), settles)
@@ -116,7 +121,11 @@ def _pause_under(terms: dict[str, Any], settles: list[Cycle]) -> str | None:
     ceiling = terms.get("maxConsecutiveRegressions", 2)
     if terms.get("onUnmeasured", "pause") != "continue":
         for cycle in settles:
-            if _shipped_unattended(cycle) and strength(cycle) == "blind":
+            if not _shipped_unattended(cycle):
+                continue
+            if _confounded(cycle):  # R19.12: blind whatever its check or comparator read
+                return f"cycle {cycle.pk} shipped unattended and another change confounded its watch (counted as blind)"
+            if strength(cycle) == "blind":
                 return f"cycle {cycle.pk} shipped unattended and nothing measured it"
     if ceiling is None:
         return None

@@ -27,6 +27,9 @@ daily digest are built on. One query per source, whatever the fleet holds:
 - stuck: a step of a live cycle that has been due with no worker on it for
   longer than a few ticks (``evolution.core.due``): an accepted change
   nobody is applying, an analysis nobody has started.
+- forge: GitHub's rate limit (``evolution.forges.rate_limit``, issue 32): the
+  polls, applies, checks and withdraws wait until its reset — the fleet's
+  answer only, until the reset.
 
 A wait past its own bound (``until``) is over and is not listed. Each item
 is {gate, targetKind, targetId, name, cycleId, round, since, until, cardId,
@@ -83,6 +86,7 @@ GATES = (
     "failure",
     "config",
     "stuck",
+    "forge",
 )
 PAGE_PATH = "/evolution/needs-you/"
 #: What no wait reads of an entity (the definition's text and frontmatter): left unread for a whole fleet.
@@ -365,6 +369,29 @@ def _config_item(entity: Entity) -> dict[str, Any]:
     )
 
 
+def _forge_items(now: datetime) -> list[dict[str, Any]]:
+    """GitHub's rate limit, while it stands: every GitHub call of the loop waits for its reset."""
+    from evolution.forges import rate_limit, rate_limit_words
+
+    limit = rate_limit()
+    if limit is None:
+        return []
+    until, reason = limit
+    words = rate_limit_words(until)
+    return [
+        _item(
+            "forge",
+            None,
+            since=now,
+            until=until,
+            url=absolute(PAGE_PATH),
+            clause=f"{words}: {reason}",
+            next=f"{words}: the loop's polls, applies, checks and withdraws wait until then; nobody need act, "
+            "but GitHub asks for fewer calls (a webhook instead of polling, a GitHub App's higher limit)",
+        )
+    ]
+
+
 # --- The sources --------------------------------------------------------------------
 
 
@@ -491,6 +518,8 @@ def collect(
         found.extend(_entity_items(entity, now, breaker=breaker, held=held, budget=budget, claimed=claimed,
                                    running=running))  # fmt: skip
     found.extend(_failure_item(c) for c in _failures(ids))
+    if whole:
+        found.extend(_forge_items(now))
     far = now + timedelta(days=36500)
     found.sort(key=lambda i: (i["since"] or far, GATES.index(i["gate"]) if i["gate"] in GATES else len(GATES)))
     return found
@@ -662,6 +691,7 @@ def count(now: datetime | None = None) -> int:
                                running=running))  # fmt: skip
     n += _grant_pending().filter(expires_at__gt=now).count()  # ``_open``: an expiry is never empty
     n += _unread_failures().count()
+    n += len(_forge_items(now))
     return n
 
 

@@ -54,7 +54,10 @@ def test_full_autonomy_improves_the_entity_with_no_card_answered(embedded, tmp_p
     rnd = cycle.rounds.get(number=1)
     assert rnd.acceptance == "auto" and rnd.merge_gate == "auto"
     assert cycle.phase == Cycle.Phase.WATCHING and rnd.status == Round.Status.MERGED
-    assert PullRequest.objects.get(number=rnd.pr_number).merged_by.startswith("auto-merge")
+    # No check and only the diff gate required: the PR is clean at once, the forge refuses the arm as GitHub does,
+    # and the loop merges it at the head it vouched for (issue 32).
+    merged = PullRequest.objects.get(number=rnd.pr_number)
+    assert merged.merged_by == f"clean-status merge ({cycle.actor})" and merged.head_sha == rnd.head_sha
     for ticket in (failed * 5)[:5]:
         assert not wrong(run(ticket))
     cycle.refresh_from_db()

@@ -8,8 +8,10 @@ gates" and "Revert" (R12.3–R12.7, R12.11–R12.13, R15.3–R15.5, R15.8):
   within one request, and with the webhook dropped the poll notices it;
 - merge: auto — the arm waits for every required check and GitHub merges; a
   head pushed past the vouched commit has the arm taken out and the round
-  demoted; an arm GitHub refuses ("Pull request is in clean status")
-  demotes the round with GitHub's reason; a regressed change's revert PR
+  demoted; a PR already clean, whose arm GitHub refuses ("Pull request is
+  in clean status"), is merged by the loop at the vouched head (issue 32);
+  a base branch requiring nothing or a forbidden method demotes the round
+  with GitHub's reason; a regressed change's revert PR
   carries both statuses and is auto-merged once CI is green;
 - a webhook delivered over real HTTP to a live server moves the cycle within seconds.
 """
@@ -191,16 +193,44 @@ def test_a_head_pushed_past_the_vouched_commit_drops_the_arm_and_the_round_waits
     assert Notice.objects.filter(kind="merge-demoted", text__contains="no longer stands").exists()
 
 
-def test_an_arm_github_refuses_demotes_the_round_with_githubs_reason(on_github, tmp_path):
-    on_github.protection = [DIFF_GATE]  # set before the PR opens: the PR is clean at once
+def test_a_pr_already_clean_is_merged_by_the_loop_at_the_vouched_head_never_handed_to_a_person(on_github, tmp_path):
+    on_github.protection = [DIFF_GATE]  # set before the PR opens: the PR is clean at once, GitHub refuses the arm
+    go_autonomous(on_github, tmp_path)
+    cycle, failed = until_cycle(tickets())
+    rnd = cycle.rounds.get(number=1)
+    cycle.refresh_from_db()
+    assert rnd.merge_gate == "auto" and rnd.gate_note == "" and cycle.phase == Cycle.Phase.WATCHING
+    pull = on_github.pull(rnd.pr_number)
+    assert pull.merged and pull.merged_by == "api" and pull.auto_merge is None
+    graphql = [r for r in on_github.requests if r.path == "/api/graphql"]
+    merges = [r for r in on_github.requests if r.method == "PUT" and r.path.endswith(f"/pulls/{rnd.pr_number}/merge")]
+    assert len(graphql) == 1 and [m.status for m in merges] == [200]  # the arm refused, then one merge
+    assert not Notice.objects.filter(kind="merge-demoted").exists()
+    assert not Card.objects.filter(producer="loop").exists()
+    settled_valid(cycle, failed)
+
+
+def test_a_base_branch_requiring_nothing_still_demotes_the_round_with_githubs_reason(on_github, tmp_path):
+    on_github.protection = None
     go_autonomous(on_github, tmp_path)
     cycle, _ = until_cycle(tickets())
     rnd = cycle.rounds.get(number=1)
     assert cycle.phase == Cycle.Phase.MERGE_WAIT and rnd.merge_gate == "human"
-    reason = f"auto-merge unavailable: GitHub refused to arm PR #{rnd.pr_number}: Pull request is in clean status"
-    assert rnd.gate_note == reason
-    assert Notice.objects.filter(kind="merge-demoted", text__contains="Pull request is in clean status").exists()
+    assert "Protected branch rules not configured for this branch" in rnd.gate_note
     assert on_github.pull(rnd.pr_number).state == "open"  # the PR waits for a person
+    assert not [r for r in on_github.requests if r.method == "PUT" and "/merge" in r.path]
+
+
+def test_a_clean_pr_with_a_forbidden_method_is_not_merged_with_a_method_nobody_chose(on_github, tmp_path):
+    on_github.protection = [DIFF_GATE]
+    on_github.allow_merge_commit = False
+    go_autonomous(on_github, tmp_path)
+    cycle, _ = until_cycle(tickets())
+    rnd = cycle.rounds.get(number=1)
+    assert cycle.phase == Cycle.Phase.MERGE_WAIT and rnd.merge_gate == "human"
+    assert "Merge commits are not allowed on this repository." in rnd.gate_note
+    assert on_github.pull(rnd.pr_number).state == "open"
+    assert Notice.objects.filter(kind="merge-demoted", text__contains="not allowed").exists()
 
 
 def test_a_regressed_change_under_merge_auto_is_reverted_by_an_auto_merged_revert(on_github, tmp_path):
@@ -218,8 +248,10 @@ def test_a_regressed_change_under_merge_auto_is_reverted_by_an_auto_merged_rever
     )
     cycle, _ = until_cycle(tickets())
     rnd = cycle.rounds.get(number=1)
-    # No pre-merge check posts singularity/validation: a person's CI does, and GitHub merges the armed PR.
-    on_github.post_status(rnd.head_sha, VALIDATION, "success", "checked by a person")
+    # With no check the loop posts singularity/validation as success itself ("no pre-merge check"); the arm holds
+    # on the CI alone, and GitHub merges the armed PR once it is green.
+    assert on_github.statuses(rnd.head_sha) == {DIFF_GATE: "success", VALIDATION: "success"}
+    assert on_github.pull(rnd.pr_number).auto_merge is not None
     on_github.post_status(rnd.head_sha, CI, "success")
     on_github.deliver(Client())
     cycle.refresh_from_db()

@@ -71,6 +71,22 @@ _GIT_ENV = {
 }
 
 
+#: GitHub refuses a pull request's or a comment's body this long or longer.
+BODY_MAX = 65_536
+
+
+def _fits(body: Any, resource: str) -> None:
+    """422 as GitHub answers a body over its bound."""
+    if isinstance(body, str) and len(body) > BODY_MAX:
+        error = {
+            "resource": resource,
+            "code": "custom",
+            "field": "body",
+            "message": f"body is too long (maximum is {BODY_MAX} characters)",
+        }
+        raise Refused(422, {"message": "Validation Failed", "errors": [error], "documentation_url": DOCS})
+
+
 def _now() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
@@ -115,6 +131,8 @@ class Request:
     path: str
     status: int
     token: str
+    #: The X-GitHub-Api-Version the request named ("" when none).
+    api_version: str = ""
 
     @property
     def conditional_hit(self) -> bool:
@@ -423,7 +441,8 @@ class FakeGitHub:
                 status, answer, extra = self._route(method, path, query, headers, body, token)
             except Refused as refused:
                 status, answer, extra = refused.status, refused.body, refused.headers
-            self._state.requests.append(Request(method, path, status, token or ""))
+            version = str(headers.get("X-GitHub-Api-Version") or "")
+            self._state.requests.append(Request(method, path, status, token or "", version))
             charged = sum(1 for r in self._state.requests if r.status != 304)
         extra = {
             "X-RateLimit-Limit": "5000",
@@ -504,6 +523,7 @@ class FakeGitHub:
                 raise Refused(404, {"message": "Not Found", "documentation_url": DOCS})
             if not isinstance(data.get("body"), str) or not data["body"]:
                 raise Refused(422, {"message": "Validation Failed", "errors": [{"field": "body", "code": "missing"}]})
+            _fits(data["body"], "IssueComment")
             comment = {
                 "id": len(pull.comments) + 1,
                 "body": data["body"],
@@ -674,6 +694,7 @@ class FakeGitHub:
             )
         head_sha, base_tip = self.tip(head), self.tip(base)
         assert head_sha and base_tip
+        _fits(data.get("body"), "Issue")
         if head == base or _is_ancestor(head_sha, base_tip, self.repo_path):
             raise Refused(422, _validation([_custom(f"No commits between {base} and {head}")]))
         for other in self._state.pulls.values():
@@ -717,6 +738,14 @@ class FakeGitHub:
             raise Refused(405, {"message": "Pull Request is not mergeable", "documentation_url": DOCS})
         if sha and sha != pull.head_sha:
             raise Refused(409, {"message": "Head branch was modified. Review and try the merge again."})
+        allowed = {
+            "merge": self.allow_merge_commit,
+            "squash": self.allow_squash_merge,
+            "rebase": self.allow_rebase_merge,
+        }
+        if not allowed.get(method, False):
+            word = {"merge": "Merge commits", "squash": "Squash merges", "rebase": "Rebase merges"}.get(method, method)
+            raise Refused(405, {"message": f"{word} are not allowed on this repository.", "documentation_url": DOCS})
         blockers = self._blockers(pull)
         if blockers:
             raise Refused(405, {"message": blockers[0], "documentation_url": DOCS})
