@@ -141,12 +141,15 @@ class Gateway:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]],
         response_format: dict[str, Any] | None = None,
+        max_tokens: int | None = None,
     ) -> Completion:
         """Return one validated completion, or raise ``GatewayError`` (permanent or transient).
 
-        ``tools`` is sent only when non-empty; ``response_format`` only when given.
+        ``tools`` is sent only when non-empty; ``response_format`` and ``max_tokens`` only when given.
         """
         extra: dict[str, Any] = {}
+        if max_tokens is not None:
+            extra["max_tokens"] = max_tokens
         if tools:
             extra["tools"] = tools
         if response_format is not None:

@@ -18,7 +18,7 @@ from django.utils import timezone
 from singularity.being import lease
 from singularity.being.framing import DEFAULT_SYSTEM_PROMPT
 from singularity.being.lease import LeaseLost
-from singularity.being.store import Journal
+from singularity.being.store import JOURNAL_FIELDS, Journal
 from singularity.errors import ConfigError, StateError
 from singularity.models import Being, Event, being_name_validator
 from singularity.money import MoneyError, money_str, parse_money
@@ -97,7 +97,7 @@ def _append(locked: Being, kind: str, data: dict[str, Any], **fields: Any) -> No
     journal.emit(kind, data)
     for name, value in fields.items():
         setattr(locked, name, value)
-    locked.save(update_fields=["event_seq", "updated_at", *fields])
+    locked.save(update_fields=[*JOURNAL_FIELDS, "updated_at", *fields])
     Event.objects.bulk_create(journal.pending)
 
 

@@ -48,6 +48,10 @@ class Command(BaseCommand):
         export = sub.add_parser("export", help="Write state.json and activity.jsonl for a being.")
         export.add_argument("--name", required=True)
         export.add_argument("--dir", required=True)
+        verify = sub.add_parser("verify", help="Check a journal's hash chain: a stored being's, or an exported file's.")
+        source = verify.add_mutually_exclusive_group(required=True)
+        source.add_argument("--name", help="A stored being.")
+        source.add_argument("--file", help="An exported activity.jsonl.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
@@ -154,3 +158,39 @@ class Command(BaseCommand):
         state, activity = export_being(being, Path(options["dir"]))
         self.stdout.write(f"wrote {state} and {activity}")
         return 0
+
+    def _verify(self, options: dict[str, Any]) -> int:
+        """Exit 0 when the chain is whole; otherwise name the first event that breaks it and exit 4."""
+        from singularity.being.chain import verify_export
+        from singularity.being.export import describe, verify_being
+
+        if options["file"]:
+            path = Path(options["file"])
+            try:
+                data = path.read_bytes()
+            except OSError as exc:
+                raise ConfigError(f"--file: cannot read {path}: {exc.strerror}") from exc
+            verdict, what = verify_export(data, **_exported_head(path.parent / "state.json")), str(path)
+        else:
+            being = Being.objects.filter(name=options["name"]).first()
+            if being is None:
+                raise StateError(f"--name: there is no being named {options['name']!r}")
+            verdict, what = verify_being(being), f"being {being.name}"
+        line = describe(verdict, what)
+        if verdict.whole:
+            self.stdout.write(line)
+            return 0
+        raise StateError(line)
+
+
+def _exported_head(state_path: Path) -> dict[str, Any]:
+    """The journal's head and length from the export's ``state.json`` beside it; nothing when there is none."""
+    try:
+        journal = json.loads(state_path.read_text(encoding="utf-8")).get("journal")
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, AttributeError) as exc:
+        raise ConfigError(f"{state_path}: cannot read the journal's head: {exc}") from exc
+    if not isinstance(journal, dict):
+        return {}
+    return {"head": journal.get("head"), "events": journal.get("events")}
