@@ -245,3 +245,63 @@ def test_the_balance_never_goes_below_zero_and_the_ledger_identity_holds(
     debits = Event.objects.filter(being=being, kind="cost_debited").count()
     assert debits >= gateway.answered
     assert debits == Event.objects.filter(being=being, kind="cost_reserved").count()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sigkill_at_random_points_loses_no_answered_call_and_never_reads_below_zero(fake_gateway, tmp_path):
+    import random
+    import signal
+    import threading
+    import time
+
+    from tests.singularity.helpers import manage, manage_env, spawn
+
+    chance = random.Random(34)
+    lock = threading.Lock()
+
+    def answer(request, headers):
+        with lock:
+            tool = chance.random() < 0.5
+            delay = chance.random() * 0.08
+        call = [("self__remember", {"key": "k", "value": str(time.monotonic())})] if tool else []
+        return Reply(content=None if tool else "rest", tool_calls=call, usage=usage(300, 40), delay_s=delay)
+
+    fake_gateway.handler = answer
+    env = manage_env(
+        BRAMA_BASE_URL=fake_gateway.base_url,
+        BRAMA_MAX_RETRIES="0",
+        BRAMA_TIMEOUT_SECS="1",
+        BRAMA_MAX_TOKENS="64",
+        BRAMA_INPUT_PRICE_USD_PER_MILLION="3",
+        BRAMA_OUTPUT_PRICE_USD_PER_MILLION="15",
+        SINGULARITY_INSTANCE_USD_PER_HOUR="0.36",
+        SINGULARITY_STARTING_BALANCE_USD="1",
+        SINGULARITY_COST_RESERVATION="true",
+        SINGULARITY_WORKSPACE=str(tmp_path / "ws"),
+    )
+    kills = 6
+    for attempt in range(kills):
+        args = ["being", "run", "--name", "ada"] + (["--resume"] if attempt else [])
+        seen = len(fake_gateway.requests)
+        proc = spawn(*args, env=env)
+        deadline = time.monotonic() + 60
+        target = seen + chance.randint(1, 4)
+        while len(fake_gateway.requests) < target and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.01)
+        time.sleep(chance.random() * 0.12)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    fake_gateway.handler = lambda request, headers: Reply(content="rest", usage=usage(300, 40))
+    settle = manage("being", "once", "--name", "ada", "--resume", env=env)
+    assert settle.returncode == 0, settle.stderr
+
+    being = Being.objects.get(name="ada")
+    assert being.remaining >= 0 and being.reserved_api == being.reserved_instance == 0
+    assert_ledger_identity(being)
+    debits = Event.objects.filter(being=being, kind="cost_debited")
+    assert all(Decimal(e.data["remaining"]) >= 0 for e in debits)
+    settled = [e for e in debits if e.data.get("settled") == "reservation"]
+    assert settled, "no kill landed between a reservation and its debit"
+    # Every call the gateway saw is debited, or its reservation is: one debit for each reservation.
+    assert debits.count() == Event.objects.filter(being=being, kind="cost_reserved").count()
+    assert debits.count() >= len(fake_gateway.requests)
