@@ -240,6 +240,8 @@ SINGULARITY_INSTANCE_USD_PER_HOUR = env_decimal("SINGULARITY_INSTANCE_USD_PER_HO
 SINGULARITY_SHUTDOWN_GRACE_SECS = env_float("SINGULARITY_SHUTDOWN_GRACE_SECS", 5.0)
 SINGULARITY_TOOL_TIMEOUT_SECS = env_float("SINGULARITY_TOOL_TIMEOUT_SECS", 60.0)
 SINGULARITY_MCP_CONFIG = env_str("SINGULARITY_MCP_CONFIG", "")
+#: A dead MCP server is restarted before the next cycle; after a failed restart the next waits this long, doubling.
+SINGULARITY_MCP_RESTART_BACKOFF_SECS = env_float("SINGULARITY_MCP_RESTART_BACKOFF_SECS", 1.0)
 SINGULARITY_WORKSPACE = Path(env_str("SINGULARITY_WORKSPACE", str(VAR_DIR / "workspace")))
 #: Where links in cards and PR bodies point; by default the dashboard `make run` serves on PORT.
 SINGULARITY_PUBLIC_URL = env_str("SINGULARITY_PUBLIC_URL", f"http://127.0.0.1:{env_str('PORT', '8000')}")

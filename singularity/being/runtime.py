@@ -183,6 +183,10 @@ class Runtime:
         framing = framing_message(being, stimulus=being.stimulus)
         cycle = Cycle(being=being, number=being.cycle, started_at=timezone.now())
         self.journal.emit(Event.Kind.CYCLE_STARTED, {"balance": money_str(being.remaining), "model": being.model})
+        # Dead MCP servers are restarted (with a backoff) before the model sees the catalogue; a down one is left out.
+        revive = getattr(self.catalogue, "revive", None)
+        for note in revive() if revive is not None else []:
+            self.journal.emit(Event.Kind.WARNING, {"message": storable_text(note)[:2000]})
         with transaction.atomic():
             self.journal.save(owner=self.owner, cycle=cycle)
             # A cycle a crashed process left running; its completions were debited and are never debited again.
