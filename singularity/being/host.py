@@ -50,8 +50,11 @@ class Host:
         stop: threading.Event,
         interval: float,
         close_catalogue: Callable[[], None],
+        model: str = "",
     ) -> None:
         self.being = being
+        #: A model a person chose on the command line (``--model``): the being thinks with it from now on.
+        self.model = model
         self.stop = stop
         self.interval = interval
         self.owner = lease.owner_id("cli")
@@ -80,7 +83,11 @@ class Host:
             raise lease.LeaseLost(being)
         being.status, being.host = Being.Status.RUNNING, Being.Host.CLI
         journal = self.runtime.journal
-        journal.emit(Event.Kind.STARTED, {"host": "cli", "owner": self.owner})
+        started: dict[str, str] = {"host": "cli", "owner": self.owner}
+        if self.model and self.model != being.model:
+            started.update(model=self.model, model_was=being.model)
+            being.model = self.model
+        journal.emit(Event.Kind.STARTED, started)
         journal.save(owner=self.owner)
 
     def run(self, *, once: bool) -> Outcome:

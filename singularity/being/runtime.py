@@ -27,6 +27,7 @@ from singularity.agent import COMPLETED, ROUND_LIMIT, AgentHooks, AgentLoop, Cat
 from singularity.being.framing import framing_message, system_message
 from singularity.being.lease import LeaseLost
 from singularity.being.ledger import CreditRefused, apply_credit, apply_debit
+from singularity.being.model_choice import SWITCH_MODEL, switch_refusal
 from singularity.being.reserve import call_deadline_ns, prompt_tokens_bound, reservation
 from singularity.being.revenue import find_revenue
 from singularity.being.storable import StorableGateway, storable_outcome, storable_text
@@ -34,6 +35,7 @@ from singularity.being.store import RUNTIME_FIELDS, Journal
 from singularity.errors import UpstreamError
 from singularity.models import RECENT_ACTIONS, Being, Cycle, Event
 from singularity.money import EXACT, Debit, money_str
+from singularity.tools.outcome import FAILED, ToolOutcome
 
 __all__ = ["ROUND_LIMIT_WARNING", "CatalogueLike", "CycleReport", "GatewayLike", "Prices", "Runtime"]
 
@@ -198,7 +200,7 @@ class Runtime:
         loop = AgentLoop(
             gateway=StorableGateway(self.gateway),
             tools=tools,
-            call_tool=lambda name, arguments: storable_outcome(self.catalogue.call(being, name, arguments)),
+            call_tool=self._call_tool,
             model=lambda: being.model,
             system=lambda: system_message(being),
             prices=self.prices,
@@ -227,6 +229,14 @@ class Runtime:
         if self.should_stop():
             return Cycle.Status.INTERRUPTED
         return None
+
+    def _call_tool(self, name: str, arguments: str | dict[str, Any]) -> Any:
+        """Run one tool through the catalogue; a switch to a model the gateway does not serve is refused first."""
+        if name == SWITCH_MODEL:
+            refusal = switch_refusal(self.gateway, arguments)
+            if refusal:
+                return storable_outcome(ToolOutcome(name, FAILED, {"error": refusal}, None, error=refusal))
+        return storable_outcome(self.catalogue.call(self.being, name, arguments))
 
     # -- the reservation ---------------------------------------------------
     def _reserve(

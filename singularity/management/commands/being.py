@@ -42,6 +42,7 @@ class Command(BaseCommand):
             p.add_argument("--name", required=True, help="The being's name (created on first use).")
             p.add_argument("--resume", action="store_true", help="Continue an existing being.")
             p.add_argument("--stimulus", default="", help="One external observation for cycle 1 (max 64 KiB).")
+            p.add_argument("--model", default="", help="Think with this model from now on (one the gateway serves).")
         tools = sub.add_parser("tools", help="List the tool catalogue: built-in self tools and MCP tools.")
         tools.add_argument("--json", action="store_true")
         sub.add_parser("doctor", help="Check configuration, database, workspace, MCP servers and gateway.")
@@ -90,6 +91,8 @@ class Command(BaseCommand):
         from singularity.gateway import get_gateway
         from singularity.tools import build_catalogue
 
+        gateway = get_gateway()
+        model = self._chosen_model(options["model"], gateway)
         being = self._load_being(options)
         catalogue = build_catalogue()
         stop = threading.Event()
@@ -97,7 +100,8 @@ class Command(BaseCommand):
         try:
             host = Host(
                 being,
-                gateway=get_gateway(),
+                gateway=gateway,
+                model=model,
                 catalogue=catalogue,
                 stop=stop,
                 interval=settings.SINGULARITY_CYCLE_INTERVAL_SECS,
@@ -110,6 +114,22 @@ class Command(BaseCommand):
         if outcome.error is not None:
             return self._report_error(outcome.error), outcome.report
         return 0, outcome.report
+
+    @staticmethod
+    def _chosen_model(model: str, gateway: Any) -> str:
+        """``--model`` checked: not empty, not too long, and served by the gateway when it says what it serves."""
+        from singularity.being.model_choice import unserved
+        from singularity.tools.builtin import MAX_MODEL_CHARS
+
+        if not model:
+            return ""
+        model = model.strip()
+        if not model or len(model) > MAX_MODEL_CHARS or "\x00" in model:
+            raise ConfigError(f"--model: a model name is 1 to {MAX_MODEL_CHARS} characters without NUL")
+        refusal = unserved(gateway, model)
+        if refusal:
+            raise ConfigError(f"--model: {refusal}")
+        return model
 
     def _run(self, options: dict[str, Any]) -> int:
         code, _ = self._host(options, once=False)
