@@ -20,6 +20,8 @@ from singularity.gateway import parse_completion
 from singularity.models import Being, Event
 from singularity.money import EXACT
 from singularity.tools import build_catalogue
+from singularity.tools.builtin import BUILTINS, Builtin
+from singularity.tools.catalogue import ToolCatalogue
 from tests.singularity.helpers import make_being, make_runtime
 
 REMEMBER = ("self__remember", {"key": "k", "value": "v"})
@@ -147,21 +149,22 @@ class BoundedGateway:
     process while the n-th call is in flight (after the gateway answered it).
     """
 
-    draws: list[tuple[float, float, float, bool]]
+    draws: list[tuple[float, float, float, str]]
     deadline_ns: int
     kill_during: int | None = None
     answered: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
 
     def complete(self, *, model: str, messages: list[dict], tools: list[dict], max_tokens: int) -> Any:
-        prompt_share, completion_share, time_share, wants_tool = self.draws[self.answered % len(self.draws)]
+        prompt_share, completion_share, time_share, action = self.draws[self.answered % len(self.draws)]
+        calls = {"rest": [], "remember": [REMEMBER], "sell": [("finance__sell", {})]}[action]
         request = {"model": model, "messages": messages, "tools": tools, "max_tokens": max_tokens}
         self.requests.append(request)
         prompt = int(prompt_tokens_bound(messages, tools) * prompt_share)
         completion = int(max_tokens * completion_share)
         reply = Reply(
-            content=None if wants_tool else "rest",
-            tool_calls=[REMEMBER] if wants_tool else [],
+            content=None if calls else "rest",
+            tool_calls=calls,
             usage=usage(prompt, completion),
         )
         body = json.dumps(render_completion(reply, request)).encode()
@@ -208,18 +211,28 @@ share = st.floats(min_value=0, max_value=1)
 
 
 @pytest.mark.django_db
-@hsettings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@hsettings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     prices=st.builds(Prices, money_prices, money_prices, money_prices),
     starting=st.decimals(min_value=0, max_value=2, places=6),
-    draws=st.lists(st.tuples(share, share, share, st.booleans()), min_size=1, max_size=6),
+    draws=st.lists(
+        st.tuples(share, share, share, st.sampled_from(["rest", "remember", "sell"])), min_size=1, max_size=6
+    ),
+    revenue=st.decimals(min_value="0.000001", max_value=1, places=6),
     max_tokens=st.integers(min_value=1, max_value=20_000),
     kill_save=st.one_of(st.none(), st.integers(min_value=1, max_value=25)),
     kill_call=st.one_of(st.none(), st.integers(min_value=1, max_value=6)),
 )
 def test_the_balance_never_goes_below_zero_and_the_ledger_identity_holds(
-    catalogue, prices, starting, draws, max_tokens, kill_save, kill_call
+    prices, starting, draws, max_tokens, kill_save, kill_call, revenue
 ):
+    sell = Builtin(
+        "finance__sell",
+        "Sell.",
+        {"type": "object", "properties": {}, "required": []},
+        lambda being, args: {"revenue_usd": str(revenue)},
+    )
+    catalogue = ToolCatalogue((*BUILTINS, sell))
     deadline_ns = call_deadline_ns(timeout_secs=2, retries=0)
     being = make_being(f"p{Being.objects.count()}", starting=str(starting))
     gateway = BoundedGateway(draws=draws, deadline_ns=deadline_ns, kill_during=kill_call)
