@@ -282,6 +282,10 @@ class Runtime:
         being.reserved_api = being.reserved_instance = Decimal(0)
         return held
 
+    def settle_interrupted(self) -> None:
+        """Debit in full a reservation a crash left behind (the sweep's entry; a cycle does it first thing)."""
+        self._settle_interrupted()
+
     def _settle_interrupted(self) -> None:
         """Debit in full a reservation whose call never reached its debit (the process died or failed in between)."""
         being = self.being

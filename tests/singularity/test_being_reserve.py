@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -318,3 +319,26 @@ def test_sigkill_at_random_points_loses_no_answered_call_and_never_reads_below_z
     # Every call the gateway saw is debited, or its reservation is: one debit for each reservation.
     assert debits.count() == Event.objects.filter(being=being, kind="cost_reserved").count()
     assert debits.count() >= len(fake_gateway.requests)
+
+
+@pytest.mark.django_db
+def test_the_sweep_settles_a_reservation_whose_process_died_and_leaves_a_live_one(fake_gateway, catalogue):
+    from singularity.being.sweep import settle_abandoned_reservations
+
+    dead, live = make_being("dead"), make_being("live")
+    Being.objects.filter(pk__in=[dead.pk, live.pk]).update(
+        reserved_api=Decimal("0.25"), reserved_instance=Decimal("0.5")
+    )
+    # "dead" was held by a process on this host that is gone; "live" by this very process.
+    Being.objects.filter(pk=dead.pk).update(lease_owner=f"cli:{socket.gethostname()}:999999999:beef", lease_until=None)
+    assert lease.acquire(live, lease.owner_id("test"))
+    assert settle_abandoned_reservations() == ["dead"]
+    dead.refresh_from_db()
+    live.refresh_from_db()
+    assert dead.remaining == Decimal("9.25") and dead.reserved_api == dead.reserved_instance == 0
+    assert (dead.api_spent, dead.instance_spent) == (Decimal("0.25"), Decimal("0.5"))
+    assert dead.lease_owner == ""
+    settled = Event.objects.get(being=dead, kind="cost_debited")
+    assert settled.data["settled"] == "reservation" and settled.data["amount"] == "0.75"
+    assert live.reserved_instance == Decimal("0.5") and live.remaining == Decimal(10)
+    assert_ledger_identity(dead)
