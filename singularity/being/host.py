@@ -168,7 +168,8 @@ class Host:
         if not Being.objects.filter(pk=being.pk, lease_owner=self.owner).update(status=Being.Status.STOPPING):
             raise lease.LeaseLost(being)
         reason = storable_text(str(outcome.error))[:2000] if outcome.error else ""
-        finish_stopped(being, by=self.owner, reason=reason, owner=self.owner)
+        exhausted = outcome.report is not None and outcome.report.status == Cycle.Status.BUDGET_EXHAUSTED
+        finish_stopped(being, by=self.owner, reason=reason, owner=self.owner, exhausted=exhausted)
         lease.release(being, self.owner)
 
 

@@ -343,3 +343,24 @@ def test_the_sweep_settles_a_reservation_whose_process_died_and_leaves_a_live_on
     assert settled.data["settled"] == "reservation" and settled.data["amount"] == "0.75"
     assert live.reserved_instance == Decimal("0.5") and live.remaining == Decimal(10)
     assert_ledger_identity(dead)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_being_once_with_a_balance_below_the_worst_case_makes_no_call_and_ends_exhausted(fake_gateway, tmp_path):
+    from tests.singularity.helpers import manage, manage_env
+
+    env = manage_env(
+        BRAMA_BASE_URL=fake_gateway.base_url,
+        BRAMA_MAX_RETRIES="0",
+        BRAMA_OUTPUT_PRICE_USD_PER_MILLION="15",
+        SINGULARITY_STARTING_BALANCE_USD="0.01",
+        SINGULARITY_COST_RESERVATION="true",
+        SINGULARITY_WORKSPACE=str(tmp_path / "ws"),
+    )
+    proc = manage("being", "once", "--name", "ada", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["status"] == "budget_exhausted"
+    assert fake_gateway.requests == []
+    being = Being.objects.get(name="ada")
+    assert being.status == "exhausted" and being.remaining == Decimal("0.01")
+    assert Event.objects.get(being=being, kind="stopped").data["status"] == "exhausted"
