@@ -31,7 +31,7 @@ from singularity.being.model_choice import SWITCH_MODEL, switch_refusal
 from singularity.being.reserve import call_deadline_ns, prompt_tokens_bound, reservation
 from singularity.being.revenue import find_revenue
 from singularity.being.storable import StorableGateway, storable_outcome, storable_text
-from singularity.being.store import RUNTIME_FIELDS, Journal
+from singularity.being.store import JOURNAL_FIELDS, RUNTIME_FIELDS, Journal
 from singularity.errors import UpstreamError
 from singularity.models import RECENT_ACTIONS, Being, Cycle, Event
 from singularity.money import EXACT, Debit, money_str
@@ -40,6 +40,9 @@ from singularity.tools.outcome import FAILED, ToolOutcome
 __all__ = ["ROUND_LIMIT_WARNING", "CatalogueLike", "CycleReport", "GatewayLike", "Prices", "Runtime"]
 
 ROUND_LIMIT_WARNING = "maximum tool rounds reached"
+
+#: What a reservation changes on the being: the amounts held and the journal's counter and head.
+RESERVATION_FIELDS = ("reserved_api", "reserved_instance", *JOURNAL_FIELDS)
 
 log = logging.getLogger(__name__)
 
@@ -270,7 +273,8 @@ class Runtime:
                 "remaining": money_str(being.remaining),
             },
         )
-        self.journal.save(owner=self.owner)
+        # Nothing else changed since the last save (the previous tool's, or the cycle's start).
+        self.journal.save(owner=self.owner, fields=RESERVATION_FIELDS)
         return None
 
     def _release(self) -> Decimal | None:

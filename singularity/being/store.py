@@ -68,14 +68,21 @@ class Journal:
         self.pending.append(event)
         return event
 
-    def save(self, *, owner: str, cycle: Cycle | None = None, cycle_fields: tuple[str, ...] = ()) -> None:
-        """Write the being, the cycle and the pending events at once.
+    def save(
+        self,
+        *,
+        owner: str,
+        cycle: Cycle | None = None,
+        cycle_fields: tuple[str, ...] = (),
+        fields: tuple[str, ...] = RUNTIME_FIELDS,
+    ) -> None:
+        """Write the being (its ``fields``, all it runs on unless told), the cycle and the pending events at once.
 
         Raises ``LeaseLost`` (nothing written) when ``owner`` no longer holds the lease.
         """
         being = self.being
         now = timezone.now()
-        values = {name: getattr(being, name) for name in RUNTIME_FIELDS}
+        values = {name: getattr(being, name) for name in fields}
         values["lease_until"] = now + timedelta(seconds=settings.SINGULARITY_LEASE_SECS)
         values["updated_at"] = now
         with transaction.atomic():
