@@ -7,7 +7,9 @@ database named by ``--db`` (``sqlite`` or ``postgres``). Time spent inside
 the gateway call and inside the tool call is measured and subtracted: what is
 left is ours (framing, debit, durable saves, journal, bookkeeping). Queries
 are counted per round with a short and a long journal to show they do not
-grow with history.
+grow with history. Each is run with the cost reservation off (the origin's
+way) and on (one more durable save before every model call), beside a
+single-row commit timed in the same run on the same database.
 
     .venv/bin/python bench/being_overhead.py --db sqlite
     .venv/bin/python bench/being_overhead.py --db postgres --pg-url postgres://postgres@127.0.0.1:5432/singularity_bench
@@ -113,7 +115,14 @@ def main() -> None:
 
     from singularity.being.runtime import Runtime
 
-    samples: dict[str, list[int]] = {"round": [], "tool": [], "round_q": [], "tool_q": []}
+    samples: dict[str, list[int]] = {
+        "round": [],
+        "tool": [],
+        "round_q": [],
+        "tool_q": [],
+        "reserve": [],
+        "reserve_q": [],
+    }
 
     def instrument(method_name: str, key: str, subtract_tool: bool) -> None:
         original = getattr(Runtime, method_name)
@@ -132,8 +141,25 @@ def main() -> None:
 
     instrument("_debit", "round", subtract_tool=False)
     instrument("_tool_finished", "tool", subtract_tool=True)
+    instrument("_reserve", "reserve", subtract_tool=False)
 
-    def measure(label: str, n_rounds: int, n_tools: int, history: int = 0) -> dict:
+    def single_row_commit(n: int = 300) -> float:
+        """Median ms of one transaction updating one being row: the floor any durable step pays."""
+        from django.db import transaction
+        from django.utils import timezone
+
+        from singularity.models import Being
+
+        being = create_being("bench-commit", starting="1")
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter_ns()
+            with transaction.atomic():
+                Being.objects.filter(pk=being.pk).update(updated_at=timezone.now())
+            times.append(time.perf_counter_ns() - t0)
+        return statistics.median(times) / 1e6
+
+    def measure(label: str, n_rounds: int, n_tools: int, history: int = 0, reserve: bool = False) -> dict:
         mode["rounds"], mode["tools"] = n_rounds, n_tools
         being = create_being(f"bench-{label}", starting="1000000")
         if history:
@@ -142,7 +168,9 @@ def main() -> None:
             )
             being.event_seq = history
             being.save(update_fields=["event_seq"])
-        runtime = make_runtime(being, gateway, timed_tools, prices=Prices(1, 1, 1), max_rounds=n_rounds)
+        runtime = make_runtime(
+            being, gateway, timed_tools, prices=Prices(1, 1, 1), max_rounds=n_rounds, reserve=reserve
+        )
         runtime.run_cycle()  # warm up
         for values in samples.values():
             values.clear()
@@ -162,7 +190,10 @@ def main() -> None:
             values = sorted(samples[key])
             return values[int(len(values) * 0.95)] if values else 0.0
 
+        # A model round's own cost: its debit, and its reservation when on (one per round).
+        paired = [d + (samples["reserve"][i] if samples["reserve"] else 0) for i, d in enumerate(samples["round"])]
         return {
+            "model_round_ms": statistics.median(paired) / 1e6,
             "cycle_ms": statistics.median(ours) / 1e6,
             "cycle_queries": statistics.median(queries),
             "round_ms": med("round") / 1e6,
@@ -176,12 +207,26 @@ def main() -> None:
     with ChatCompletionsServer(answer) as server, build_catalogue(mcp_config_path=str(config)) as catalogue:
         gateway = Timed(Gateway(server.base_url, "bench", max_retries=0), "complete")
         timed_tools = Timed(catalogue, "call")
+        commit_ms = single_row_commit()
         short = measure("short", rounds, tools)
+        short_on = measure("short-on", rounds, tools, reserve=True)
         long = measure("long", rounds, tools, history=args.history)
+        long_on = measure("long-on", rounds, tools, history=args.history, reserve=True)
 
     print(f"database: {connection.vendor}  cycles: {args.cycles} of {rounds} rounds, {tools} tool calls per tool round")
-    for label, m in (("journal of ~0 events", short), (f"journal of {args.history:,} events", long)):
+    print(f"single-row commit: median {commit_ms:.3f} ms")
+    runs = (
+        ("journal of ~0 events, reservation off", short),
+        ("journal of ~0 events, reservation on", short_on),
+        (f"journal of {args.history:,} events, reservation off", long),
+        (f"journal of {args.history:,} events, reservation on", long_on),
+    )
+    for label, m in runs:
         print(f"-- {label}")
+        print(
+            f"   per model round (reserve + debit + saves):        median {m['model_round_ms']:.3f} ms  "
+            f"= {m['model_round_ms'] / commit_ms:.2f}x the single-row commit"
+        )
         print(
             f"   per model round (debit + journal + durable save): median {m['round_ms']:.3f} ms  p95 {m['round_p95_ms']:.3f} ms  queries {m['round_q']:.0f}"
         )

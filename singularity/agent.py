@@ -74,6 +74,10 @@ class AgentHooks:
     def before_completion(self, model: str, messages: list[dict[str, Any]], round_number: int) -> None:
         """Called just before each model call with the model asked and the messages sent."""
 
+    def reserve(self, model: str, messages: list[dict[str, Any]], round_number: int) -> str | None:
+        """Called just before each model call; return a status to end the loop instead of making it."""
+        return None
+
     def after_completion(self, completion: Any, debit: Debit, round_number: int) -> None:
         """Called once per completion, after it was debited and appended to the conversation."""
 
@@ -134,6 +138,7 @@ class AgentLoop:
         max_rounds: int,
         system: Callable[[], dict[str, Any] | None] | None = None,
         hooks: AgentHooks | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         self.gateway = gateway
         self.tools = tools
@@ -143,6 +148,8 @@ class AgentLoop:
         self.max_rounds = max_rounds
         self.system = system
         self.hooks = hooks or AgentHooks()
+        #: Sent as the call's ``max_tokens`` when set (a reservation's worst case depends on it).
+        self.max_tokens = max_tokens
 
     def _messages(self, opening: list[dict[str, Any]], conversation: list[dict[str, Any]]) -> list[dict[str, Any]]:
         system = self.system() if self.system is not None else None
@@ -163,8 +170,13 @@ class AgentLoop:
             model = self.model() if callable(self.model) else self.model
             messages = self._messages(opening, conversation)
             self.hooks.before_completion(model, messages, round_number)
+            stop = self.hooks.reserve(model, messages, round_number)
+            if stop is not None:
+                result.status = stop
+                return result
+            limit: dict[str, Any] = {} if self.max_tokens is None else {"max_tokens": self.max_tokens}
             try:
-                completion = self.gateway.complete(model=model, messages=messages, tools=self.tools)
+                completion = self.gateway.complete(model=model, messages=messages, tools=self.tools, **limit)
             except UpstreamError as exc:
                 self.hooks.gateway_failed(exc, round_number)
                 raise

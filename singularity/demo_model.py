@@ -127,8 +127,11 @@ class _RequestHandler(BaseHTTPRequestHandler):
         if self.path.split("?")[0].rstrip("/") != "/v1/models":
             self._send_error_json(404, f"no route {self.path}", "invalid_request_error")
             return
-        model = {"id": "demo-model", "object": "model", "created": 0, "owned_by": "singularity"}
-        self._send(200, json.dumps({"object": "list", "data": [model]}).encode())
+        models = [
+            {"id": name, "object": "model", "created": 0, "owned_by": "singularity"}
+            for name in self.server.owner.list_models()
+        ]
+        self._send(200, json.dumps({"object": "list", "data": models}).encode())
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
@@ -176,6 +179,10 @@ class ChatCompletionsServer:
         self._port = port
         self._httpd: _Server | None = None
         self._thread: threading.Thread | None = None
+
+    def list_models(self) -> list[str]:
+        """The model names ``GET /v1/models`` lists; subclasses may override."""
+        return ["demo-model"]
 
     def respond(self, request_json: dict[str, Any], headers: dict[str, str], body: bytes) -> Reply:
         """Return the reply to one request (``body`` is the raw request bytes); subclasses may override."""

@@ -28,6 +28,9 @@ from singularity.errors import ConfigError, UpstreamError
 if TYPE_CHECKING:
     from singularity.demo_model import ChatCompletionsServer
 
+#: How long a gateway's model list is trusted before it is asked for again.
+MODEL_LIST_CACHE_SECS = 300.0
+
 #: Client errors that may pass on their own: request timeout and rate limit.
 TRANSIENT_CLIENT_STATUSES = frozenset({408, 429})
 
@@ -125,6 +128,8 @@ class Gateway:
         if hmac_secret:
             request_hooks.append(_Signer(hmac_secret, agent_id))
         self._http = httpx.Client(timeout=timeout, event_hooks={"request": request_hooks})
+        #: (monotonic time fetched, model names) of the last ``GET /v1/models``.
+        self._models: tuple[float, list[str]] | None = None
         self._client = openai.OpenAI(
             base_url=base_url,
             api_key=api_key or "no-key",
@@ -150,12 +155,15 @@ class Gateway:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]],
         response_format: dict[str, Any] | None = None,
+        max_tokens: int | None = None,
     ) -> Completion:
         """Return one validated completion, or raise ``GatewayError`` (permanent or transient).
 
-        ``tools`` is sent only when non-empty; ``response_format`` only when given.
+        ``tools`` is sent only when non-empty; ``response_format`` and ``max_tokens`` only when given.
         """
         extra: dict[str, Any] = {}
+        if max_tokens is not None:
+            extra["max_tokens"] = max_tokens
         if tools:
             extra["tools"] = tools
         if response_format is not None:
@@ -173,6 +181,25 @@ class Gateway:
         """Ask the gateway for its model list (costs nothing); raise ``GatewayError`` if it does not answer."""
         with self._translated_errors():
             self._client.models.with_raw_response.list()
+
+    def served_models(self) -> list[str]:
+        """The model names the gateway lists (``GET /v1/models``), cached for ``MODEL_LIST_CACHE_SECS``.
+
+        Raises ``GatewayError`` when the list cannot be had; an empty list
+        means the gateway does not say what it serves.
+        """
+        now = time.monotonic()
+        if self._models is not None and now - self._models[0] < MODEL_LIST_CACHE_SECS:
+            return list(self._models[1])
+        with self._translated_errors():
+            body = self._client.models.with_raw_response.list().http_response.content
+        try:
+            data = json.loads(body).get("data")
+            names = [item["id"] for item in data if isinstance(item, dict) and isinstance(item.get("id"), str)]
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise _unsupported(f"the model list is not a list of models ({exc})") from exc
+        self._models = (now, names)
+        return list(names)
 
     @contextmanager
     def _translated_errors(self) -> Iterator[None]:

@@ -63,6 +63,11 @@ class Being(models.Model):
 
     # Bookkeeping.
     event_seq = models.PositiveBigIntegerField(default=0)
+    #: The hash of the newest journal event (the chain's head); "" before the first.
+    event_hash = models.CharField(max_length=64, blank=True, default="")
+    #: The worst case of the model call in flight, held against ``remaining`` until it is settled (0 when none).
+    reserved_api = MoneyField(default=Decimal(0))
+    reserved_instance = MoneyField(default=Decimal(0))
     lease_owner = models.CharField(max_length=100, blank=True, default="")
     lease_until = models.DateTimeField(null=True, blank=True)
     next_cycle_at = models.DateTimeField(null=True, blank=True)
@@ -147,6 +152,8 @@ class Event(models.Model):
         STOPPED = "stopped"
         #: Money moved between a parent and the child it funds; journaled on both sides.
         TRANSFER = "transfer"
+        #: The worst case of a model call, held before it is made (SINGULARITY_COST_RESERVATION).
+        COST_RESERVED = "cost_reserved"
 
     being = models.ForeignKey(Being, on_delete=models.CASCADE, related_name="events")
     seq = models.PositiveBigIntegerField()
@@ -154,6 +161,9 @@ class Event(models.Model):
     kind = models.CharField(max_length=32, choices=Kind.choices)
     data = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    #: SHA-256 of the event before it ("" for the first) and of this one, over ``singularity.being.chain``'s form.
+    prev_hash = models.CharField(max_length=64, blank=True, default="")
+    hash = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         ordering = ["being", "seq"]

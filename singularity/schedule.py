@@ -13,6 +13,11 @@ BEAT_SCHEDULE = {
         "schedule": 2.0,
         "options": {"expires": 10},
     },
+    "settle-reservations": {
+        "task": "singularity.tasks.settle_reservations",
+        "schedule": 60.0,
+        "options": {"expires": 50},
+    },
     "grading-sweep-due": {
         "task": "grading.tasks.grading.sweep_due",
         "schedule": 30.0,

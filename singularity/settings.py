@@ -303,10 +303,15 @@ SINGULARITY_INSTANCE_USD_PER_HOUR = env_decimal("SINGULARITY_INSTANCE_USD_PER_HO
 SINGULARITY_SHUTDOWN_GRACE_SECS = env_float("SINGULARITY_SHUTDOWN_GRACE_SECS", 5.0)
 SINGULARITY_TOOL_TIMEOUT_SECS = env_float("SINGULARITY_TOOL_TIMEOUT_SECS", 60.0)
 SINGULARITY_MCP_CONFIG = env_str("SINGULARITY_MCP_CONFIG", "")
+#: A dead MCP server is restarted before the next cycle; after a failed restart the next waits this long, doubling.
+SINGULARITY_MCP_RESTART_BACKOFF_SECS = env_float("SINGULARITY_MCP_RESTART_BACKOFF_SECS", 1.0)
 SINGULARITY_WORKSPACE = Path(env_str("SINGULARITY_WORKSPACE", str(VAR_DIR / "workspace")))
 #: Where links in cards and PR bodies point; by default the dashboard `make run` serves on PORT.
 SINGULARITY_PUBLIC_URL = env_str("SINGULARITY_PUBLIC_URL", f"http://127.0.0.1:{env_str('PORT', '8000')}")
 # How long a worker may hold a being between saves before another may take it.
+#: Reserve each model call's worst case before making it, so the balance cannot cross zero (issue 34);
+#: off by default: the origin's behaviour, the seed's journal (see docs/decisions.md).
+SINGULARITY_COST_RESERVATION = env_bool("SINGULARITY_COST_RESERVATION", False)
 SINGULARITY_LEASE_SECS = env_int("SINGULARITY_LEASE_SECS", 600, minimum=10)
 
 # --- The brain -------------------------------------------------------------
@@ -392,6 +397,8 @@ BRAMA_INPUT_PRICE_USD_PER_MILLION = env_decimal("BRAMA_INPUT_PRICE_USD_PER_MILLI
 BRAMA_OUTPUT_PRICE_USD_PER_MILLION = env_decimal("BRAMA_OUTPUT_PRICE_USD_PER_MILLION", "0")
 BRAMA_TIMEOUT_SECS = env_float("BRAMA_TIMEOUT_SECS", 120.0)
 BRAMA_MAX_RETRIES = env_int("BRAMA_MAX_RETRIES", 2, minimum=0)
+#: The ``max_tokens`` sent with a being's model call while reservations are on (the worst case reserved).
+BRAMA_MAX_TOKENS = env_int("BRAMA_MAX_TOKENS", 4096, minimum=1)
 #: Start a demo triage run and a pricing run every 20 s (on by default only when the demo model answers).
 DEMO_DRIVER = env_bool("SINGULARITY_DEMO_DRIVER", not BRAMA_BASE_URL)
 

@@ -27,6 +27,14 @@ def wake_beings() -> int:
 
 
 @shared_task(ignore_result=True)
+def settle_reservations() -> int:
+    """Debit in full the reservations of beings whose process died and that no one resumed."""
+    from singularity.being.sweep import settle_abandoned_reservations
+
+    return len(settle_abandoned_reservations())
+
+
+@shared_task(ignore_result=True)
 def run_being_cycle(being_id: int) -> bool:
     ran = run_worker_cycle(being_id)
     if ran:

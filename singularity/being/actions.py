@@ -18,7 +18,7 @@ from django.utils import timezone
 from singularity.being import lease
 from singularity.being.framing import DEFAULT_SYSTEM_PROMPT
 from singularity.being.lease import LeaseLost
-from singularity.being.store import Journal
+from singularity.being.store import JOURNAL_FIELDS, Journal
 from singularity.errors import ConfigError, StateError
 from singularity.models import Being, Event, being_name_validator
 from singularity.money import MoneyError, money_str, parse_money
@@ -97,7 +97,7 @@ def _append(locked: Being, kind: str, data: dict[str, Any], **fields: Any) -> No
     journal.emit(kind, data)
     for name, value in fields.items():
         setattr(locked, name, value)
-    locked.save(update_fields=["event_seq", "updated_at", *fields])
+    locked.save(update_fields=[*JOURNAL_FIELDS, "updated_at", *fields])
     Event.objects.bulk_create(journal.pending)
 
 
@@ -139,20 +139,25 @@ def request_stop(being: Being, *, by: str) -> Being:
     return being
 
 
-def finish_stopped(being: Being, *, by: str, reason: str = "", owner: str | None = None) -> None:
+def finish_stopped(
+    being: Being, *, by: str, reason: str = "", owner: str | None = None, exhausted: bool = False
+) -> None:
     """Persist the final status, stopped if still solvent, exhausted if not, with a final stopped event.
+
+    ``exhausted`` says the run ended at the solvency stop while the balance is
+    still above zero (it cannot cover the next call's reserved worst case).
 
     ``owner`` is the process finishing its own run: it writes only while it
     holds the lease (``LeaseLost`` otherwise); ``reason`` also becomes the row's
     ``last_error``. Without an owner nobody may hold the lease.
     """
     with _write_lock(being, owner) as locked:
-        _append_stopped(locked, by=by, reason=reason)
+        _append_stopped(locked, by=by, reason=reason, exhausted=exhausted)
     being.refresh_from_db()
 
 
-def _append_stopped(locked: Being, *, by: str, reason: str = "") -> None:
-    final = Being.Status.STOPPED if locked.solvent else Being.Status.EXHAUSTED
+def _append_stopped(locked: Being, *, by: str, reason: str = "", exhausted: bool = False) -> None:
+    final = Being.Status.STOPPED if locked.solvent and not exhausted else Being.Status.EXHAUSTED
     data = {"status": final, "by": by}
     fields: dict[str, Any] = {"status": final, "host": Being.Host.NONE, "next_cycle_at": None}
     if reason:

@@ -18,7 +18,7 @@ from django.db import transaction
 
 from singularity.being.actions import create_being
 from singularity.being.ledger import ledger_limit
-from singularity.being.store import Journal
+from singularity.being.store import JOURNAL_FIELDS, Journal
 from singularity.errors import ConfigError, StateError
 from singularity.models import Being, Event
 from singularity.money import EXACT, MoneyError, money_str, parse_money, quantize
@@ -86,7 +86,7 @@ def _spawn_funded(parent: Being, *, name: str, prompt: str, amount: Decimal) -> 
                 Event.Kind.TRANSFER,
                 {"direction": "in", "from": parent.name, "amount": money_str(amount), "remaining": money_str(amount)},
             )
-            child.save(update_fields=["event_seq", "updated_at"])
+            child.save(update_fields=[*JOURNAL_FIELDS, "updated_at"])
             Event.objects.bulk_create(child_journal.pending)
             journal.emit(
                 Event.Kind.TRANSFER,

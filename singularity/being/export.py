@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from singularity.being.chain import Verdict, verify_lines
 from singularity.models import Being, Event
 from singularity.money import money_str
 
@@ -31,16 +32,22 @@ def state_document(being: Being) -> dict[str, Any]:
             "parent": being.parent.name if being.parent else None,
         },
         "recent_actions": being.recent_actions,
+        # The chain's head: an export whose events were all rewritten (hashes recomputed) ends elsewhere.
+        "journal": {"events": being.event_seq, "head": being.event_hash},
     }
 
 
 def event_line(event: Event) -> dict[str, Any]:
+    """One ``activity.jsonl`` line; its canonical form without ``hash`` is what the chain hashes."""
     return {
         "seq": event.seq,
         "ts": event.created_at.isoformat(),
         "event": event.kind,
         "cycle": event.cycle,
         **event.data,
+        # Last, so a key in ``data`` cannot shadow them.
+        "prev_hash": event.prev_hash,
+        "hash": event.hash,
     }
 
 
@@ -69,3 +76,24 @@ def export_being(being: Being, directory: Path) -> tuple[Path, Path]:
 
     _write_atomically(activity_path, write_events)
     return state_path, activity_path
+
+
+def verify_being(being: Being) -> Verdict:
+    """Verify the stored journal of ``being``: its chain, and that it ends at the head the being records."""
+    lines = (event_line(e) for e in Event.objects.filter(being=being).order_by("seq").iterator(chunk_size=2000))
+    verdict = verify_lines(lines)
+    if verdict.whole and verdict.checked > verdict.unchained:
+        last = Event.objects.filter(being=being).order_by("-seq").first()
+        if last is not None and last.hash != being.event_hash:
+            return Verdict(
+                verdict.checked, verdict.checked, last.seq, "the newest event is not the head the being records"
+            )
+    return verdict
+
+
+def describe(verdict: Verdict, what: str) -> str:
+    """One line saying whether ``what``'s journal is whole, or where and why it first breaks."""
+    if verdict.whole:
+        older = f" ({verdict.unchained} older events written before chaining began)" if verdict.unchained else ""
+        return f"{what}: {verdict.checked} events, chain whole{older}"
+    return f"{what}: the chain breaks at event seq {verdict.seq} (line {verdict.broken_at}): {verdict.reason}"

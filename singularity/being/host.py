@@ -50,8 +50,11 @@ class Host:
         stop: threading.Event,
         interval: float,
         close_catalogue: Callable[[], None],
+        model: str = "",
     ) -> None:
         self.being = being
+        #: A model a person chose on the command line (``--model``): the being thinks with it from now on.
+        self.model = model
         self.stop = stop
         self.interval = interval
         self.owner = lease.owner_id("cli")
@@ -80,7 +83,11 @@ class Host:
             raise lease.LeaseLost(being)
         being.status, being.host = Being.Status.RUNNING, Being.Host.CLI
         journal = self.runtime.journal
-        journal.emit(Event.Kind.STARTED, {"host": "cli", "owner": self.owner})
+        started: dict[str, str] = {"host": "cli", "owner": self.owner}
+        if self.model and self.model != being.model:
+            started.update(model=self.model, model_was=being.model)
+            being.model = self.model
+        journal.emit(Event.Kind.STARTED, started)
         journal.save(owner=self.owner)
 
     def run(self, *, once: bool) -> Outcome:
@@ -161,7 +168,8 @@ class Host:
         if not Being.objects.filter(pk=being.pk, lease_owner=self.owner).update(status=Being.Status.STOPPING):
             raise lease.LeaseLost(being)
         reason = storable_text(str(outcome.error))[:2000] if outcome.error else ""
-        finish_stopped(being, by=self.owner, reason=reason, owner=self.owner)
+        exhausted = outcome.report is not None and outcome.report.status == Cycle.Status.BUDGET_EXHAUSTED
+        finish_stopped(being, by=self.owner, reason=reason, owner=self.owner, exhausted=exhausted)
         lease.release(being, self.owner)
 
 

@@ -4,6 +4,11 @@ Solvency gate, framing, up to ``max_rounds`` model rounds with every tool call
 executed in order, the round limit. Each completion is debited exactly once,
 in the same transaction that journals it; state is saved after every tool, so
 a crash loses at most the round in flight.
+
+With ``SINGULARITY_COST_RESERVATION`` each model call's worst case is
+reserved first (``cost_reserved``, saved before the call), a call the
+balance cannot cover is not made, and the debit releases it; a reservation
+a crash left behind is debited in full when the being next runs.
 """
 
 from __future__ import annotations
@@ -22,16 +27,22 @@ from singularity.agent import COMPLETED, ROUND_LIMIT, AgentHooks, AgentLoop, Cat
 from singularity.being.framing import framing_message, system_message
 from singularity.being.lease import LeaseLost
 from singularity.being.ledger import CreditRefused, apply_credit, apply_debit
+from singularity.being.model_choice import SWITCH_MODEL, switch_refusal
+from singularity.being.reserve import call_deadline_ns, prompt_tokens_bound, reservation
 from singularity.being.revenue import find_revenue
 from singularity.being.storable import StorableGateway, storable, storable_outcome, storable_text
-from singularity.being.store import RUNTIME_FIELDS, Journal
+from singularity.being.store import JOURNAL_FIELDS, RUNTIME_FIELDS, Journal
 from singularity.errors import UpstreamError
 from singularity.models import RECENT_ACTIONS, Being, Cycle, Event
 from singularity.money import EXACT, Debit, debit_for, money_str
+from singularity.tools.outcome import FAILED, ToolOutcome
 
 __all__ = ["ROUND_LIMIT_WARNING", "CatalogueLike", "CycleReport", "GatewayLike", "Prices", "Runtime"]
 
 ROUND_LIMIT_WARNING = "maximum tool rounds reached"
+
+#: What a reservation changes on the being: the amounts held and the journal's counter and head.
+RESERVATION_FIELDS = ("reserved_api", "reserved_instance", *JOURNAL_FIELDS)
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +86,9 @@ class Runtime:
         max_rounds: int | None = None,
         prices: Prices | None = None,
         should_stop: Callable[[], bool] = lambda: False,
+        reserve: bool | None = None,
+        max_tokens: int | None = None,
+        deadline_ns: int | None = None,
     ) -> None:
         self.being = being
         self.gateway = gateway
@@ -84,6 +98,10 @@ class Runtime:
         self.prices = prices or Prices.from_settings()
         self.should_stop = should_stop
         self.journal = Journal(being)
+        #: Reserve each call's worst case first (the setting unless given); ``max_tokens`` is sent with the call.
+        self.reserve = settings.SINGULARITY_COST_RESERVATION if reserve is None else reserve
+        self.max_tokens = max_tokens or settings.BRAMA_MAX_TOKENS
+        self.deadline_ns = call_deadline_ns() if deadline_ns is None else deadline_ns
         #: A cycle that failed before its failure could be recorded: (number, error), recorded first thing next cycle.
         self.unrecorded: tuple[int, Exception] | None = None
 
@@ -129,6 +147,7 @@ class Runtime:
         """
         if self.unrecorded is not None:
             self._record_failure()
+        self._settle_interrupted()
         number = self.being.cycle + 1
         try:
             return self._run_cycle()
@@ -169,6 +188,10 @@ class Runtime:
         framing = framing_message(being, stimulus=being.stimulus)
         cycle = Cycle(being=being, number=being.cycle, started_at=timezone.now())
         self.journal.emit(Event.Kind.CYCLE_STARTED, {"balance": money_str(being.remaining), "model": being.model})
+        # Dead MCP servers are restarted (with a backoff) before the model sees the catalogue; a down one is left out.
+        revive = getattr(self.catalogue, "revive", None)
+        for note in revive() if revive is not None else []:
+            self.journal.emit(Event.Kind.WARNING, {"message": storable_text(note)[:2000]})
         with transaction.atomic():
             self.journal.save(owner=self.owner, cycle=cycle)
             # A cycle a crashed process left running; its completions were debited and are never debited again.
@@ -176,15 +199,17 @@ class Runtime:
                 status=Cycle.Status.INTERRUPTED, finished_at=timezone.now()
             )
 
+        tools = self.catalogue.openai_tools()
         loop = AgentLoop(
             gateway=StorableGateway(self.gateway),
-            tools=self.catalogue.openai_tools(),
-            call_tool=lambda name, arguments: storable_outcome(self.catalogue.call(being, name, arguments)),
+            tools=tools,
+            call_tool=self._call_tool,
             model=lambda: being.model,
             system=lambda: system_message(being),
             prices=self.prices,
             max_rounds=self.max_rounds,
-            hooks=_CycleHooks(self, cycle, actions),
+            hooks=_CycleHooks(self, cycle, actions, tools),
+            max_tokens=self.max_tokens if self.reserve else None,
         )
         result = loop.run([framing], cycle.messages)
         if result.status == COMPLETED:
@@ -208,9 +233,91 @@ class Runtime:
             return Cycle.Status.INTERRUPTED
         return None
 
+    def _call_tool(self, name: str, arguments: str | dict[str, Any]) -> Any:
+        """Run one tool through the catalogue; a switch to a model the gateway does not serve is refused first."""
+        if name == SWITCH_MODEL:
+            refusal = switch_refusal(self.gateway, arguments)
+            if refusal:
+                return storable_outcome(ToolOutcome(name, FAILED, {"error": refusal}, None, error=refusal))
+        return storable_outcome(self.catalogue.call(self.being, name, arguments))
+
+    # -- the reservation ---------------------------------------------------
+    def _reserve(
+        self, cycle: Cycle, messages: list[dict[str, Any]], tools: list[dict], round_number: int
+    ) -> str | None:
+        """Hold the call's worst case against the balance, durably, or end the cycle when the balance cannot cover it."""
+        if not self.reserve:
+            return None
+        being = self.being
+        bound = prompt_tokens_bound(messages, tools)
+        hold = reservation(self.prices, prompt_tokens=bound, max_tokens=self.max_tokens, deadline_ns=self.deadline_ns)
+        if hold.total > being.remaining:
+            message = (
+                f"the next model call could cost up to {money_str(hold.total)} USD, more than the balance of "
+                f"{money_str(being.remaining)} USD; not made"
+            )
+            self.journal.emit(Event.Kind.WARNING, {"message": message, "reserve": money_str(hold.total)})
+            self._mark_exhausted()
+            return Cycle.Status.BUDGET_EXHAUSTED
+        being.reserved_api, being.reserved_instance = hold.api, hold.instance
+        self.journal.emit(
+            Event.Kind.COST_RESERVED,
+            {
+                "round": round_number,
+                "amount": money_str(hold.total),
+                "api": money_str(hold.api),
+                "instance": money_str(hold.instance),
+                "prompt_tokens_max": bound,
+                "max_tokens": self.max_tokens,
+                "deadline_ns": self.deadline_ns,
+                "remaining": money_str(being.remaining),
+            },
+        )
+        # Nothing else changed since the last save (the previous tool's, or the cycle's start).
+        self.journal.save(owner=self.owner, fields=RESERVATION_FIELDS)
+        return None
+
+    def _release(self) -> Decimal | None:
+        """Forget the reservation in flight (the caller journals it); return its amount, None when there was none."""
+        being = self.being
+        held = EXACT.add(being.reserved_api, being.reserved_instance)
+        if not held:
+            return None
+        being.reserved_api = being.reserved_instance = Decimal(0)
+        return held
+
+    def settle_interrupted(self) -> None:
+        """Debit in full a reservation a crash left behind (the sweep's entry; a cycle does it first thing)."""
+        self._settle_interrupted()
+
+    def _settle_interrupted(self) -> None:
+        """Debit in full a reservation whose call never reached its debit (the process died or failed in between)."""
+        being = self.being
+        if not (being.reserved_api or being.reserved_instance):
+            return
+        held = Debit(api=being.reserved_api, instance=being.reserved_instance)
+        apply_debit(being, held, 0)
+        self._release()
+        self.journal.emit(
+            Event.Kind.COST_DEBITED,
+            {
+                "amount": money_str(held.total),
+                "api": money_str(held.api),
+                "instance": money_str(held.instance),
+                "remaining": money_str(being.remaining),
+                "released": money_str(held.total),
+                "settled": "reservation",
+                "reason": "the call in flight was interrupted before its debit; its reservation is debited in full",
+            },
+        )
+        self.journal.save(owner=self.owner)
+
     def _gateway_failed(self, cycle: Cycle, exc: UpstreamError) -> None:
         cycle.error = storable_text(str(exc))
         warning: dict[str, Any] = {"message": cycle.error, "permanent": exc.permanent}
+        released = self._release()
+        if released is not None:
+            warning["released"] = money_str(released)
         elapsed_ns = getattr(exc, "elapsed_ns", None)
         if elapsed_ns is not None:
             # A completion refused for its usage block: what the call cost is recorded, nothing debited (its
@@ -234,6 +341,7 @@ class Runtime:
 
     def _debit(self, cycle: Cycle, completion: Any, debit: Debit, round_number: int) -> None:
         usage = completion.usage
+        released = self._release()
         apply_debit(self.being, debit, usage.prompt_tokens + usage.completion_tokens)
         cycle.rounds = round_number
         cycle.spent = EXACT.add(cycle.spent, debit.total)
@@ -251,15 +359,19 @@ class Runtime:
                 "tool_calls": len(completion.tool_calls),
             },
         )
-        self.journal.emit(
-            Event.Kind.COST_DEBITED,
-            {
-                "amount": money_str(debit.total),
-                "api": money_str(debit.api),
-                "instance": money_str(debit.instance),
-                "remaining": money_str(self.being.remaining),
-            },
-        )
+        debited = {
+            "amount": money_str(debit.total),
+            "api": money_str(debit.api),
+            "instance": money_str(debit.instance),
+            "remaining": money_str(self.being.remaining),
+        }
+        if released is not None:
+            debited["released"] = money_str(released)
+        self.journal.emit(Event.Kind.COST_DEBITED, debited)
+        if released is not None and debit.total > released:
+            # The gateway broke the bounds the reservation assumed; the seed's debit is still made in full.
+            message = f"the call cost {money_str(debit.total)} USD, more than the {money_str(released)} USD reserved"
+            self.journal.emit(Event.Kind.WARNING, {"message": message})
         self.journal.save(owner=self.owner, cycle=cycle, cycle_fields=("rounds", "spent", "messages"))
 
     def _tool_finished(self, cycle: Cycle, call: Any, outcome: Any) -> str:
@@ -299,13 +411,17 @@ class Runtime:
 class _CycleHooks(AgentHooks):
     """The being-specific steps of a cycle: solvency and stop before each round, ledger and journal after each step."""
 
-    def __init__(self, runtime: Runtime, cycle: Cycle, actions: list[str]) -> None:
+    def __init__(self, runtime: Runtime, cycle: Cycle, actions: list[str], tools: list[dict]) -> None:
         self.runtime = runtime
         self.cycle = cycle
         self.actions = actions
+        self.tools = tools
 
     def before_round(self, round_number: int) -> str | None:
         return self.runtime._before_round()
+
+    def reserve(self, model: str, messages: list[dict[str, Any]], round_number: int) -> str | None:
+        return self.runtime._reserve(self.cycle, messages, self.tools, round_number)
 
     def after_completion(self, completion: Any, debit: Debit, round_number: int) -> None:
         self.runtime._debit(self.cycle, completion, debit, round_number)

@@ -73,8 +73,8 @@ class StorableGateway:
     def __init__(self, gateway: Any) -> None:
         self.gateway = gateway
 
-    def complete(self, *, model: str, messages: list[dict], tools: list[dict]) -> Any:
-        return storable_completion(self.gateway.complete(model=model, messages=messages, tools=tools))
+    def complete(self, *, model: str, messages: list[dict], tools: list[dict], **limits: Any) -> Any:
+        return storable_completion(self.gateway.complete(model=model, messages=messages, tools=tools, **limits))
 
 
 def storable_outcome(outcome: Any) -> Any:

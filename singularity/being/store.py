@@ -15,6 +15,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from singularity.being.chain import line_hash
+from singularity.being.export import event_line
 from singularity.being.lease import LeaseLost
 from singularity.models import Being, Cycle, Event
 
@@ -33,7 +35,13 @@ RUNTIME_FIELDS = (
     "memories",
     "recent_actions",
     "event_seq",
+    "event_hash",
+    "reserved_api",
+    "reserved_instance",
 )
+
+#: The being's columns that move with every event appended (the counter and the chain's head).
+JOURNAL_FIELDS = ("event_seq", "event_hash")
 
 
 class Journal:
@@ -44,6 +52,7 @@ class Journal:
         self.pending: list[Event] = []
 
     def emit(self, kind: str, data: dict[str, Any] | None = None, *, cycle: int | None = None) -> Event:
+        """Number the event, link it to the chain's head and hash it; it is written on ``save``."""
         self.being.event_seq += 1
         event = Event(
             being=self.being,
@@ -52,18 +61,28 @@ class Journal:
             kind=kind,
             data=data or {},
             created_at=timezone.now(),
+            prev_hash=self.being.event_hash,
         )
+        event.hash = line_hash(event_line(event))
+        self.being.event_hash = event.hash
         self.pending.append(event)
         return event
 
-    def save(self, *, owner: str, cycle: Cycle | None = None, cycle_fields: tuple[str, ...] = ()) -> None:
-        """Write the being, the cycle and the pending events at once.
+    def save(
+        self,
+        *,
+        owner: str,
+        cycle: Cycle | None = None,
+        cycle_fields: tuple[str, ...] = (),
+        fields: tuple[str, ...] = RUNTIME_FIELDS,
+    ) -> None:
+        """Write the being (its ``fields``, all it runs on unless told), the cycle and the pending events at once.
 
         Raises ``LeaseLost`` (nothing written) when ``owner`` no longer holds the lease.
         """
         being = self.being
         now = timezone.now()
-        values = {name: getattr(being, name) for name in RUNTIME_FIELDS}
+        values = {name: getattr(being, name) for name in fields}
         values["lease_until"] = now + timedelta(seconds=settings.SINGULARITY_LEASE_SECS)
         values["updated_at"] = now
         with transaction.atomic():
@@ -81,6 +100,8 @@ class Journal:
         self.pending = []
 
     def discard(self) -> None:
-        """Forget unsaved events and give their numbers back."""
-        self.being.event_seq -= len(self.pending)
+        """Forget unsaved events and give their numbers and the chain's head back."""
+        if self.pending:
+            self.being.event_seq -= len(self.pending)
+            self.being.event_hash = self.pending[0].prev_hash
         self.pending = []

@@ -71,8 +71,9 @@ def run_worker_cycle(being_id: int) -> bool:
                 log.warning("being %s: cycle failed, will retry next interval: %s", being.name, exc)
                 report = None
         being.refresh_from_db()
-        if being.status == Being.Status.STOPPING or (report and report.status == Cycle.Status.BUDGET_EXHAUSTED):
-            finish_stopped(being, by=owner, owner=owner)
+        exhausted = report is not None and report.status == Cycle.Status.BUDGET_EXHAUSTED
+        if being.status == Being.Status.STOPPING or exhausted:
+            finish_stopped(being, by=owner, owner=owner, exhausted=exhausted)
         else:
             next_at = timezone.now() + timedelta(seconds=settings.SINGULARITY_CYCLE_INTERVAL_SECS)
             Being.objects.filter(pk=being_id, status=Being.Status.RUNNING, lease_owner=owner).update(

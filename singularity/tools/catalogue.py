@@ -52,17 +52,67 @@ class ToolCatalogue:
             self._specs.extend(host.specs())
         check_names(self._specs)
         self._by_name = {spec.name: spec for spec in self._specs}
+        #: Servers found down: (failed restarts, monotonic time of the next attempt).
+        self._backoff: dict[str, tuple[int, float]] = {}
 
     def specs(self) -> list[ToolSpec]:
         """Return every tool's spec in the catalogue's stable order."""
         return list(self._specs)
 
     def openai_tools(self) -> list[dict[str, Any]]:
-        """Return the tools in the OpenAI chat-completions ``tools`` format, in stable order."""
+        """Return the tools in the OpenAI chat-completions ``tools`` format, in stable order.
+
+        The tools of an MCP server known to be down are left out: the model is
+        not offered what cannot answer.
+        """
+        down = {f"mcp:{name}" for name in self._host.down()} if self._host is not None else set()
         return [
             {"type": "function", "function": {"name": s.name, "description": s.description, "parameters": s.parameters}}
             for s in self._specs
+            if s.source not in down
         ]
+
+    def revive(self) -> list[str]:
+        """Restart the MCP servers found down whose backoff has passed; return one line per server seen down.
+
+        The first restart is tried at once; after each failed one the next
+        waits twice as long, from ``SINGULARITY_MCP_RESTART_BACKOFF_SECS`` up
+        to 64 times it. Costs no model call.
+        """
+        if self._host is None:
+            return []
+        notes = []
+        down = self._host.down()
+        now = time.monotonic()
+        for name, why in down.items():
+            failures, next_at = self._backoff.get(name, (0, 0.0))
+            if now < next_at:
+                notes.append(f"server {name} is down ({why}); next restart in {next_at - now:.1f}s")
+                continue
+            problem = self._host.restart(name)
+            if problem:
+                wait = settings.SINGULARITY_MCP_RESTART_BACKOFF_SECS * 2 ** min(failures, 6)
+                self._backoff[name] = (failures + 1, time.monotonic() + wait)
+                notes.append(f"server {name} is down ({why}); restart failed: {problem}; next try in {wait:g}s")
+            else:
+                self._backoff.pop(name, None)
+                notes.append(f"server {name} was down ({why}) and has been restarted")
+        for name in set(self._backoff) - set(down):
+            del self._backoff[name]
+        self._refresh_specs()
+        return notes
+
+    def _refresh_specs(self) -> None:
+        """Take the tool lists of restarted servers (they may have changed); keep the old ones if they now clash."""
+        assert self._host is not None
+        builtins = [spec for spec in self._specs if spec.source == "builtin"]
+        specs = builtins + self._host.specs()
+        try:
+            check_names(specs)
+        except ConfigError:
+            return
+        self._specs = specs
+        self._by_name = {spec.name: spec for spec in specs}
 
     def writes(self, name: str) -> bool:
         """True unless the tool is declared read-only; an unknown tool counts as a write."""

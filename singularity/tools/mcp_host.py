@@ -248,7 +248,57 @@ class McpHost:
             return _indeterminate(name, "the tools were shut down during the call; the tool may have run")
         return _indeterminate(name, f"no answer within {deadline:g}s; the tool may have run")
 
+    def down(self) -> dict[str, str]:
+        """Return the servers known to be gone (child exited, transport broken, session ended), each with why.
+
+        Learned without calling a tool: a stdio child's exit code, the
+        session's task, the transport's last failure.
+        """
+        gone = {}
+        for name, connection in self._connections.items():
+            if connection.dead:
+                gone[name] = connection.dead
+            elif connection.process is not None and connection.process.returncode is not None:
+                gone[name] = connection.describe_death()
+            elif connection.task is not None and connection.task.done():
+                gone[name] = f"server {name} is not running"
+        return gone
+
+    def restart(self, name: str) -> str:
+        """Stop what is left of server ``name`` and start it afresh; return "" when it is up again, else why not."""
+        if self._loop is None or self._closed or name not in self._connections:
+            return f"server {name} cannot be restarted: the tools are shut down"
+        future = asyncio.run_coroutine_threadsafe(self._restart(name), self._loop)
+        try:
+            return future.result(timeout=self._start_timeout + self._grace + LOOP_SLACK_SECS)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            return f"server {name} failed to start: no answer within {self._start_timeout:g}s"
+
     # --- on the loop ------------------------------------------------------
+
+    async def _restart(self, name: str) -> str:
+        old = self._connections[name]
+        old.stop.set()
+        if old.task is not None and not old.task.done():
+            if old.session is None:
+                old.task.cancel()
+            _done, pending = await asyncio.wait([old.task], timeout=self._grace)
+            for task in pending:
+                task.cancel()
+        connection = _Connection(
+            config=old.config, stop=asyncio.Event(), ready=asyncio.get_running_loop().create_future()
+        )
+        connection.task = asyncio.create_task(self._serve(connection), name=f"mcp:{name}")
+        self._connections[name] = connection
+        try:
+            async with asyncio.timeout(self._start_timeout):
+                await asyncio.shield(connection.ready)
+        except TimeoutError:
+            return f"server {name} failed to start: no answer within {self._start_timeout:g}s"
+        except Exception as exc:  # noqa: BLE001 - reported to the caller, who backs off and tries again
+            return f"server {name} failed to start: {self._explain(connection, exc)}"
+        return ""
 
     async def _start_all(self) -> str:
         """Start every server concurrently; return the first failure's description, or "" when all started."""

@@ -37,6 +37,15 @@ class FakeGateway(ChatCompletionsServer):
         self._script: deque[Reply] = deque()
         self._lock = threading.Lock()
         self._gateways: list[Gateway] = []
+        #: What ``GET /v1/models`` lists; empty (the default) says nothing about what is served.
+        self.models: list[str] = []
+        #: How many times the model list was asked for.
+        self.model_list_requests = 0
+
+    def list_models(self) -> list[str]:
+        with self._lock:
+            self.model_list_requests += 1
+            return list(self.models)
 
     def respond(self, request_json: dict[str, Any], headers: dict[str, str], body: bytes) -> Reply:
         with self._lock:

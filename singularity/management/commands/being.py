@@ -42,12 +42,17 @@ class Command(BaseCommand):
             p.add_argument("--name", required=True, help="The being's name (created on first use).")
             p.add_argument("--resume", action="store_true", help="Continue an existing being.")
             p.add_argument("--stimulus", default="", help="One external observation for cycle 1 (max 64 KiB).")
+            p.add_argument("--model", default="", help="Think with this model from now on (one the gateway serves).")
         tools = sub.add_parser("tools", help="List the tool catalogue: built-in self tools and MCP tools.")
         tools.add_argument("--json", action="store_true")
         sub.add_parser("doctor", help="Check configuration, database, workspace, MCP servers and gateway.")
         export = sub.add_parser("export", help="Write state.json and activity.jsonl for a being.")
         export.add_argument("--name", required=True)
         export.add_argument("--dir", required=True)
+        verify = sub.add_parser("verify", help="Check a journal's hash chain: a stored being's, or an exported file's.")
+        source = verify.add_mutually_exclusive_group(required=True)
+        source.add_argument("--name", help="A stored being.")
+        source.add_argument("--file", help="An exported activity.jsonl.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
@@ -86,6 +91,8 @@ class Command(BaseCommand):
         from singularity.gateway import get_gateway
         from singularity.tools import build_catalogue
 
+        gateway = get_gateway()
+        model = self._chosen_model(options["model"], gateway)
         being = self._load_being(options)
         catalogue = build_catalogue()
         stop = threading.Event()
@@ -93,7 +100,8 @@ class Command(BaseCommand):
         try:
             host = Host(
                 being,
-                gateway=get_gateway(),
+                gateway=gateway,
+                model=model,
                 catalogue=catalogue,
                 stop=stop,
                 interval=settings.SINGULARITY_CYCLE_INTERVAL_SECS,
@@ -106,6 +114,22 @@ class Command(BaseCommand):
         if outcome.error is not None:
             return self._report_error(outcome.error), outcome.report
         return 0, outcome.report
+
+    @staticmethod
+    def _chosen_model(model: str, gateway: Any) -> str:
+        """``--model`` checked: not empty, not too long, and served by the gateway when it says what it serves."""
+        from singularity.being.model_choice import unserved
+        from singularity.tools.builtin import MAX_MODEL_CHARS
+
+        if not model:
+            return ""
+        model = model.strip()
+        if not model or len(model) > MAX_MODEL_CHARS or "\x00" in model:
+            raise ConfigError(f"--model: a model name is 1 to {MAX_MODEL_CHARS} characters without NUL")
+        refusal = unserved(gateway, model)
+        if refusal:
+            raise ConfigError(f"--model: {refusal}")
+        return model
 
     def _run(self, options: dict[str, Any]) -> int:
         code, _ = self._host(options, once=False)
@@ -154,3 +178,39 @@ class Command(BaseCommand):
         state, activity = export_being(being, Path(options["dir"]))
         self.stdout.write(f"wrote {state} and {activity}")
         return 0
+
+    def _verify(self, options: dict[str, Any]) -> int:
+        """Exit 0 when the chain is whole; otherwise name the first event that breaks it and exit 4."""
+        from singularity.being.chain import verify_export
+        from singularity.being.export import describe, verify_being
+
+        if options["file"]:
+            path = Path(options["file"])
+            try:
+                data = path.read_bytes()
+            except OSError as exc:
+                raise ConfigError(f"--file: cannot read {path}: {exc.strerror}") from exc
+            verdict, what = verify_export(data, **_exported_head(path.parent / "state.json")), str(path)
+        else:
+            being = Being.objects.filter(name=options["name"]).first()
+            if being is None:
+                raise StateError(f"--name: there is no being named {options['name']!r}")
+            verdict, what = verify_being(being), f"being {being.name}"
+        line = describe(verdict, what)
+        if verdict.whole:
+            self.stdout.write(line)
+            return 0
+        raise StateError(line)
+
+
+def _exported_head(state_path: Path) -> dict[str, Any]:
+    """The journal's head and length from the export's ``state.json`` beside it; nothing when there is none."""
+    try:
+        journal = json.loads(state_path.read_text(encoding="utf-8")).get("journal")
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, AttributeError) as exc:
+        raise ConfigError(f"{state_path}: cannot read the journal's head: {exc}") from exc
+    if not isinstance(journal, dict):
+        return {}
+    return {"head": journal.get("head"), "events": journal.get("events")}
