@@ -163,13 +163,15 @@ def ask_window(
         log.info("loop: %s: window() named %d runs the engine does not count (rejected)", entity, len(rejected))
     survivors = [kept[i] for i in ids if i in kept]
     window = {**answer, "runIds": [str(g.execution_id) for g in survivors]}
-    restate_progress(window)
+    if window.get("progress") == shown.get("progress"):  # the preset's count handed back: restated (R6.24)
+        restate_progress(window)
     return window, sorted(survivors, key=lambda g: (g.graded_at, str(g.execution_id)), reverse=True)
 
 
 def restate_progress(window: dict[str, Any]) -> None:
-    """The engine restates a window's progress so it never runs ahead of the runs the window keeps (R6.24): a
-    window() that hands the preset's count back after dropping runs says "4 of 5", never "5 of 5" over four."""
+    """The engine restates the preset's count so it never runs ahead of the runs the window keeps (R6.24): a
+    window() that hands the preset's progress back after dropping runs says "4 of 5", never "5 of 5" over four.
+    A sampler's own progress is its own (R6.24: it belongs to the sampler) and is never restated."""
     progress = window.get("progress")
     kept = len(window.get("runIds") or [])
     have = progress.get("have") if isinstance(progress, dict) else None

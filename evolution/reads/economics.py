@@ -49,6 +49,7 @@ LINE_FIELDS = (
     "watch_window",
     "confounded_by",
     "confounded_by_edit",
+    "reverted_by_policy",  # status_label: a policy revert says so (R13.19)
 )
 
 

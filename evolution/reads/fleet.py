@@ -494,6 +494,7 @@ LIVE_CYCLE_FIELDS = (
     "watch_window",
     "watch_tally",
     "watch_deadline",
+    "reverted_by_policy",  # status_label: a policy revert says so (R13.19)
 )
 #: What a live cycle's item names of its entity (``needs_you._item``).
 LIVE_ENTITY_FIELDS = ("entity__id", "entity__slug", "entity__target_kind", "entity__name")

@@ -183,6 +183,7 @@ ROW_CYCLE_FIELDS = (
     "watch_window",
     "confounded_by",
     "confounded_by_edit",
+    "reverted_by_policy",  # status_label: a policy revert says so (R13.19)
 )
 #: What a history row reads of each round of its cycle: its PR, who decided, the merge and the check's record.
 ROW_ROUND_FIELDS = (

@@ -10,15 +10,39 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from evolution.models import Cycle, Supervision
+from evolution.models import Cycle, Round, Supervision
 from evolution.steering import autonomy
 from grading.models import Entity
 from tests.evolution.loop_helpers import looped
-from tests.evolution.test_autonomy import shipped
 
 pytestmark = pytest.mark.django_db
 
 STATUSES = ("validated", "regressed", "unvalidated")
+
+
+def shipped(entity, status: str, *, minutes_ago: int, merge_gate: str = "human", verdict: dict | None = None) -> Cycle:
+    """A settled cycle whose round merged (through ``merge_gate``), settled ``minutes_ago``, written as rows.
+
+    Here the rows are only the input both readings of the breaker read (the bounded fleet read against each
+    entity's whole history): how a settle writes them is test_autonomy's, which drives real settles.
+    """
+    at = timezone.now() - timedelta(minutes=minutes_ago)
+    cycle = Cycle.objects.create(
+        entity=entity,
+        key=f"shipped:{entity.pk}:{at.isoformat()}",
+        origin=Cycle.Origin.GRADE,
+        phase=Cycle.Phase.SETTLED,
+        status=status,
+        analysed=True,
+        started_at=at - timedelta(minutes=5),
+        merged_at=at - timedelta(minutes=2),
+        completed_at=at,
+        watch_verdict=verdict
+        if verdict is not None
+        else {"verdict": status, "perMetric": [], "perInput": [], "comparator": "count", "n": 5, "bad": 0},
+    )
+    Round.objects.create(cycle=cycle, number=1, status=Round.Status.MERGED, merge_sha="a" * 40, merge_gate=merge_gate)
+    return cycle
 
 
 def one_by_one(entity) -> str | None:
