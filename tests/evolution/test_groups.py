@@ -257,7 +257,10 @@ def test_a_confounded_watch_measured_nothing():
         assert cycle.watch_verdict["n"] == 5  # the count read five good runs; confounded, they measured nothing
         assert strength(cycle) == "blind"
         # The breaker asks the same question of its settles: an unattended change nothing measured pauses.
-        assert f"cycle {cycle.pk} shipped unattended and nothing measured it" in autonomy.paused(pulse_a)
+        assert (
+            f"cycle {cycle.pk} shipped unattended and another change confounded its watch (counted as blind)"
+            in autonomy.paused(pulse_a)
+        )
         assert autonomy.gates(pulse_a).decide == autonomy.HUMAN
 
 
