@@ -23,8 +23,11 @@ def free_port() -> int:
 
 
 def environment(var: Path, **extra: str) -> dict[str, str]:
-    """The embedded defaults in ``var``: no DATABASE_URL or broker from the caller's environment."""
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "TEST_DATABASE_NAME")}
+    """The embedded defaults in ``var``: no DATABASE_URL or broker from the caller's environment, and none of what
+    the suite sets for itself in this process (the browser tests' DJANGO_ALLOW_ASYNC_UNSAFE, which ``check --deploy``
+    rightly refuses)."""
+    leave = ("DATABASE_URL", "CELERY_BROKER_URL", "TEST_DATABASE_NAME", "DJANGO_ALLOW_ASYNC_UNSAFE")
+    env = {k: v for k, v in os.environ.items() if k not in leave}
     env.update(SINGULARITY_VAR_DIR=str(var), SINGULARITY_DEMO_DRIVER="false", WEB_CONCURRENCY="2")
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     env.update(extra)
