@@ -140,3 +140,26 @@ def _too_deep_at(text: str) -> str:
 def _step(container: list[Any]) -> str:
     is_object, key, _ = container
     return f".{_name(key)}" if is_object else f"[{key}]"
+
+
+#: What a JSON value's Python type is called in a refusal ("expected an integer, got text").
+KIND_NAMES = {dict: "an object", list: "a list", str: "text", int: "an integer", bool: "a boolean", float: "a number"}
+
+
+def value_at(document: dict[str, Any], place: str) -> Any:
+    """The value at a dotted ``place`` ("pull_request.number"), or None when it (or an object on the way) is absent
+    or not an object."""
+    value: Any = document
+    for step in place.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(step)
+    return value
+
+
+def kind_name(value: Any) -> str:
+    """What ``value`` is, in a refusal's words (``KIND_NAMES``; "null" for anything else)."""
+    for kind in (bool, dict, list, str, int, float):
+        if isinstance(value, kind):
+            return KIND_NAMES[kind]
+    return "null"

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from singularity import json_input
+from singularity.json_input import KIND_NAMES, kind_name, value_at
 
 #: The largest pull request number a row holds (a positive integer column on both databases).
 MAX_NUMBER = 2**31 - 1
@@ -30,7 +31,6 @@ PULL_REQUEST_SHAPE: dict[str, type] = {
     "number": int,
     "pull_request.number": int,
 }
-_NAMES = {dict: "an object", list: "a list", str: "text", int: "an integer", bool: "a boolean", float: "a number"}
 
 
 class Unreadable(ValueError):
@@ -50,7 +50,7 @@ def read(body: bytes, event: str) -> dict[str, Any]:
     except json_input.JsonRefused as exc:
         raise Unreadable(str(exc)) from None
     if not isinstance(payload, dict):
-        raise Unreadable(f"body: expected an object, got {_kind(payload)}")
+        raise Unreadable(f"body: expected an object, got {kind_name(payload)}")
     _expect(payload, "action", str)
     if event == "pull_request":
         for place, kind in PULL_REQUEST_SHAPE.items():
@@ -59,27 +59,10 @@ def read(body: bytes, event: str) -> dict[str, Any]:
 
 
 def _expect(payload: dict[str, Any], place: str, kind: type) -> None:
-    value = _at(payload, place)
+    value = value_at(payload, place)
     if value is None:
         return
     if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
-        raise Unreadable(f"{place}: expected {_NAMES[kind]}, got {_kind(value)}")
+        raise Unreadable(f"{place}: expected {KIND_NAMES[kind]}, got {kind_name(value)}")
     if kind is int and not 1 <= value <= MAX_NUMBER:
         raise Unreadable(f"{place}: {value} is not a pull request number (1 to {MAX_NUMBER})")
-
-
-def _at(payload: dict[str, Any], place: str) -> Any:
-    """The value at ``place``, or None when it (or an object on the way) is absent or not an object."""
-    value: Any = payload
-    for step in place.split("."):
-        if not isinstance(value, dict):
-            return None
-        value = value.get(step)
-    return value
-
-
-def _kind(value: Any) -> str:
-    for kind in (bool, dict, list, str, int, float):
-        if isinstance(value, kind):
-            return _NAMES[kind]
-    return "null"

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from singularity import json_input
+from singularity.json_input import KIND_NAMES, kind_name, value_at
 
 INT64 = 2**63
 #: Each field a handler reads, by its dotted place, and the JSON types it may have (absent or null is fine).
@@ -38,13 +39,12 @@ SHAPE: dict[str, tuple[type, ...]] = {
     "message.reply_to_message": (dict,),
     "message.reply_to_message.message_id": (int,),
 }
-_NAMES = {dict: "an object", list: "a list", str: "text", int: "an integer", bool: "a boolean", float: "a number"}
 
 
 def problem(update: Any) -> str:
     """Why ``update`` cannot be used, in words naming the field; "" when it can."""
     if not isinstance(update, dict):
-        return f"body: expected an object, got {_kind(update)}"
+        return f"body: expected an object, got {kind_name(update)}"
     update_id = update.get("update_id")
     if isinstance(update_id, bool) or not isinstance(update_id, int):
         return "update_id: missing, or not an integer"
@@ -55,28 +55,11 @@ def problem(update: Any) -> str:
     except json_input.JsonRefused as exc:
         return str(exc)
     for place, types in SHAPE.items():
-        value = _at(update, place)
+        value = value_at(update, place)
         if value is None:
             continue
         if isinstance(value, bool) and bool not in types or not isinstance(value, types):
-            return f"{place}: expected {' or '.join(_NAMES[t] for t in types)}, got {_kind(value)}"
+            return f"{place}: expected {' or '.join(KIND_NAMES[t] for t in types)}, got {kind_name(value)}"
         if isinstance(value, int) and not isinstance(value, bool) and not -INT64 <= value < INT64:
             return f"{place}: {value} is outside -2^63..2^63-1"
     return ""
-
-
-def _at(update: dict[str, Any], place: str) -> Any:
-    """The value at ``place``, or None when it (or an object on the way) is absent or not an object."""
-    value: Any = update
-    for step in place.split("."):
-        if not isinstance(value, dict):
-            return None
-        value = value.get(step)
-    return value
-
-
-def _kind(value: Any) -> str:
-    for kind in (bool, dict, list, str, int, float):
-        if isinstance(value, kind):
-            return _NAMES[kind]
-    return "null"
