@@ -18,18 +18,16 @@ from datetime import date
 from decimal import Decimal
 from typing import Any
 
-from django.conf import settings
 from django.db import connections, router, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from grading import judge as judging
 from grading.judge import JudgeError
-from grading.loop_modules import Measured, MeasureError, measure, measured_ids, owed_ids, project_measure, run_info
+from grading.loop_modules import Measured, MeasureError, measure, measured_ids, measurer, owed_ids, run_info
 from grading.loop_modules import _check_unchanged as check_loop_module_unchanged
-from grading.loop_modules import _load as load_loop_module
 from grading.loop_modules import _parse as parse_measured
-from grading.methods import brain_checkout, method_name, resolve_method
+from grading.methods import method_name, resolve_method
 from grading.metrics import (
     MetricError,
     catalog_values,
@@ -399,29 +397,13 @@ def _measure_many(
     every ``measure()`` of the batch ran.
     """
     wanted, owed = measured_ids(entity), owed_ids(entity)
-    project = project_measure() if wanted else None
-    loaded = None
-    if not entity.loop_module_path:
-        if project is None:
-            if wanted:
-                failure = MeasureError(f"{entity}: no loop module measures {', '.join(wanted)}")
-                return dict.fromkeys((execution.pk for execution in executions), failure)
-            return {execution.pk: Measured() for execution in executions}
-        function, path, loop_hash = project, settings.LOOP_MEASURE, ""
-    else:
-        repo = brain_checkout(checkout)
-        try:
-            loaded = load_loop_module(entity, repo)
-        except MeasureError as failure:
-            return dict.fromkeys((execution.pk for execution in executions), failure)
-        function, path, loop_hash = getattr(loaded.module, "measure", None), loaded.path, loaded.sha256
-        if function is None and project is not None:  # the entity's module measures nothing: the project does
-            function, path = project, settings.LOOP_MEASURE
-        if function is None:
-            if wanted:
-                failure = MeasureError(f"{loaded.path} has no measure(): {', '.join(wanted)} not measured")
-                return dict.fromkeys((execution.pk for execution in executions), failure)
-            return {execution.pk: Measured(loop_hash=loaded.sha256) for execution in executions}
+    try:
+        who = measurer(entity, checkout)
+    except MeasureError as failure:
+        return dict.fromkeys((execution.pk for execution in executions), failure)
+    if who.function is None:
+        return {execution.pk: Measured(loop_hash=who.loop_hash) for execution in executions}
+    function, path, loop_hash, loaded, repo = who.function, who.path, who.loop_hash, who.loaded, who.repo
     results: dict[Any, Measured | SingularityError] = {}
     raw: dict[Any, Any] = {}
     # One thread for the batch's calls, each under its own deadline (a thread a call cost ~1 ms under load).

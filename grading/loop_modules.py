@@ -150,6 +150,43 @@ def loop_module_hash(entity: Entity, *, checkout: Any | None = None) -> str:
     return _load(entity, brain_checkout(checkout)).sha256
 
 
+@dataclass(frozen=True)
+class Measurer:
+    """Who answers an entity's ``measure(run)``: the function (None: nobody owes it), its path, the loop module's
+    hash the grade pins, and the module and checkout to re-check when it is the entity's own."""
+
+    function: Any
+    path: str = ""
+    loop_hash: str = ""
+    loaded: BrainModule | None = None
+    repo: Any = None
+
+
+def measurer(entity: Entity, checkout: Any | None = None) -> Measurer:
+    """The entity's loop module's ``measure()``, else the project's ``LOOP_MEASURE`` (R5.2); a Measurer with no
+    function when no metric is owed; MeasureError naming the ids when some are owed and nothing measures them."""
+    from django.conf import settings
+
+    wanted = measured_ids(entity)
+    project = project_measure() if wanted else None
+    if not entity.loop_module_path:
+        if project is not None:
+            return Measurer(project, settings.LOOP_MEASURE)
+        if wanted:
+            raise MeasureError(f"{entity}: no loop module measures {', '.join(wanted)}")
+        return Measurer(None)
+    repo = brain_checkout(checkout)
+    loaded = _load(entity, repo)
+    function = getattr(loaded.module, "measure", None)
+    if function is not None:
+        return Measurer(function, loaded.path, loaded.sha256, loaded, repo)
+    if project is not None:  # the entity's module measures nothing: the project does
+        return Measurer(project, settings.LOOP_MEASURE, loaded.sha256, loaded, repo)
+    if wanted:
+        raise MeasureError(f"{loaded.path} has no measure(): {', '.join(wanted)} not measured")
+    return Measurer(None, loaded.path, loaded.sha256)
+
+
 def measure(entity: Entity, execution: Execution, *, checkout: Any | None = None) -> Measured:
     """Ask the entity's loop module for the execution's run-scoped metrics; return them with the module's hash.
 
@@ -158,28 +195,11 @@ def measure(entity: Entity, execution: Execution, *, checkout: Any | None = None
     when measure() raises or answers malformed, and when the module changed
     while it was measuring.
     """
-    from django.conf import settings
-
-    wanted = measured_ids(entity)
-    owed = owed_ids(entity)
-    project = project_measure() if wanted else None
-    loaded = repo = None
-    if not entity.loop_module_path:
-        if project is None:
-            if wanted:
-                raise MeasureError(f"{entity}: no loop module measures {', '.join(wanted)}")
-            return Measured()
-        function, path, loop_hash = project, settings.LOOP_MEASURE, ""
-    else:
-        repo = brain_checkout(checkout)
-        loaded = _load(entity, repo)
-        function, path, loop_hash = getattr(loaded.module, "measure", None), loaded.path, loaded.sha256
-        if function is None and project is not None:
-            function, path = project, settings.LOOP_MEASURE
-        if function is None:
-            if wanted:
-                raise MeasureError(f"{loaded.path} has no measure(): {', '.join(wanted)} not measured")
-            return Measured(loop_hash=loaded.sha256)
+    wanted, owed = measured_ids(entity), owed_ids(entity)
+    who = measurer(entity, checkout)
+    if who.function is None:
+        return Measured(loop_hash=who.loop_hash)
+    function, path, loop_hash, loaded, repo = who.function, who.path, who.loop_hash, who.loaded, who.repo
     try:
         raw = deadline.call(function, run_info(execution), path=path, name="measure")
     except (BrainDeadline, SandboxError) as exc:
