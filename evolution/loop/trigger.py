@@ -298,7 +298,8 @@ def _on_landed(grade_ids: list[Any], *, now: datetime) -> int:
     runs = windows_for(counted, entities, now=now, after=bases, landed=landed)
     # People's ratings of every run of the batch's windows, in one read (only entities that have a rated metric):
     # each window's outcomes read them there (``grading.observed``) rather than once a landing.
-    rated_runs = [g.execution_id for window in runs.values() for g in window if O.rated_ids(g.entity.terms or {})]
+    rated = {pk for pk in {g.entity_id for g in counted} if O.rated_ids(entities[pk].terms or {})}  # once an entity
+    rated_runs = [g.execution_id for window in runs.values() for g in window if g.entity_id in rated]
     people = people_values(rated_runs) if rated_runs else {}
     # Evolve entities the preset's cadence decides: when each window became ready (one read for the batch).
     cadenced = {
