@@ -661,8 +661,11 @@ class FleetPage:
     page: int
     pages: int
     per_page: int
-    #: Distinct cycles (and waits of no cycle) of the matched entities that wait on a person.
+    #: Distinct cycles (and waits of no cycle) of the matched entities that wait on a person, and the forge's
+    #: rate limit while it stands (it holds every entity's GitHub calls).
     need_you: int
+    #: "GitHub rate limit until 14:05 UTC: <GitHub's words>" while one stands, else "" (the needs-you forge item).
+    forge: str = ""
 
 
 #: Rows on one page of the fleet: what needs a person comes first (``attention``), a search finds the rest. Each
@@ -714,7 +717,18 @@ def fleet_page(*, query: str = "", page: int = 1, per_page: int = PER_PAGE, now:
     pages = max(1, -(-len(order) // per_page))
     page = min(max(1, page), pages)
     shown = _shown(entities, order[(page - 1) * per_page : page * per_page], now=now)
-    return FleetPage(_build(shown, facts, now=now), len(order), page, pages, per_page, facts.waiting())
+    forge = _forge_words()
+    return FleetPage(
+        _build(shown, facts, now=now), len(order), page, pages, per_page, facts.waiting() + bool(forge), forge
+    )
+
+
+def _forge_words() -> str:
+    """The forge's standing rate limit as the needs-you page says it ("" when none): one read of one table."""
+    from evolution.forges import rate_limit, rate_limit_words
+
+    limit = rate_limit()
+    return "" if limit is None else f"{rate_limit_words(limit[0])}: {limit[1]}"
 
 
 def fleet(*, now: datetime | None = None) -> list[dict[str, Any]]:

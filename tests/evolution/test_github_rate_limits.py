@@ -237,3 +237,16 @@ def test_a_standing_limit_does_not_hold_git(gb, github_on):
         key=f"{github_on.api_url} GITHUB_TOKEN", until=timezone.now() + timedelta(hours=1), reason="limited"
     )
     assert git_env()  # the credential header is still made: a fetch or a push is no REST request
+
+
+@pytest.mark.django_db
+def test_the_fleet_page_shows_githubs_rate_limit_and_counts_it(github_on, alice, client):
+    client.force_login(alice)
+    assert "GitHub rate limit" not in client.get("/evolution/").content.decode()
+    until = timezone.now() + timedelta(minutes=20)
+    GitHubRateLimit.objects.create(key="k", until=until, reason="API rate limit exceeded (HTTP 403)")
+    page = client.get("/evolution/").content.decode()
+    assert 'id="forge-limit"' in page and f"GitHub rate limit until {until:%H:%M} UTC" in page
+    assert "1 needs you" in page  # the count the navigation shows counts it too
+    table = client.get("/evolution/", headers={"HX-Request": "true"}).content.decode()  # the 10 s refresh
+    assert 'id="forge-limit"' in table
