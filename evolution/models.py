@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
 from django.urls import reverse
 from django.utils import timezone
 
@@ -441,6 +441,9 @@ class Supervision(models.Model):
     actor = models.CharField(max_length=200)
     reason = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    #: The hash chain (``evolution.core.chain``): the row before's hash and this row's own ("" before chaining).
+    prev_hash = models.CharField(max_length=64, blank=True, default="", editable=False)
+    hash = models.CharField(max_length=64, blank=True, default="", editable=False)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -452,6 +455,24 @@ class Supervision(models.Model):
     def __str__(self) -> str:
         what = self.entity or f"group {self.group}"
         return f"{self.kind} of {what} by {self.actor}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        _save_chained(self, super().save, *args, **kwargs)
+
+
+def _save_chained(row: models.Model, save: Any, *args: Any, **kwargs: Any) -> None:
+    """Insert ``row`` chained after its log's newest row (``evolution.core.chain``); an update re-hashes nothing.
+
+    A chained row is written once: changing it afterwards is what ``manage.py loop verify`` finds.
+    """
+    from evolution.core import chain
+
+    if not row._state.adding:
+        save(*args, **kwargs)
+        return
+    with transaction.atomic():
+        chain.seal(row)
+        save(*args, **kwargs)
 
 
 class ActionLog(models.Model):
@@ -466,9 +487,25 @@ class ActionLog(models.Model):
     diff = models.TextField(blank=True, default="")
     commit = models.CharField(max_length=40, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    #: The hash chain (``evolution.core.chain``): the row before's hash and this row's own ("" before chaining).
+    prev_hash = models.CharField(max_length=64, blank=True, default="", editable=False)
+    hash = models.CharField(max_length=64, blank=True, default="", editable=False)
 
     class Meta:
         ordering = ["-created_at", "-id"]
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        _save_chained(self, super().save, *args, **kwargs)
+
+
+class ChainHead(models.Model):
+    """The newest hash of one chained log (``evolution.core.chain``): the row appends lock, so chains never fork."""
+
+    log = models.CharField(max_length=100, unique=True)
+    hash = models.CharField(max_length=64, blank=True, default="")
+
+    def __str__(self) -> str:
+        return f"{self.log} at {self.hash[:12] or 'nothing'}"
 
 
 class WaitingWindow(models.Model):

@@ -1,4 +1,5 @@
-"""``manage.py loop analyze <kind>:<id>`` — the loop from a shell (Analyze now, the loop's clock, a backtest)."""
+"""``manage.py loop analyze <kind>:<id>`` — the loop from a shell (Analyze now, the loop's clock, a backtest, and
+``loop verify``: the hash chains of its action and supervision logs)."""
 
 from __future__ import annotations
 
@@ -43,10 +44,14 @@ class Command(BaseCommand):
             help="A proposed settings change (repeatable): loop.trigger.minFailures=3; KEY= removes the key.",
         )
         backtest.add_argument("--json", action="store_true", help="Print the reports as JSON.")
+        sub.add_parser("verify", help="Check the hash chains of the loop's action log and supervision log.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["action"] == "backtest":
             self.backtest(options)
+            return
+        if options["action"] == "verify":
+            self.verify()
             return
         if options["action"] == "analyze":
             from evolution.loop.trigger import analyze_now
@@ -60,6 +65,20 @@ class Command(BaseCommand):
             from evolution.tasks import tick
 
             self.stdout.write(str(tick()))
+
+    def verify(self) -> None:
+        """One line per chained log; exit 1 naming the first entry whose chain breaks, 0 when every log is whole."""
+        from evolution.core import chain
+
+        broken = []
+        for log in chain.LOGS:
+            verdict, total = chain.verify(log)
+            if verdict.whole:
+                self.stdout.write(verdict.words())
+            else:
+                broken.append(verdict.words(total))
+        if broken:
+            raise CommandError("; ".join(broken))
 
     def backtest(self, options: dict[str, Any]) -> None:
         """Backtest today's policy (and the one the --set changes make) and print both reports."""
