@@ -151,6 +151,10 @@ class AgentLoop:
         #: Sent as the call's ``max_tokens`` when set (a reservation's worst case depends on it).
         self.max_tokens = max_tokens
 
+    def messages(self, opening: list[dict[str, Any]], conversation: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The messages the next call sends: the system message (as it reads now), ``opening``, ``conversation``."""
+        return self._messages(opening, conversation)
+
     def _messages(self, opening: list[dict[str, Any]], conversation: list[dict[str, Any]]) -> list[dict[str, Any]]:
         system = self.system() if self.system is not None else None
         return [*([system] if system else []), *opening, *conversation]

@@ -125,6 +125,12 @@ class Runtime:
         self.being.status = Being.Status.EXHAUSTED
 
     def _finish(self, cycle: Cycle, status: str) -> None:
+        released = self._release()
+        if released is not None:  # held ahead for a call the cycle did not make (a stop, the round limit)
+            message = (
+                f"the next model call was not made ({status}); its reservation of {money_str(released)} USD is released"
+            )
+            self.journal.emit(Event.Kind.WARNING, {"message": message, "released": money_str(released)})
         cycle.status = status
         cycle.finished_at = timezone.now()
         cycle.balance_after = self.being.remaining
@@ -192,14 +198,8 @@ class Runtime:
         revive = getattr(self.catalogue, "revive", None)
         for note in revive() if revive is not None else []:
             self.journal.emit(Event.Kind.WARNING, {"message": storable_text(note)[:2000]})
-        with transaction.atomic():
-            self.journal.save(owner=self.owner, cycle=cycle)
-            # A cycle a crashed process left running; its completions were debited and are never debited again.
-            Cycle.objects.filter(being=being, status=Cycle.Status.RUNNING).exclude(pk=cycle.pk).update(
-                status=Cycle.Status.INTERRUPTED, finished_at=timezone.now()
-            )
-
         tools = self.catalogue.openai_tools()
+        hooks = _CycleHooks(self, cycle, actions, tools)
         loop = AgentLoop(
             gateway=StorableGateway(self.gateway),
             tools=tools,
@@ -208,9 +208,19 @@ class Runtime:
             system=lambda: system_message(being),
             prices=self.prices,
             max_rounds=self.max_rounds,
-            hooks=_CycleHooks(self, cycle, actions, tools),
+            hooks=hooks,
             max_tokens=self.max_tokens if self.reserve else None,
         )
+        hooks.next_messages = lambda: loop.messages([framing], cycle.messages)
+        if self.max_rounds >= 1:
+            self._hold_ahead(hooks.next_messages(), tools, 1)  # the first call's worst case rides in this save
+        with transaction.atomic():
+            self.journal.save(owner=self.owner, cycle=cycle)
+            # A cycle a crashed process left running; its completions were debited and are never debited again.
+            Cycle.objects.filter(being=being, status=Cycle.Status.RUNNING).exclude(pk=cycle.pk).update(
+                status=Cycle.Status.INTERRUPTED, finished_at=timezone.now()
+            )
+
         result = loop.run([framing], cycle.messages)
         if result.status == COMPLETED:
             cycle.final_content = result.final_content
@@ -242,23 +252,22 @@ class Runtime:
         return storable_outcome(self.catalogue.call(self.being, name, arguments))
 
     # -- the reservation ---------------------------------------------------
-    def _reserve(
-        self, cycle: Cycle, messages: list[dict[str, Any]], tools: list[dict], round_number: int
-    ) -> str | None:
-        """Hold the call's worst case against the balance, durably, or end the cycle when the balance cannot cover it."""
+    def _hold_ahead(self, messages: list[dict[str, Any]], tools: list[dict], round_number: int) -> None:
+        """Hold the next call's worst case now, to be written by the save about to happen (the cycle's start, the
+        round's last tool): the call then needs no durable save of its own (``_reserve`` finds it held). A worst
+        case the balance cannot cover is left to ``_reserve``, which refuses the call at its time."""
         if not self.reserve:
-            return None
+            return
         being = self.being
         bound = prompt_tokens_bound(messages, tools)
         hold = reservation(self.prices, prompt_tokens=bound, max_tokens=self.max_tokens, deadline_ns=self.deadline_ns)
-        if hold.total > being.remaining:
-            message = (
-                f"the next model call could cost up to {money_str(hold.total)} USD, more than the balance of "
-                f"{money_str(being.remaining)} USD; not made"
-            )
-            self.journal.emit(Event.Kind.WARNING, {"message": message, "reserve": money_str(hold.total)})
-            self._mark_exhausted()
-            return Cycle.Status.BUDGET_EXHAUSTED
+        if hold.total > being.remaining or being.reserved_api or being.reserved_instance:
+            return
+        self._held(hold, bound, round_number)
+
+    def _held(self, hold: Debit, bound: int, round_number: int) -> None:
+        """Set ``hold`` on the being and journal it (``cost_reserved``); the caller saves."""
+        being = self.being
         being.reserved_api, being.reserved_instance = hold.api, hold.instance
         self.journal.emit(
             Event.Kind.COST_RESERVED,
@@ -273,6 +282,33 @@ class Runtime:
                 "remaining": money_str(being.remaining),
             },
         )
+
+    def _reserve(
+        self, cycle: Cycle, messages: list[dict[str, Any]], tools: list[dict], round_number: int
+    ) -> str | None:
+        """Hold the call's worst case against the balance, durably, or end the cycle when the balance cannot cover it.
+
+        A hold already written for this call (``_hold_ahead``) that covers the messages as sent is kept: no save.
+        """
+        if not self.reserve:
+            return None
+        being = self.being
+        bound = prompt_tokens_bound(messages, tools)
+        hold = reservation(self.prices, prompt_tokens=bound, max_tokens=self.max_tokens, deadline_ns=self.deadline_ns)
+        held = EXACT.add(being.reserved_api, being.reserved_instance)
+        if held and held >= hold.total and being.reserved_api >= hold.api and being.reserved_instance >= hold.instance:
+            return None  # held ahead, in the save before this call, and it covers it
+        if held:
+            self._release()  # held ahead for messages that grew since (the new hold replaces it in this save)
+        if hold.total > being.remaining:
+            message = (
+                f"the next model call could cost up to {money_str(hold.total)} USD, more than the balance of "
+                f"{money_str(being.remaining)} USD; not made"
+            )
+            self.journal.emit(Event.Kind.WARNING, {"message": message, "reserve": money_str(hold.total)})
+            self._mark_exhausted()
+            return Cycle.Status.BUDGET_EXHAUSTED
+        self._held(hold, bound, round_number)
         # Nothing else changed since the last save (the previous tool's, or the cycle's start).
         self.journal.save(owner=self.owner, fields=RESERVATION_FIELDS)
         return None
@@ -374,7 +410,9 @@ class Runtime:
             self.journal.emit(Event.Kind.WARNING, {"message": message})
         self.journal.save(owner=self.owner, cycle=cycle, cycle_fields=("rounds", "spent", "messages"))
 
-    def _tool_finished(self, cycle: Cycle, call: Any, outcome: Any) -> str:
+    def _tool_finished(self, cycle: Cycle, call: Any, outcome: Any, *, ahead: tuple[Any, ...] | None = None) -> str:
+        """Record a finished tool call in one durable save; ``ahead`` (the next call's messages, the tools and its
+        round), when this was the round's last tool, also holds that call's worst case in the same save."""
         being = self.being
         action = f"{call.name}:{outcome.status}"
         being.recent_actions = [*being.recent_actions, action][-RECENT_ACTIONS:]
@@ -385,6 +423,9 @@ class Runtime:
         self.journal.emit(Event.Kind.TOOL_FINISHED, finished)
         if outcome.status == "success":
             self._credit(cycle, call.name, outcome.raw)
+        if ahead is not None:
+            next_messages, tools, round_number = ahead
+            self._hold_ahead(next_messages(), tools, round_number)
         self.journal.save(owner=self.owner, cycle=cycle, cycle_fields=("tool_calls", "messages", "earned"))
         return call.name
 
@@ -416,6 +457,10 @@ class _CycleHooks(AgentHooks):
         self.cycle = cycle
         self.actions = actions
         self.tools = tools
+        #: The messages the next call will send (set once the agent loop exists).
+        self.next_messages: Callable[[], list[dict[str, Any]]] = list
+        #: Tool calls of the current round not yet finished: the last one's save holds the next call's worst case.
+        self.tools_left = 0
 
     def before_round(self, round_number: int) -> str | None:
         return self.runtime._before_round()
@@ -425,9 +470,15 @@ class _CycleHooks(AgentHooks):
 
     def after_completion(self, completion: Any, debit: Debit, round_number: int) -> None:
         self.runtime._debit(self.cycle, completion, debit, round_number)
+        self.tools_left = len(completion.tool_calls)
 
     def after_tool(self, call: Any, outcome: Any, round_number: int) -> None:
-        self.actions.append(self.runtime._tool_finished(self.cycle, call, outcome))
+        self.tools_left -= 1
+        runtime = self.runtime
+        ahead = None
+        if self.tools_left == 0 and round_number < runtime.max_rounds:
+            ahead = (self.next_messages, self.tools, round_number + 1)
+        self.actions.append(runtime._tool_finished(self.cycle, call, outcome, ahead=ahead))
 
     def gateway_failed(self, error: UpstreamError, round_number: int) -> None:
         self.runtime._gateway_failed(self.cycle, error)

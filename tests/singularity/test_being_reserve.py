@@ -365,3 +365,64 @@ def test_being_once_with_a_balance_below_the_worst_case_makes_no_call_and_ends_e
     being = Being.objects.get(name="ada")
     assert being.status == "exhausted" and being.remaining == Decimal("0.01")
     assert Event.objects.get(being=being, kind="stopped").data["status"] == "exhausted"
+
+
+def counted_saves(runtime: Runtime) -> list[int]:
+    """Count the runtime's durable saves (each one transaction and one fsync of the journal)."""
+    count = [0]
+    save = runtime.journal.save
+
+    def counting(**kwargs: Any) -> None:
+        count[0] += 1
+        save(**kwargs)
+
+    runtime.journal.save = counting  # type: ignore[method-assign]
+    return count
+
+
+@pytest.mark.django_db
+def test_the_reservation_rides_in_the_save_before_its_call_costing_no_save_of_its_own(fake_gateway, catalogue):
+    # Two tool rounds and a reply: with the reservation on, each call's worst case is held in the save that
+    # came before it (the cycle's start, the round's last tool), so a round pays as many durable saves as off.
+    saves = {}
+    for reserve in (False, True):
+        fake_gateway.script(
+            Reply(tool_calls=[REMEMBER, REMEMBER], usage=usage(100, 10)),
+            Reply(tool_calls=[REMEMBER], usage=usage(120, 10)),
+            Reply(content="done", usage=usage(150, 5)),
+        )
+        being = make_being(name=f"saves-{reserve}")
+        runtime = make_runtime(being, fake_gateway.gateway(), catalogue, prices=PRICES, reserve=reserve)
+        count = counted_saves(runtime)
+        runtime.run_cycle()
+        saves[reserve] = count[0]
+        assert_ledger_identity(being)
+    assert saves[True] == saves[False]
+    held = list(Event.objects.filter(being__name="saves-True", kind="cost_reserved").order_by("seq"))
+    assert [e.data["round"] for e in held] == [1, 2, 3]
+    for request, hold in zip(fake_gateway.requests[-3:], held, strict=True):  # each held what its call could cost
+        body = request.json
+        assert hold.data["prompt_tokens_max"] >= prompt_tokens_bound(body["messages"], body["tools"])
+
+
+@pytest.mark.django_db
+def test_a_reservation_held_for_a_call_a_stop_prevented_is_released_not_debited(fake_gateway, catalogue):
+    fake_gateway.script(Reply(tool_calls=[REMEMBER], usage=usage(100, 10)), Reply(content="never", usage=usage(1, 1)))
+    being = make_being()
+    runtime = make_runtime(being, fake_gateway.gateway(), catalogue, prices=PRICES, reserve=True)
+    calls = [0]
+
+    def stop_after_the_tool() -> bool:
+        calls[0] += 1
+        return calls[0] > 1  # the first round runs; asked to stop before the second
+
+    runtime.should_stop = stop_after_the_tool
+    report = runtime.run_cycle()
+    assert report.status == "interrupted" and len(fake_gateway.requests) == 1
+    being.refresh_from_db()
+    assert being.reserved_api == being.reserved_instance == 0
+    (debit,) = Event.objects.filter(being=being, kind="cost_debited")
+    assert being.remaining == Decimal(10) - Decimal(debit.data["amount"])  # only the call made is paid
+    released = Event.objects.filter(being=being, kind="warning").order_by("-seq").first()
+    assert "not made" in released.data["message"] and Decimal(released.data["released"]) > 0
+    assert_ledger_identity(being)
