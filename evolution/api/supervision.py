@@ -43,6 +43,14 @@ class TargetRequestSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000)
 
 
+class HoldRequestSerializer(TargetRequestSerializer):
+    """A hold's body: its target, and why (a hold needs a reason: 409 without one)."""
+
+    reason = serializers.CharField(
+        max_length=4000, allow_blank=True, help_text="Why the loop is held: said wherever the hold shows (409 if blank)."
+    )
+
+
 class RearmRequestSerializer(serializers.Serializer):
     targetKind = serializers.CharField()
     targetId = serializers.CharField()
@@ -207,6 +215,7 @@ class _Move(APIView):
 
 class LoopHold(_Move):
     op = Supervision.Kind.HOLD
+    request_class = HoldRequestSerializer
 
     @extend_schema(
         operation_id="loop_hold",
@@ -215,7 +224,7 @@ class LoopHold(_Move):
             "Name the entity (targetKind + targetId) or a lock group declared under loop.groups (group), and why. "
             "A hold stops new cycles only: a cycle already running, its watch and a revert carry on."
         ),
-        request=TargetRequestSerializer,
+        request=HoldRequestSerializer,
         responses={200: APPLIED, **ERRORS},
     )
     def post(self, request: Request) -> Response:

@@ -4,9 +4,12 @@ Views document their own refusals; what every endpoint can answer through
 the shared machinery is added here, in the API's error shape, where a view
 did not say it: 400 (a NUL in a query parameter or the path, a page size or
 offset that is no number, a body that is no acceptable JSON) and 404 (a path
-naming nothing) where the path has parameters. 401 (no token, a bad one) and
-415 (a body that is not JSON) are said once, in the API's description and as
-shared ``components.responses``, not on each operation.
+naming nothing) where the path has parameters, and 401 (no token, a bad one) on
+every operation that needs a token, so a generated client reads it as the
+``Error`` it is (issue 36). 415 (a body that is not JSON) is said once, in the
+API's description and as a shared ``components.responses``. A request body is
+required wherever the operation refuses to go without one (all but
+``OPTIONAL_BODIES``), so a generated client's function will not send none.
 """
 
 from __future__ import annotations
@@ -45,6 +48,12 @@ NOTE = (
     "Any operation can answer 401 (no token, or a bad one) and, with a body, 415 (not JSON)."
 )
 METHODS = ("get", "put", "patch", "post", "delete")
+UNAUTHENTICATED = "not_authenticated or authentication_failed: no token, or a bad or revoked one."
+#: Operations whose body may be left out: every field has a default the operation acts on.
+OPTIONAL_BODIES = {
+    ("post", "/api/cards/{id}/cancel/"),  # the note is optional
+    ("post", "/api/forge/pulls/{number}/merge/"),  # "anyway" defaults to false
+}
 
 
 def _response(description: str) -> dict[str, Any]:
@@ -68,7 +77,18 @@ def document_errors(result: dict[str, Any], generator: Any, request: Any, public
             responses.setdefault("400", _response(BAD_INPUT))
             if "{" in path:
                 responses.setdefault("404", _response("not_found: the path names nothing."))
+            if _needs_token(operation):
+                responses.setdefault("401", _response(UNAUTHENTICATED))
+            body = operation.get("requestBody")
+            if body is not None and method in ("post", "put", "patch") and (method, path) not in OPTIONAL_BODIES:
+                body["required"] = True
     return result
+
+
+def _needs_token(operation: dict[str, Any]) -> bool:
+    """An operation that answers 401 without a token: it names a security scheme and not the empty one."""
+    security = operation.get("security")
+    return bool(security) and {} not in security
 
 
 class AutoSchema(openapi.AutoSchema):
