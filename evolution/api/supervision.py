@@ -47,7 +47,9 @@ class HoldRequestSerializer(TargetRequestSerializer):
     """A hold's body: its target, and why (a hold needs a reason: 409 without one)."""
 
     reason = serializers.CharField(
-        max_length=4000, allow_blank=True, help_text="Why the loop is held: said wherever the hold shows (409 if blank)."
+        max_length=4000,
+        allow_blank=True,
+        help_text="Why the loop is held: said wherever the hold shows (409 if blank).",
     )
 
 
