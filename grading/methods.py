@@ -8,6 +8,7 @@ prompt can never disagree.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,3 +87,51 @@ def resolve_method(entity: Entity, *, checkout: Any | None = None, name: str | N
     raise MethodError(
         f"{entity}: evaluation.method {name!r}: {path} not found at commit {entity.commit[:12] or '(none)'}"
     )
+
+
+# --- eval_list_methods, eval_get_method (R2.29) ------------------------------------------------------------------
+
+#: A method's name: the stem of its file under METHODS_DIR.
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
+
+
+def users_of(name: str) -> list[str]:
+    """The graded entities that use method ``name`` now, as "<targetKind>:<id>" in order."""
+    rows = (
+        Entity.objects.filter(present=True, evaluation_enabled=True).exclude(terms={}).order_by("target_kind", "slug")
+    )
+    return [f"{e.target_kind}:{e.slug}" for e in rows if e.ok and method_name(e) == name]
+
+
+def _row(method: Any, *, content: bool) -> dict[str, Any]:
+    row = {
+        "name": method.name,
+        "source": method.source,
+        "path": method.path,
+        "sha": method.sha256 or None,
+        "usedBy": users_of(method.name),
+        "error": method.error or None,
+    }
+    if content:
+        row["content"] = method.text
+    return row
+
+
+def _methods_at_head(checkout: Any | None) -> dict[str, Any]:
+    from singularity.brain.loader import load_brain
+
+    repo = brain_checkout(checkout)
+    return load_brain(repo, repo.head()).methods
+
+
+def list_methods(*, checkout: Any | None = None) -> list[dict[str, Any]]:
+    """Every method at the brain's head — the engine's, the brain's copy of it (engine-customised), the brain's own —
+    with its sha and the graded entities using it now; by name."""
+    methods = _methods_at_head(checkout)
+    return [_row(methods[name], content=False) for name in sorted(methods)]
+
+
+def get_method(name: str, *, checkout: Any | None = None) -> dict[str, Any] | None:
+    """Method ``name`` at the brain's head with its content and the sha a write swaps against; None when none."""
+    method = _methods_at_head(checkout).get(name)
+    return _row(method, content=True) if method is not None else None

@@ -197,6 +197,16 @@ def _load_methods(checkout: Checkout, commit: str, files: Mapping[str, TreeEntry
     return methods
 
 
+def method_file(name: str, raw: bytes, *, path: str | None = None) -> MethodFile:
+    """``raw`` read as the method ``name`` would be at load, with ``error`` saying what is wrong and where ("" when it
+    loads): what eval_write_method validates a write by, so a write never makes a method the load refuses."""
+    path = path or f"{METHODS_DIR}/{name}.md"
+    source = "engine-customised" if name == "default" else "brain"
+    method = MethodFile(name=name, path=path, text="", sha256=sha256(raw), source=source)
+    method.error = _method_error(method, raw)
+    return method
+
+
 def _method_error(method: MethodFile, raw: bytes) -> str:
     """Fill the method's text and frontmatter; return why it does not load ("" when it does)."""
     try:
