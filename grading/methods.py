@@ -95,21 +95,25 @@ def resolve_method(entity: Entity, *, checkout: Any | None = None, name: str | N
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
 
 
-def users_of(name: str) -> list[str]:
-    """The graded entities that use method ``name`` now, as "<targetKind>:<id>" in order."""
+def users() -> dict[str, list[str]]:
+    """Each method name to the graded entities using it now, as "<targetKind>:<id>" in order (one query)."""
     rows = (
         Entity.objects.filter(present=True, evaluation_enabled=True).exclude(terms={}).order_by("target_kind", "slug")
     )
-    return [f"{e.target_kind}:{e.slug}" for e in rows if e.ok and method_name(e) == name]
+    found: dict[str, list[str]] = {}
+    for entity in rows:
+        if entity.ok:
+            found.setdefault(method_name(entity), []).append(f"{entity.target_kind}:{entity.slug}")
+    return found
 
 
-def _row(method: Any, *, content: bool) -> dict[str, Any]:
+def _row(method: Any, used: dict[str, list[str]], *, content: bool) -> dict[str, Any]:
     row = {
         "name": method.name,
         "source": method.source,
         "path": method.path,
         "sha": method.sha256 or None,
-        "usedBy": users_of(method.name),
+        "usedBy": used.get(method.name, []),
         "error": method.error or None,
     }
     if content:
@@ -118,20 +122,20 @@ def _row(method: Any, *, content: bool) -> dict[str, Any]:
 
 
 def _methods_at_head(checkout: Any | None) -> dict[str, Any]:
-    from singularity.brain.loader import load_brain
+    from singularity.brain.loader import load_methods
 
     repo = brain_checkout(checkout)
-    return load_brain(repo, repo.head()).methods
+    return load_methods(repo, repo.head())
 
 
 def list_methods(*, checkout: Any | None = None) -> list[dict[str, Any]]:
     """Every method at the brain's head — the engine's, the brain's copy of it (engine-customised), the brain's own —
     with its sha and the graded entities using it now; by name."""
-    methods = _methods_at_head(checkout)
-    return [_row(methods[name], content=False) for name in sorted(methods)]
+    methods, used = _methods_at_head(checkout), users()
+    return [_row(methods[name], used, content=False) for name in sorted(methods)]
 
 
 def get_method(name: str, *, checkout: Any | None = None) -> dict[str, Any] | None:
     """Method ``name`` at the brain's head with its content and the sha a write swaps against; None when none."""
     method = _methods_at_head(checkout).get(name)
-    return _row(method, content=True) if method is not None else None
+    return _row(method, users(), content=True) if method is not None else None

@@ -173,6 +173,11 @@ def _load_manifest(checkout: Checkout, commit: str, present: Mapping[str, TreeEn
     return not refusals
 
 
+def load_methods(checkout: Checkout, commit: str) -> dict[str, MethodFile]:
+    """The judge methods at ``commit`` alone, as ``load_brain`` reads them (no entity is loaded)."""
+    return _load_methods(checkout, commit, checkout.tree_at(commit))
+
+
 def _load_methods(checkout: Checkout, commit: str, files: Mapping[str, TreeEntry]) -> dict[str, MethodFile]:
     methods: dict[str, MethodFile] = {}
     prefix = METHODS_DIR + "/"
