@@ -127,7 +127,8 @@ def _check(module: prompts.Module) -> Any:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
             raise SettingsRefusal(INVALID, f"{module.brain_path}: not UTF-8 text") from None
-        if not text.strip():
+        # A blank chat-privacy copy means "no privacy rule" (grading.chat.transcript); a blank brief means nothing.
+        if not text.strip() and module.fills:
             raise SettingsRefusal(INVALID, f"{module.brain_path}: empty; reset the module to read the engine's")
         why = prompts.refusal(module, text)
         if why:

@@ -160,3 +160,11 @@ def test_the_brief_fills_every_placeholder_the_modules_allow():
                      entity_label="scenario triage", max_changed_lines=10, editable="a.md")  # fmt: skip
     prompt = b._prompt(parts, b._documents(parts))
     assert "{{" not in prompt and prompt.count("\n") >= len(names) - 1
+
+
+def test_an_empty_brief_is_refused_but_a_blank_privacy_copy_turns_the_rule_off(sb, person):
+    brief = {"path": "loop/proposer/workflow", "content": "\n", "dryRun": True}
+    refused = person.post("/api/loop/instructions/write/", brief, format="json")
+    assert refused.status_code == 400 and "empty" in refused.json()["detail"]
+    privacy = {"path": "loop/chat-privacy", "content": "\n", "dryRun": True}
+    assert person.post("/api/loop/instructions/write/", privacy, format="json").json()["changed"]
