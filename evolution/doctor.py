@@ -342,13 +342,11 @@ def loop_proposer_models_section(ctx: DoctorContext) -> Iterator[Check]:
             )
 
 
-def _role_grants(ctx: DoctorContext, commit: str) -> Iterator[tuple[str, str, set[str]]]:
+def _role_grants(checkout: Any, commit: str) -> Iterator[tuple[str, str, set[str]]]:
     """(role, its file, its grant ∪ role-general's) for each loop role the engine runs."""
     from evolution.loop.proposer import BUNDLED_ROLE
     from singularity.brain.capabilities import GENERAL_ROLE_PATH, grant_of
 
-    checkout = ctx.checkout
-    assert checkout is not None
     general: set[str] = set()
     if checkout.exists_at(commit, GENERAL_ROLE_PATH):
         general = grant_of(checkout.read_at(commit, GENERAL_ROLE_PATH).decode("utf-8"), path=GENERAL_ROLE_PATH)
@@ -371,8 +369,8 @@ def _hitl_grants(ctx: DoctorContext) -> Iterator[Check]:
         return
     try:
         catalogue = hitl_catalogue(ctx.checkout, snapshot.commit)
-        grants = list(_role_grants(ctx, snapshot.commit))
-    except ConfigError as exc:
+        grants = list(_role_grants(ctx.checkout, snapshot.commit))
+    except (ConfigError, UnicodeDecodeError) as exc:
         yield Check(FAIL, f"the loop roles' grants cannot be read: {exc}")
         return
     who = ", ".join(unattended[:3]) + (f" and {len(unattended) - 3} more" if len(unattended) > 3 else "")

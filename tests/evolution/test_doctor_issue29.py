@@ -145,3 +145,10 @@ def test_a_lag_past_the_watch_deadline_warns_under_eval_ceilings_and_a_short_one
     looped("soon", evaluation={"method": "default", "gradeAfterHours": 72})
     (line,) = said("Eval ceilings")
     assert "scenario:late" in line and "gradeAfterHours 400" in line
+
+
+def test_a_capabilities_file_that_does_not_read_fails_naming_it(tmp_path):
+    brain = Brain(tmp_path, {"constitution/engine-capabilities.json": '{"eval:rate": {"hitl": "no"}}'})
+    looped("triage", loop={"autonomy": {"decide": "auto"}})
+    (line,) = [line for line in said("Loop autonomy", brain) if "engine-capabilities.json" in line]
+    assert "[fail]" in line and "eval:rate" in line
