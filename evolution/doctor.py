@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from grading.doctor import FAIL, WARN, Check, DoctorContext, section
+from grading.doctor import FAIL, SECTIONS, WARN, Check, DoctorContext, section
 from grading.models import Entity
 
 #: Paths under constitution/ the engine once read and reads no more (seed 003, "Loop prompt paths").
@@ -230,3 +231,167 @@ def loop_role_memory_section(ctx: DoctorContext) -> Iterator[Check]:
             f"{ROLE_PATH} declares memory: the judge must recall nothing over what it grades "
             "(no MEMORY.md, no daily logs); remove the block",
         )
+
+
+# --- Issue 29: kind support, prompt placeholders, proposer models, the loop's roles' hitl grants ------------------
+
+SYSTEM_ROLES_DIR = "constitution/Agents/system/"
+#: The loop's roles a brain may copy (an implementer is read only when the brain has one: the engine ships none).
+LOOP_ROLES = {
+    "proposer": "constitution/Agents/system/loop/role-proposer.md",
+    "implementer": "constitution/Agents/system/loop/role-implementer.md",
+}
+
+
+def _system_roles(files: list[str]) -> list[str]:
+    return sorted(
+        p
+        for p in files
+        if p.startswith(SYSTEM_ROLES_DIR) and p.rsplit("/", 1)[-1].startswith("role-") and p.endswith(".md")
+    )
+
+
+@section("Loop kind support")
+def loop_kind_support_section(ctx: DoctorContext) -> Iterator[Check]:
+    """Loop blocks in the engine's system roles grade and improve nothing (R22.13); evaluation.context on a scenario
+    or a heartbeat is read by nothing (R22.17)."""
+    from singularity.brain import frontmatter
+    from singularity.errors import ConfigError
+
+    snapshot = ctx.snapshot()
+    if snapshot is not None and ctx.checkout is not None:
+        for path in _system_roles(ctx.checkout.files_at(snapshot.commit)):
+            try:
+                data, _body = frontmatter.parse(ctx.checkout.read_at(snapshot.commit, path).decode("utf-8"), path=path)
+            except (ConfigError, UnicodeDecodeError) as exc:
+                yield Check(FAIL, f"{path} does not read: {exc}")
+                continue
+            blocks = [f"{name}:" for name in ("evaluation", "loop") if name in data]
+            if blocks:
+                yield Check(
+                    FAIL,
+                    f"{path} declares {' and '.join(blocks)}, but an engine system role is no entity: it is graded "
+                    "and improved by nothing. Move the persona into a feature (features/<feature>/<id>.agent.md) "
+                    "and declare the blocks there",
+                )
+    for entity in ctx.ok_entities():
+        own = (entity.frontmatter or {}).get("evaluation")
+        if entity.kind != Entity.Kind.ROLE and isinstance(own, dict) and "context" in own:
+            yield Check(
+                WARN,
+                f"{_label(entity)} declares evaluation.context, which only a chat episode's judge reads: "
+                f"it does nothing on a {entity.kind}",
+            )
+
+
+@section("Loop prompt placeholders")
+def loop_prompt_placeholders_section(ctx: DoctorContext) -> Iterator[Check]:
+    """A brain copy of a loop prompt naming a placeholder the loop does not fill in that brief (R8.32)."""
+    from evolution.core import prompts
+
+    snapshot = ctx.snapshot()
+    if snapshot is None or ctx.checkout is None:
+        return
+    for path in ctx.checkout.files_at(snapshot.commit):
+        module = prompts.module_at(path)
+        if module is None:
+            continue
+        text = ctx.checkout.read_at(snapshot.commit, path).decode("utf-8", "replace")
+        why = prompts.refusal(module, text)
+        if why:
+            yield Check(FAIL, f"{why}: the brief refuses it, so every analysis reading it fails")
+
+
+def _nearest(name: str, known: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+    return f"; did you mean {close[0]!r}?" if close else f"; the gateway serves {', '.join(sorted(known)[:10])}"
+
+
+@section("Loop proposer models")
+def loop_proposer_models_section(ctx: DoctorContext) -> Iterator[Check]:
+    """A loop.proposer.modelRef the gateway does not serve: every analysis of the entity would fail (R8.36)."""
+    from django.conf import settings
+
+    from singularity.errors import UpstreamError
+    from singularity.gateway import get_gateway, is_demo
+
+    named = [
+        (entity, str(proposer["modelRef"]))
+        for entity in _in_loop(ctx)
+        if (proposer := entity.loop().get("proposer") or {}).get("modelRef") and not proposer.get("pipeline")
+    ]
+    if not named or is_demo():
+        return
+    try:
+        with get_gateway() as gateway:
+            served = gateway.served_models()
+    except UpstreamError as exc:
+        yield Check(WARN, f"the gateway's model list cannot be read, so no loop.proposer.modelRef is checked: {exc}")
+        return
+    if not served:
+        return
+    known = sorted({*served, settings.BRAMA_MODEL})
+    for entity, model in named:
+        if model not in served:
+            yield Check(
+                FAIL,
+                f"{_label(entity)}: loop.proposer.modelRef {model!r} is not a model the gateway serves: every "
+                f"analysis of it would fail before it starts{_nearest(model, known)}",
+            )
+
+
+def _role_grants(checkout: Any, commit: str) -> Iterator[tuple[str, str, set[str]]]:
+    """(role, its file, its grant ∪ role-general's) for each loop role the engine runs."""
+    from evolution.loop.proposer import BUNDLED_ROLE
+    from singularity.brain.capabilities import GENERAL_ROLE_PATH, grant_of
+
+    general: set[str] = set()
+    if checkout.exists_at(commit, GENERAL_ROLE_PATH):
+        general = grant_of(checkout.read_at(commit, GENERAL_ROLE_PATH).decode("utf-8"), path=GENERAL_ROLE_PATH)
+    for role, path in LOOP_ROLES.items():
+        if checkout.exists_at(commit, path):
+            yield role, path, grant_of(checkout.read_at(commit, path).decode("utf-8"), path=path) | general
+        elif role == "proposer":
+            engine = f"engine:{BUNDLED_ROLE.name}"
+            yield role, engine, grant_of(BUNDLED_ROLE.read_text(encoding="utf-8"), path=engine) | general
+
+
+def _hitl_grants(ctx: DoctorContext) -> Iterator[Check]:
+    """Once any entity decides auto: each hitl: true capability the proposer or implementer reaches (R12.21)."""
+    from singularity.brain.capabilities import CAPABILITIES_PATH, hitl_catalogue, reached
+    from singularity.errors import ConfigError
+
+    unattended = [_label(e) for e in _in_loop(ctx) if e.loop()["autonomy"]["decide"] == "auto"]
+    snapshot = ctx.snapshot()
+    if not unattended or snapshot is None or ctx.checkout is None:
+        return
+    try:
+        catalogue = hitl_catalogue(ctx.checkout, snapshot.commit)
+        grants = list(_role_grants(ctx.checkout, snapshot.commit))
+    except (ConfigError, UnicodeDecodeError) as exc:
+        yield Check(FAIL, f"the loop roles' grants cannot be read: {exc}")
+        return
+    who = ", ".join(unattended[:3]) + (f" and {len(unattended) - 3} more" if len(unattended) > 3 else "")
+    for role, path, grant in grants:
+        for capability in reached(grant, catalogue):
+            yield Check(
+                WARN,
+                f"the {role} role ({path}) reaches {capability} (hitl: true), and {who} decide auto: an unattended "
+                f"turn cannot ask for it, so a round needing it fails — relax it with hitl: false in "
+                f"{CAPABILITIES_PATH}, or drop it from your copy of the role",
+            )
+
+
+def _with_hitl_grants(base: Any) -> Any:
+    def loop_autonomy_section(ctx: DoctorContext) -> Iterator[Check]:
+        yield from base(ctx)
+        yield from _hitl_grants(ctx)
+
+    return loop_autonomy_section
+
+
+# grading's "Loop autonomy" names the rest of the seed's list; the loop's roles are the loop's to read (same place
+# in the doctor's order, the seed's section name).
+SECTIONS["Loop autonomy"] = _with_hitl_grants(SECTIONS["Loop autonomy"])

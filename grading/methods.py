@@ -8,6 +8,7 @@ prompt can never disagree.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,3 +87,55 @@ def resolve_method(entity: Entity, *, checkout: Any | None = None, name: str | N
     raise MethodError(
         f"{entity}: evaluation.method {name!r}: {path} not found at commit {entity.commit[:12] or '(none)'}"
     )
+
+
+# --- eval_list_methods, eval_get_method (R2.29) ------------------------------------------------------------------
+
+#: A method's name: the stem of its file under METHODS_DIR.
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
+
+
+def users() -> dict[str, list[str]]:
+    """Each method name to the graded entities using it now, as "<targetKind>:<id>" in order (one query)."""
+    rows = (
+        Entity.objects.filter(present=True, evaluation_enabled=True).exclude(terms={}).order_by("target_kind", "slug")
+    )
+    found: dict[str, list[str]] = {}
+    for entity in rows:
+        if entity.ok:
+            found.setdefault(method_name(entity), []).append(f"{entity.target_kind}:{entity.slug}")
+    return found
+
+
+def _row(method: Any, used: dict[str, list[str]], *, content: bool) -> dict[str, Any]:
+    row = {
+        "name": method.name,
+        "source": method.source,
+        "path": method.path,
+        "sha": method.sha256 or None,
+        "usedBy": used.get(method.name, []),
+        "error": method.error or None,
+    }
+    if content:
+        row["content"] = method.text
+    return row
+
+
+def _methods_at_head(checkout: Any | None) -> dict[str, Any]:
+    from singularity.brain.loader import load_methods
+
+    repo = brain_checkout(checkout)
+    return load_methods(repo, repo.head())
+
+
+def list_methods(*, checkout: Any | None = None) -> list[dict[str, Any]]:
+    """Every method at the brain's head — the engine's, the brain's copy of it (engine-customised), the brain's own —
+    with its sha and the graded entities using it now; by name."""
+    methods, used = _methods_at_head(checkout), users()
+    return [_row(methods[name], used, content=False) for name in sorted(methods)]
+
+
+def get_method(name: str, *, checkout: Any | None = None) -> dict[str, Any] | None:
+    """Method ``name`` at the brain's head with its content and the sha a write swaps against; None when none."""
+    method = _methods_at_head(checkout).get(name)
+    return _row(method, users(), content=True) if method is not None else None

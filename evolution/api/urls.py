@@ -64,3 +64,15 @@ from evolution.api import backtest as api_backtest  # noqa: E402
 urlpatterns += [
     path("loop/backtest/", api_backtest.LoopBacktest.as_view(), name="api-loop-backtest"),
 ]
+
+# --- eval_*_method and instruction_* (what the judge and the loop read; evolution.api.prompts, issue 29) ---
+from evolution.api import prompts as api_prompts  # noqa: E402
+
+urlpatterns += [
+    path("eval/methods/", api_prompts.EvalMethods.as_view(), name="api-eval-methods"),
+    path("eval/methods/<str:name>/", api_prompts.EvalMethod.as_view(), name="api-eval-method"),
+    path("loop/instructions/", api_prompts.Instructions.as_view(), name="api-loop-instructions"),
+    path("loop/instructions/get/", api_prompts.InstructionGet.as_view(), name="api-loop-instruction-get"),
+    path("loop/instructions/write/", api_prompts.InstructionWrite.as_view(), name="api-loop-instruction-write"),
+    path("loop/instructions/reset/", api_prompts.InstructionReset.as_view(), name="api-loop-instruction-reset"),
+]

@@ -40,6 +40,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Count, Max
 from django.utils import timezone
 
+from evolution.core import prompts
 from evolution.loop.steps import Brief
 from evolution.models import Cycle, Recall, Round
 from grading.metrics import aggregate, is_bad, run_value, specs
@@ -129,11 +130,15 @@ def prompt_name(cycle: Cycle, entity: Entity) -> str:
 def template_for(entity: Entity, name: str, *, checkout: Any | None = None) -> tuple[str, str]:
     """Return (template text, where it came from): the brain's copy at the entity's commit, else the engine's.
 
-    BriefError when the engine ships no such prompt.
+    BriefError when the engine ships no such prompt, or the brain's copy names a placeholder the loop does not fill.
     """
     brain_path = f"{BRAIN_PROMPTS_DIR}/{name}.md"
     text = _read_at(entity, brain_path, checkout)
     if text is not None:
+        # A copy naming a placeholder the loop does not fill would reach the proposer verbatim (R8.32).
+        why = prompts.refusal(prompts.MODULES[f"loop/proposer/{name}"], text)
+        if why:
+            raise BriefError(why)
         return text, brain_path
     engine = PROMPTS_DIR / "proposer" / f"{name}.md"
     try:

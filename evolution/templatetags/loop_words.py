@@ -19,7 +19,14 @@ from evolution.core import outcomes
 
 register = template.Library()
 
-OP_WORDS = {"loop_set": "set", "loop_widen": "widened", "loop_join": "joined the loop"}
+OP_WORDS = {
+    "loop_set": "set",
+    "loop_widen": "widened",
+    "loop_join": "joined the loop",
+    "eval_write_method": "wrote a judge method",
+    "instruction_write": "wrote a loop prompt",
+    "instruction_reset": "reset a loop prompt",
+}
 
 #: CommonMark with raw HTML off (``js-default``: no HTML, no unsafe link schemes) plus tables.
 _MARKDOWN = MarkdownIt("js-default").enable("table")

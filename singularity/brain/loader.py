@@ -173,6 +173,11 @@ def _load_manifest(checkout: Checkout, commit: str, present: Mapping[str, TreeEn
     return not refusals
 
 
+def load_methods(checkout: Checkout, commit: str) -> dict[str, MethodFile]:
+    """The judge methods at ``commit`` alone, as ``load_brain`` reads them (no entity is loaded)."""
+    return _load_methods(checkout, commit, checkout.tree_at(commit))
+
+
 def _load_methods(checkout: Checkout, commit: str, files: Mapping[str, TreeEntry]) -> dict[str, MethodFile]:
     methods: dict[str, MethodFile] = {}
     prefix = METHODS_DIR + "/"
@@ -195,6 +200,16 @@ def _load_methods(checkout: Checkout, commit: str, files: Mapping[str, TreeEntry
         method.error = _method_error(method, raw)
         methods["default"] = method
     return methods
+
+
+def method_file(name: str, raw: bytes, *, path: str | None = None) -> MethodFile:
+    """``raw`` read as the method ``name`` would be at load, with ``error`` saying what is wrong and where ("" when it
+    loads): what eval_write_method validates a write by, so a write never makes a method the load refuses."""
+    path = path or f"{METHODS_DIR}/{name}.md"
+    source = "engine-customised" if name == "default" else "brain"
+    method = MethodFile(name=name, path=path, text="", sha256=sha256(raw), source=source)
+    method.error = _method_error(method, raw)
+    return method
 
 
 def _method_error(method: MethodFile, raw: bytes) -> str:
