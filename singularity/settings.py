@@ -249,6 +249,10 @@ SPECTACULAR_SETTINGS = {
         # Two "state" choice sets (a pull's, a commit status's): named, so check --deploy stays clean (issue 37).
         "PullStateEnum": ["open", "merged", "closed"],
         "CommitStateEnum": ["pending", "success", "failure", "error"],
+        # Three "source" choice sets: a run's, a judge method's and a loop prompt's (issue 36: no hash names).
+        "RunSourceEnum": "grading.models.Execution.Source",
+        "MethodSourceEnum": ["engine", "engine-customised", "brain"],
+        "PromptSourceEnum": ["engine", "brain"],
     },
     # Every operation documents the errors the shared machinery can answer (singularity.apikit.schema).
     "POSTPROCESSING_HOOKS": [
