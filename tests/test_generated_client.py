@@ -115,3 +115,17 @@ def test_every_body_an_operation_needs_is_required_in_the_schema():
     assert optional == [], optional
     assert schema["paths"]["/api/loop/hold/"]["post"]["requestBody"]["required"]  # and a hold's reason:
     assert "reason" in schema["components"]["schemas"]["HoldRequest"]["required"]
+
+
+@pytest.mark.django_db
+def test_a_query_parameter_an_operation_does_not_document_is_refused_naming_it(alice):
+    from rest_framework.test import APIClient
+
+    _, token = ApiToken.issue(alice, "script")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    answer = client.get("/api/runs/?offsett=2")
+    assert answer.status_code == 400, answer.content
+    assert answer.json()["detail"].startswith("offsett: not a parameter of GET /api/runs/ (it takes ")
+    assert client.get("/api/loop/history/?bogus=x").json()["detail"].startswith("bogus: not a parameter")
+    assert client.get("/api/runs/?limit=5").status_code == 200  # documented: taken

@@ -5,7 +5,8 @@ before anything reads it: 413 ``too_large`` naming the size and the bound.
 
 A NUL reaches Postgres as an error (text cannot hold U+0000), so it is refused
 here, for every endpoint at once, as 400 ``invalid`` naming the parameter.
-What Django answers itself under ``/api/`` — an unknown path (404), a crash
+A query parameter the operation does not document is refused as 400 ``invalid`` naming it and what the
+operation takes (``singularity.apikit.query``). What Django answers itself under ``/api/`` — an unknown path (404), a crash
 (500, unless DEBUG shows its page) — is turned into the API's error shape, so
 a script never has to read an HTML page.
 """
@@ -15,10 +16,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from http import HTTPStatus
+from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from singularity.apikit.query import unknown
 from singularity.json_input import text_problem
 
 PREFIX = "/api/"
@@ -88,3 +91,11 @@ class ApiGuardMiddleware:
         if allow := response.get("Allow"):
             replaced["Allow"] = allow
         return replaced
+
+    def process_view(self, request: HttpRequest, view_func: Any, args: Any, kwargs: Any) -> HttpResponse | None:
+        """A query parameter the operation's schema does not document is refused, never ignored (issue 36)."""
+        if not request.path_info.startswith(PREFIX) or not request.GET:
+            return None
+        if refused := unknown(view_func, request.method or "GET", list(request.GET), request.path_info):
+            return JsonResponse({"error": "invalid", "detail": refused}, status=400)
+        return None

@@ -66,7 +66,11 @@ def test_an_unknown_history_filter_is_refused_naming_it(agent) -> None:
     answer = agent.get("/api/loop/history/", {"featur": "publishing", "limit": 5})
     assert answer.status_code == 400 and answer.json()["error"] == "invalid"
     detail = answer.json()["detail"]
-    assert detail.startswith("featur: not a loop_history filter") and "feature" in detail and "since" in detail
+    assert (
+        detail.startswith("featur: not a parameter of GET /api/loop/history/")
+        and "feature" in detail
+        and "since" in detail
+    )
 
 
 def test_target_kind_alone_narrows_the_history_to_that_kind(agent) -> None:
@@ -182,4 +186,4 @@ def test_loop_get_needs_one_entity_and_refuses_what_is_no_parameter(agent) -> No
     missing = agent.get("/api/loop/get/", {"targetKind": "scenario", "targetId": "nope"})
     assert missing.status_code == 404 and missing.json()["error"] == "not_found"
     odd = agent.get("/api/loop/get/", {"targetKind": "scenario", "targetId": "digest", "since": "2026-01-01"})
-    assert odd.status_code == 400 and odd.json()["detail"].startswith("since: not a loop_get parameter")
+    assert odd.status_code == 400 and odd.json()["detail"].startswith("since: not a parameter of GET /api/loop/get/")
