@@ -326,7 +326,9 @@ class Ratings(APIView):
         responses={
             200: RateAnswerSerializer,
             202: OpenApiResponse(RateAnswerSerializer, description="pending: an agent's rating waits on a card."),
-            429: OpenApiResponse(RateAnswerSerializer, description="too_many_pending: the agent's asks are at the cap."),
+            429: OpenApiResponse(
+                RateAnswerSerializer, description="too_many_pending: the agent's asks are at the cap."
+            ),
             400: OpenApiResponse(
                 ErrorSerializer,
                 description="invalid: off the scale, unknown metric, … (the door's answer adds ok, code and written).",
