@@ -142,3 +142,21 @@ def test_an_absent_threshold_frozen_into_the_plan_stays_absent(db) -> None:
     assert run.plan_terms == {"enabled": True, "threshold": None}
     edit_loop(entity, threshold=0.5)
     assert is_bad(graded(run, 0.6), entity.terms)  # no threshold declared at plan time: every judged run is bad
+
+
+def test_the_watchs_count_judges_each_run_by_the_threshold_of_its_plan(db) -> None:
+    from evolution.loop.watch import window_grades
+    from evolution.models import Cycle
+    from evolution.presets.base import Observed
+    from evolution.presets.repair import count
+
+    entity = workflow()
+    in_flight = start_execution(entity, input={}, source=Execution.Source.MANUAL)
+    edit_loop(entity, threshold=0.5)
+    later = start_execution(entity, input={}, source=Execution.Source.MANUAL)
+    old, new = graded(in_flight, 0.6), graded(later, 0.6, minutes=1)
+    cycle = Cycle.objects.create(entity=entity, key="t", origin=Cycle.Origin.GRADE, phase=Cycle.Phase.WATCHING)
+    ids = [old.execution_id, new.execution_id]
+    seen = Observed(run_ids=ids, graded=2, ungraded=0, need=2, min_failures=2, load=lambda i: window_grades(cycle, i))
+    answer = count(cycle, seen)
+    assert (answer.verdict, answer.bad) == ("validated", 1)  # only the run planned under 0.8 is bad
