@@ -22,6 +22,7 @@ class GradingConfig(AppConfig):
         from grading import rate_ask
 
         registry.register(rate_ask.PRODUCER, rate_ask.KIND, rate_ask.on_card)  # an agent's relayed rating
+        registry.register_detail(rate_ask.PRODUCER, rate_ask.KIND, rating_card_detail)  # the run, below its text
 
         from grading.chat.telegram import on_message
         from hitl.channels.telegram import register_message_handler

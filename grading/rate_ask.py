@@ -85,7 +85,7 @@ def ask(
         subject_url=execution.get_absolute_url(),
         text="\n".join(
             [
-                f"{asker} relays a rating of this {execution.entity} run ({execution.run_kind}:{execution.pk}):",
+                f"{asker} relays a rating of this run of {execution.entity}:",
                 *_lines(relayed),
                 "",
                 "A rating stands for a person's judgement and feeds the judge's calibration. Approve records it "

@@ -108,3 +108,15 @@ def test_the_door_itself_still_never_records_an_agents_rating(alice) -> None:
     run = graded_run()
     answer_ = rate(actor_user=alice, is_agent=True, **{k: v for k, v in relayed(run).items()})
     assert (answer_.ok, answer_.code) == (False, "refused") and not Rating.objects.exists()
+
+
+def test_the_cards_page_shows_the_relayed_rating_and_the_run_it_rates(alice, bob, client) -> None:
+    run = graded_run()
+    card_id = client_for(alice).post("/api/ratings/", relayed(run), format="json").json()["card_id"]
+    client.force_login(bob)
+    page = client.get(f"/inbox/cards/{card_id}/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "agent:bot of alice relays a rating of this run of scenario:digest" in html
+    assert "bob said the scenes wander" in html and "weekly" in html  # the run's input, drawn below the text
+    assert "Approve" in html and "Decline" in html
