@@ -102,19 +102,24 @@ def test_a_pipeline_and_a_heartbeat_read_the_threshold_live(db) -> None:
 
 
 def test_a_reported_workflow_run_freezes_the_plan_it_was_recorded_under(db) -> None:
+    """One reported run, and a batch (one INSERT … SELECT and one booking pass on Postgres)."""
+    from grading.executions import book_many, report_many
+
     entity = workflow()
     now = timezone.now()
-    run = report_execution(
-        entity,
-        {
-            "status": "succeeded",
-            "started_at": (now - timedelta(seconds=5)).isoformat(),
-            "completed_at": now.isoformat(),
-        },
-        user=None,
-    )
+    data = {
+        "status": "succeeded",
+        "started_at": (now - timedelta(seconds=5)).isoformat(),
+        "completed_at": now.isoformat(),
+    }
+    run = report_execution(entity, data, user=None)
+    batch = report_many([(entity, data), (entity, data)], user=None)
+    book_many(batch)
     edit_loop(entity, threshold=0.5)
     assert is_bad(graded(run, 0.6), entity.terms)
+    for index, reported in enumerate(batch):
+        assert Grade.objects.get(execution=reported).plan_terms == {"enabled": True, "threshold": 0.8}
+        assert is_bad(graded(reported, 0.6, minutes=index + 1), entity.terms)
 
 
 def test_a_run_with_no_frozen_plan_reads_the_current_threshold(db) -> None:
