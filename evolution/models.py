@@ -541,6 +541,33 @@ class AutoAcceptGrant(models.Model):
         return f"auto-accept for {self.entity} ({self.calls}/{self.max_calls})"
 
 
+class WidenGrant(models.Model):
+    """``loop:autonomy`` delegated to the agent that asked (R12.22): a person's Approve of its loop_widen card mints
+    one, with no call limit, for 24 hours; until then every further widening of oversight by that agent token is
+    made unasked (``evolution.steering.settings.grants``). Revocable; a loosening of spend or checks still asks."""
+
+    #: Whose asks it covers, in words: "agent:<token name> of <username>".
+    asker = models.CharField(max_length=200)
+    #: The agent token that asked: the scope (another token of the same name is another agent).
+    token = models.ForeignKey("singularity.ApiToken", on_delete=models.CASCADE, related_name="widen_grants")
+    #: The approved widen card it was minted on.
+    card_id = models.UUIDField()
+    granted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    #: None: no call limit (the seed's default).
+    max_calls = models.PositiveIntegerField(null=True, blank=True)
+    calls = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["token", "-expires_at"], name="widen_grant_token")]
+
+    def __str__(self) -> str:
+        return f"loop:autonomy for {self.asker} until {self.expires_at:%Y-%m-%d %H:%M}"
+
+
 class GroupLock(models.Model):
     """One row per lock group: an Accept locks the rows of its entity's groups while it checks for a holder and claims.
 

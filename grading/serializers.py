@@ -229,7 +229,12 @@ class RateRequestSerializer(serializers.Serializer):
 
 class RateAnswerSerializer(serializers.Serializer):
     ok = serializers.BooleanField()
-    code = serializers.ChoiceField(choices=["ok", "not_found", "precondition", "invalid", "refused"])
+    code = serializers.ChoiceField(
+        choices=["ok", "pending", "not_found", "precondition", "invalid", "refused", "too_many_pending"]
+    )
     error = serializers.CharField(required=False, help_text="The code again, on a refusal.")
     detail = serializers.CharField()
     written = serializers.IntegerField()
+    card_id = serializers.UUIDField(
+        required=False, help_text="An agent's rating: the person's approval card it waits on (202 pending)."
+    )
