@@ -288,7 +288,11 @@ class RoundSerializer(serializers.Serializer):
     decidedAt = Instant()
     decidedBy = serializers.CharField()
     decisionNote = serializers.CharField()
-    rejection = serializers.CharField(help_text="human, timeout, proposer or empty")
+    rejection = serializers.CharField(
+        help_text="human, timeout, proposer, aside (accepted, then set aside: not a rejection) or empty"
+    )
+    setAside = serializers.CharField(help_text="What set the round aside after its Accept; empty otherwise.")
+    acceptedWords = serializers.CharField(help_text="Whose Accept a set-aside round had; empty otherwise.")
     reviewDeadline = Instant()
     card = CardLinkSerializer(allow_null=True)
     mergeGate = serializers.CharField()

@@ -266,3 +266,13 @@ def no_lesson_words(cycle: Cycle) -> str:
     if reason.startswith(SET_ASIDE_MARK):
         return "No lesson, by design: the proposal was set aside for a hold placed while the proposer worked."
     return ""
+
+
+def accepted_words(rnd: Any) -> str:
+    """Who accepted a round, as its record reads: "Accepted by alice", "Accepted under decide: auto", or "Accepted on
+    a loop:auto_accept grant" (``Round.acceptance``: person, auto, grant)."""
+    if rnd.acceptance == "auto":
+        return "Accepted under decide: auto"
+    if rnd.acceptance == "grant":
+        return "Accepted on a loop:auto_accept grant"
+    return f"Accepted by {rnd.decided_by}"

@@ -343,8 +343,11 @@ def lessons_doc(lessons: list[Any]) -> list[dict[str, Any]]:
     out = []
     for lesson in lessons:
         rnd = lesson.round
-        rejection = None
-        if lesson.rejection:
+        rejection = set_aside = None
+        if lesson.rejection == Round.Rejection.ASIDE:
+            # Accepted, then set aside (the lock, a hold, a sibling's Accept): never a person's no (issue 31).
+            set_aside = {"acceptedBy": rnd.decided_by, "reason": rnd.set_aside}
+        elif lesson.rejection:
             rejection = {"kind": lesson.rejection, "by": rnd.decided_by, "note": lesson.note}
         out.append(
             {
@@ -356,6 +359,7 @@ def lessons_doc(lessons: list[Any]) -> list[dict[str, Any]]:
                 "summary": lesson.summary,
                 "hypothesis": lesson.hypothesis,
                 "rejection": rejection,
+                "setAside": set_aside,
                 "note": lesson.note,
                 "perMetric": lesson.per_metric,
                 "reason": lesson.reason,

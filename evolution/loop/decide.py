@@ -14,6 +14,7 @@ import logging
 from datetime import datetime, timedelta
 
 from evolution.core import cycles
+from evolution.core.outcomes import accepted_words
 from evolution.loop import cardtext
 from evolution.loop.steps import Move, Settle
 from evolution.models import Cycle, Idea, Round
@@ -151,7 +152,8 @@ def accept(rnd: Round, *, decided_by: str, now: datetime, acceptance: str = "per
     """Accept a proposed round: take the entity's claim and move to the apply (a proposal with nothing to apply skips).
 
     Call inside a transaction: the lock groups' rows are locked while the holder is checked and the claim taken, so
-    of two members accepted at once exactly one wins; the loser is skipped naming the holder (its idea requeued).
+    of two members accepted at once exactly one wins; the loser is set aside naming the holder (its idea requeued).
+    The Accept stays on the round as made (``decided_by``, ``acceptance``); what set it aside is ``set_aside``.
     """
     cycle = rnd.cycle
     rnd.decided_by, rnd.decided_at, rnd.acceptance = decided_by, now, acceptance
@@ -163,18 +165,23 @@ def accept(rnd: Round, *, decided_by: str, now: datetime, acceptance: str = "per
     groups.lock_rows(cycle.entity)  # the arbiter: two members accepted at once serialize here
     holder = groups.held_by(cycle.entity, besides=cycle)
     if holder is not None:
-        rnd.status = Round.Status.SKIPPED
-        rnd.save(update_fields=["decided_by", "decided_at", "status"])
         _requeue_idea(cycle)
-        return Settle(Cycle.Status.SKIPPED, f"accepted, but {holder.sentence()}")
+        return put_aside(rnd, holder.by_words())
     if not cycles.take_claim(cycle):
-        rnd.status = Round.Status.SKIPPED
-        rnd.save(update_fields=["decided_by", "decided_at", "status"])
-        why = cycles.live_refusal(cycle.entity) or "another cycle holds the entity"
-        return Settle(Cycle.Status.SKIPPED, f"accepted, but {why}")
+        return put_aside(rnd, cycles.live_refusal(cycle.entity) or "another cycle holds the entity")
     rnd.status = Round.Status.ACCEPTED
     rnd.save(update_fields=["decided_by", "decided_at", "status"])
     return Move(Cycle.Phase.APPLYING, at=now)
+
+
+def put_aside(rnd: Round, why: str) -> Settle:
+    """Set an accepted round aside (skipped) for ``why``, keeping the Accept as made; the settle says both.
+
+    Not a rejection: its lesson reads "set aside" and the next proposer is never told a person turned it down.
+    """
+    rnd.status, rnd.rejection, rnd.set_aside = Round.Status.SKIPPED, Round.Rejection.ASIDE, why
+    rnd.save(update_fields=["decided_by", "decided_at", "status", "rejection", "set_aside"])
+    return Settle(Cycle.Status.SKIPPED, f"{accepted_words(rnd)}; set aside: {why}")
 
 
 def _requeue_idea(cycle: Cycle) -> None:
