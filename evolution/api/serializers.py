@@ -292,7 +292,9 @@ class RoundSerializer(serializers.Serializer):
         help_text="human, timeout, proposer, aside (accepted, then set aside: not a rejection) or empty"
     )
     setAside = serializers.CharField(help_text="What set the round aside after its Accept; empty otherwise.")
-    acceptedWords = serializers.CharField(help_text="Whose Accept a set-aside round had; empty otherwise.")
+    asideWords = serializers.CharField(
+        help_text="A set-aside round's decision in words (whose Accept, what set it aside); empty otherwise."
+    )
     reviewDeadline = Instant()
     card = CardLinkSerializer(allow_null=True)
     mergeGate = serializers.CharField()

@@ -276,3 +276,11 @@ def accepted_words(rnd: Any) -> str:
     if rnd.acceptance == "grant":
         return "Accepted on a loop:auto_accept grant"
     return f"Accepted by {rnd.decided_by}"
+
+
+def aside_words(rnd: Any) -> str:
+    """A set-aside round's decision as its record reads: "Accepted by alice; set aside: lock group support is held by
+    …", or "Set aside: …" for one set aside before anybody accepted it (``Round.set_aside`` says what did)."""
+    if rnd.acceptance:
+        return f"{accepted_words(rnd)}; set aside: {rnd.set_aside}"
+    return f"Set aside: {rnd.set_aside}"

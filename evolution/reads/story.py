@@ -10,7 +10,7 @@ from django.db.models import Prefetch, prefetch_related_objects
 
 from evolution.core import spend
 from evolution.core.links import file_change
-from evolution.core.outcomes import accepted_words, no_lesson_words
+from evolution.core.outcomes import aside_words, no_lesson_words
 from evolution.models import Cycle, Lesson, Recall, Round
 from evolution.reads import checks
 from evolution.reads.status import ENDED, NotFound, _pr, ended, grade_of, label, line_of, needs_you, strength_of
@@ -89,7 +89,7 @@ def _round_dict(rnd: Round) -> dict[str, Any]:
         "decisionNote": rnd.decision_note,
         "rejection": rnd.rejection,
         "setAside": rnd.set_aside,
-        "acceptedWords": accepted_words(rnd) if rnd.rejection == Round.Rejection.ASIDE else "",
+        "asideWords": aside_words(rnd) if rnd.rejection == Round.Rejection.ASIDE else "",
         "reviewDeadline": rnd.review_deadline,
         "card": (
             {"id": str(card.pk), "kind": card.kind, "status": card.status, "url": card.get_absolute_url()}
