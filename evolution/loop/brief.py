@@ -321,7 +321,9 @@ def proposals_doc(entity: Entity, current: Round) -> list[dict[str, Any]]:
             "hypothesis": r.hypothesis,
             "status": r.status,
             "ended": r.cycle.status or f"live ({r.cycle.phase})",
-            "rejection": r.rejection or None,
+            # A round set aside after its Accept is no rejection (issue 31): what set it aside is said apart.
+            "rejection": None if r.rejection == Round.Rejection.ASIDE else (r.rejection or None),
+            "setAside": r.set_aside or None,
             "note": r.decision_note,
             "files": [f.get("path") for f in r.files or [] if isinstance(f, dict)],
             "pr": {"number": r.pr_number, "url": r.pr_url} if r.pr_number else None,

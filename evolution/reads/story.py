@@ -145,6 +145,7 @@ def _lesson_dict(lesson: Lesson) -> dict[str, Any]:
         "summary": lesson.summary,
         "hypothesis": lesson.hypothesis,
         "rejection": lesson.rejection,
+        "asideWords": aside_words(lesson.round) if lesson.rejection == Round.Rejection.ASIDE else "",
         "note": lesson.note,
         "decidedBy": lesson.round.decided_by,
         "perMetric": lesson.per_metric,

@@ -123,3 +123,17 @@ def test_the_answered_card_has_no_buttons_left_on_the_web(client, admin, set_asi
     client.force_login(admin)
     page = client.get(card.get_absolute_url()).content.decode()
     assert 'value="accept"' not in page and 'value="skip"' not in page
+
+
+def test_the_proposal_line_and_the_learn_chapter_say_set_aside_not_turned_down(client, admin, set_aside):
+    from evolution.loop.brief import proposals_doc
+
+    rnd, _ = set_aside
+    later = carded(rnd.cycle.entity)
+    [shown] = [p for p in proposals_doc(rnd.cycle.entity, later) if p["cycle"] == rnd.cycle_id]
+    assert shown["rejection"] is None and shown["setAside"] == rnd.set_aside
+    client.force_login(admin)
+    page = client.get(rnd.cycle.get_absolute_url()).content.decode()
+    learn = page.split('id="chapter-learn"', 1)[1]
+    assert "Set aside, not turned down: Accepted by admin; set aside: lock group support is held by" in learn
+    assert "Turned down by" not in learn
