@@ -229,6 +229,7 @@ def accept(rnd: Round, *, decided_by: str, now: datetime, acceptance: str = "per
             set_aside_mooted(rnd, now)
             return
     settle(rnd.cycle, step.status, reason=step.reason, now=now)
+    decide.announce_waiting(rnd.cycle.entity)  # one fewer waits beside the others
 
 
 def set_aside_mooted(rnd: Round, now: datetime) -> None:
