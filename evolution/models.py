@@ -165,6 +165,9 @@ class Round(models.Model):
         HUMAN = "human", "a person's Skip"
         TIMEOUT = "timeout", "the review deadline"
         PROPOSER = "proposer", "the proposer declined"
+        #: Not a rejection: a person's (or the policy's) Accept that the lock, a hold or a sibling proposal's Accept
+        #: set aside (issue 31). ``set_aside`` says what did.
+        ASIDE = "aside", "set aside after its Accept"
 
     cycle = models.ForeignKey(Cycle, on_delete=models.CASCADE, related_name="rounds")
     number = models.PositiveSmallIntegerField()
@@ -192,6 +195,8 @@ class Round(models.Model):
     decided_by = models.CharField(max_length=200, blank=True, default="")
     decision_note = models.TextField(blank=True, default="")
     rejection = models.CharField(max_length=10, choices=Rejection.choices, blank=True, default="")
+    #: What set the round aside after its Accept (or while it waited on its card): "lock group support is held by …".
+    set_aside = models.TextField(blank=True, default="")
     #: The gate that merges this round's PR: "human" or "auto" (an armed auto-merge).
     merge_gate = models.CharField(max_length=10, blank=True, default="")
     #: Who stood behind the acceptance: "person" (a card), "auto" (decide: auto — unattended), "grant" (loop:auto_accept).

@@ -84,6 +84,8 @@ def test_an_entity_reads_with_terms_provenance_and_calibration(person) -> None:
             "pairs": 0,
             "agreement": None,
             "reason": "low: 0 of 5 pairs under the current judge",
+            "chance": {"statistic": "weighted κ (quadratic)", "value": None, "low": None, "high": None},
+            "warning": "",
         }
     ]
     assert person.get(f"/api/entities/{entity.target_kind}/{entity.slug}/calibration/").json() == body["calibration"]
