@@ -40,6 +40,7 @@ from evolution.models import (
     Round,
     Supervision,
     WaitingWindow,
+    WidenGrant,
 )
 from evolution.steering import supervision
 from grading.models import Entity
@@ -386,5 +387,40 @@ class AutoAcceptGrantAdmin(admin.ModelAdmin):
                     subject=f"{grant.entity.target_kind}:{grant.entity.slug}",
                     entity=grant.entity,
                     summary=f"revoked loop:auto_accept for {grant.entity} ({grant.calls} of {grant.max_calls} used)",
+                )
+        self.message_user(request, f"Revoked {revoked} grant(s).", messages.SUCCESS)
+
+
+@admin.register(WidenGrant)
+class WidenGrantAdmin(admin.ModelAdmin):
+    """An agent's loop:autonomy grants, minted by an approved widen card (R12.22): read them, end one with Revoke."""
+
+    list_display = ["asker", "granted_by", "calls", "expires_at", "revoked_at", "created_at"]
+    list_filter = ["revoked_at"]
+    search_fields = ["asker"]
+    list_select_related = ["granted_by"]
+    actions = ["revoke"]
+    readonly_fields = [
+        "asker", "token", "card_id", "granted_by", "max_calls", "calls", "created_at", "expires_at", "revoked_at",
+    ]  # fmt: skip
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # minted only by a person's Approve on the agent's widen card
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.action(description="Revoke the selected grants", permissions=["change"])
+    def revoke(self, request: HttpRequest, queryset: QuerySet[WidenGrant]) -> None:
+        now, who = timezone.now(), request.user.get_username()
+        revoked = 0
+        for grant in queryset.filter(revoked_at__isnull=True):
+            if WidenGrant.objects.filter(pk=grant.pk, revoked_at__isnull=True).update(revoked_at=now):
+                revoked += 1
+                ActionLog.objects.create(
+                    actor=who,
+                    op="widen_grant_revoke",
+                    subject=grant.asker,
+                    summary=f"revoked loop:autonomy for {grant.asker} ({grant.calls} widening(s) made under it)",
                 )
         self.message_user(request, f"Revoked {revoked} grant(s).", messages.SUCCESS)

@@ -165,6 +165,9 @@ class Round(models.Model):
         HUMAN = "human", "a person's Skip"
         TIMEOUT = "timeout", "the review deadline"
         PROPOSER = "proposer", "the proposer declined"
+        #: Not a rejection: a person's (or the policy's) Accept that the lock, a hold or a sibling proposal's Accept
+        #: set aside (issue 31). ``set_aside`` says what did.
+        ASIDE = "aside", "set aside after its Accept"
 
     cycle = models.ForeignKey(Cycle, on_delete=models.CASCADE, related_name="rounds")
     number = models.PositiveSmallIntegerField()
@@ -192,6 +195,8 @@ class Round(models.Model):
     decided_by = models.CharField(max_length=200, blank=True, default="")
     decision_note = models.TextField(blank=True, default="")
     rejection = models.CharField(max_length=10, choices=Rejection.choices, blank=True, default="")
+    #: What set the round aside after its Accept (or while it waited on its card): "lock group support is held by …".
+    set_aside = models.TextField(blank=True, default="")
     #: The gate that merges this round's PR: "human" or "auto" (an armed auto-merge).
     merge_gate = models.CharField(max_length=10, blank=True, default="")
     #: Who stood behind the acceptance: "person" (a card), "auto" (decide: auto — unattended), "grant" (loop:auto_accept).
@@ -539,6 +544,33 @@ class AutoAcceptGrant(models.Model):
 
     def __str__(self) -> str:
         return f"auto-accept for {self.entity} ({self.calls}/{self.max_calls})"
+
+
+class WidenGrant(models.Model):
+    """``loop:autonomy`` delegated to the agent that asked (R12.22): a person's Approve of its loop_widen card mints
+    one, with no call limit, for 24 hours; until then every further widening of oversight by that agent token is
+    made unasked (``evolution.steering.settings.grants``). Revocable; a loosening of spend or checks still asks."""
+
+    #: Whose asks it covers, in words: "agent:<token name> of <username>".
+    asker = models.CharField(max_length=200)
+    #: The agent token that asked: the scope (another token of the same name is another agent).
+    token = models.ForeignKey("singularity.ApiToken", on_delete=models.CASCADE, related_name="widen_grants")
+    #: The approved widen card it was minted on.
+    card_id = models.UUIDField()
+    granted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    #: None: no call limit (the seed's default).
+    max_calls = models.PositiveIntegerField(null=True, blank=True)
+    calls = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["token", "-expires_at"], name="widen_grant_token")]
+
+    def __str__(self) -> str:
+        return f"loop:autonomy for {self.asker} until {self.expires_at:%Y-%m-%d %H:%M}"
 
 
 class GroupLock(models.Model):

@@ -20,7 +20,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from grading import api_runs
+from grading import api_runs, rate_ask
 from grading.calibration import calibration
 from grading.models import Entity, Execution, Grade, Rating
 from grading.ratings import people_values, rate
@@ -35,6 +35,7 @@ from grading.serializers import (
     RunReportSerializer,
     RunSerializer,
 )
+from hitl import asks
 from singularity.apikit.errors import BadParameter
 from singularity.apikit.pagination import NewestCursor
 from singularity.auth import is_agent
@@ -42,7 +43,15 @@ from singularity.errors import ConfigError, StateError
 from singularity.serializers import ErrorSerializer
 
 #: The door's answer code → HTTP status.
-RATE_STATUS = {"ok": 200, "not_found": 404, "precondition": 409, "invalid": 400, "refused": 403}
+RATE_STATUS = {
+    "ok": 200,
+    "pending": 202,
+    "not_found": 404,
+    "precondition": 409,
+    "invalid": 400,
+    "refused": 403,
+    "too_many_pending": 429,
+}
 INVALID = OpenApiResponse(ErrorSerializer, description="A bad filter; `detail` names the parameter.")
 NOT_FOUND = OpenApiResponse(ErrorSerializer, description="No such entity or run.")
 
@@ -305,36 +314,48 @@ class GradeList(FilteredList):
 
 class Ratings(APIView):
     @extend_schema(
-        summary="Rate a run (the one door, op eval.rate; people only)",
+        summary="Rate a run (the one door, op eval.rate; an agent's rating waits on a person's card)",
         description=(
             "One rating per person per metric per run: a later one replaces the person's own. A retry with "
             "the same idempotency_key writes nothing and answers the same. Rating a run the sampler passed "
-            "by books its grading. An agent token is refused."
+            "by books its grading. An agent token relays a person's rating: it is checked as the door would, "
+            "then waits on a person's approval card (202 pending, card_id; the same idempotency_key finds it), "
+            "and the person's Approve records it as theirs."
         ),
         request=RateRequestSerializer,
         responses={
             200: RateAnswerSerializer,
+            202: OpenApiResponse(RateAnswerSerializer, description="pending: an agent's rating waits on a card."),
+            429: OpenApiResponse(
+                RateAnswerSerializer, description="too_many_pending: the agent's asks are at the cap."
+            ),
             400: OpenApiResponse(
                 ErrorSerializer,
                 description="invalid: off the scale, unknown metric, … (the door's answer adds ok, code and written).",
             ),
-            403: OpenApiResponse(RateAnswerSerializer, description="refused: an agent, or a loop replay."),
+            403: OpenApiResponse(RateAnswerSerializer, description="refused: a loop replay."),
             404: OpenApiResponse(RateAnswerSerializer, description="not_found: no such run."),
             409: OpenApiResponse(RateAnswerSerializer, description="precondition: still running, or grading off."),
         },
     )
     def post(self, request: Request) -> Response:
         data = request.data if isinstance(request.data, dict) else {}
-        answer = rate(
-            actor_user=request.user,
-            is_agent=is_agent(request),
-            run_kind=str(data.get("run_kind") or ""),
-            run_id=str(data.get("run_id") or ""),
+        asked = {
+            "run_kind": str(data.get("run_kind") or ""),
+            "run_id": str(data.get("run_id") or ""),
             # The door checks the types itself and names the field, like every writer's.
-            idempotency_key=cast(str, data.get("idempotency_key")),
-            ratings=cast(list, data.get("ratings")),
-        )
-        body = answer.as_dict()
-        if not answer.ok:
+            "idempotency_key": cast(str, data.get("idempotency_key")),
+            "ratings": cast(list, data.get("ratings")),
+        }
+        card = None
+        if is_agent(request):
+            asker = asks.asker_for(request.user.get_username(), request.auth.name)
+            answer, card = rate_ask.ask(user=request.user, asker=asker, **asked)
+        else:
+            answer = rate(actor_user=request.user, is_agent=False, **asked)
+        body: dict[str, Any] = answer.as_dict()
+        if not answer.ok and card is None:
             body["error"] = answer.code
+        if card is not None:
+            body["card_id"] = str(card.pk)
         return Response(body, status=RATE_STATUS[answer.code])

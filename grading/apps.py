@@ -19,6 +19,11 @@ class GradingConfig(AppConfig):
         registry.register(PRODUCER, KIND, on_rating_card)
         registry.register_detail(PRODUCER, KIND, rating_card_detail, replaces_text=True)
 
+        from grading import rate_ask
+
+        registry.register(rate_ask.PRODUCER, rate_ask.KIND, rate_ask.on_card)  # an agent's relayed rating
+        registry.register_detail(rate_ask.PRODUCER, rate_ask.KIND, rating_card_detail)  # the run, below its text
+
         from grading.chat.telegram import on_message
         from hitl.channels.telegram import register_message_handler
 

@@ -115,6 +115,7 @@ def _book(
         day=day or calendar_day(now),
         booked_at=now,
         due_at=due_at,
+        plan_terms=execution.plan_terms,
     )
     Execution.objects.filter(pk=execution.pk).update(sampling=sampling)
     execution.sampling = sampling
@@ -269,6 +270,7 @@ def _on_terminal_many(executions: Sequence[Execution]) -> list[Grade | None]:
                 day=today,
                 booked_at=now,
                 due_at=owed_at(execution, execution.entity),
+                plan_terms=execution.plan_terms,
             )
             grades.append(grade)
             results[index] = grade
@@ -370,6 +372,7 @@ def eval_start(execution: Execution) -> Grade:
                 day=calendar_day(now),
                 booked_at=now,
                 due_at=now,
+                plan_terms=locked.plan_terms,
             )
             Execution.objects.filter(pk=locked.pk).update(sampling=Sampling.MANUAL)
         elif grade.status == Grade.Status.GRADING:

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from django.db import connection
 from django.db.models import Func, JSONField, OuterRef, Subquery, TextField
 from django.db.models.functions import Cast
 
+from grading import agreement
+from grading.metrics import judge_scale
 from grading.models import Entity, Grade, Rating
 from singularity.brain.defaults import EVALUATION
 
@@ -39,6 +42,24 @@ class MetricCalibration:
     pairs: int
     agreement: float | None
     reason: str
+    #: The (judge, people) pairs read, what kind of scale they are on and the bootstrap's seed: what ``chance`` is
+    #: computed from, on first read (a page that shows it; the gates never do).
+    seen: tuple[tuple[float, float], ...] = field(default=(), compare=False, repr=False)
+    scale: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    seed: int = field(default=0, compare=False, repr=False)
+
+    @cached_property
+    def chance(self) -> agreement.Chance:
+        """The chance-corrected agreement beside the seed's share (issue 31): Cohen's κ, weighted κ or
+        Krippendorff's α by the metric's scale, with its bootstrap 95 % interval."""
+        kind = agreement.kind_of(self.scale)
+        points = agreement.points_of(self.scale)
+        return agreement.chance_corrected(list(self.seen), kind, points=points, seed=self.seed)
+
+    @property
+    def warning(self) -> str:
+        """Where the seed's rule reads calibrated but chance could explain it: the sentence, else ""."""
+        return agreement.shaky(self.status, self.chance) if self.status == "ok" else ""
 
     def as_dict(self) -> dict[str, Any]:
         """The shape ``ctx.calibration()`` hands a loop module: metricId, status, pairs, agreement."""
@@ -62,7 +83,13 @@ def agreement_terms(entity: Entity) -> dict[str, Any]:
     return {**engine, **(human.get("agreement") or {})}
 
 
-def _status(metric_id: str, pairs: list[tuple[float, float]], terms: dict[str, Any]) -> MetricCalibration:
+def _status(metric_id: str, pairs: list[tuple[float, float]], terms: dict[str, Any], **read: Any) -> MetricCalibration:
+    """The seed's reading of ``pairs``; ``read`` (seen, scale, seed) is what the chance-corrected figure needs."""
+    found = _status_of(metric_id, pairs, terms)
+    return MetricCalibration(found.metric_id, found.status, found.pairs, found.agreement, found.reason, **read)
+
+
+def _status_of(metric_id: str, pairs: list[tuple[float, float]], terms: dict[str, Any]) -> MetricCalibration:
     min_pairs, tolerance, threshold = terms["minPairs"], terms["tolerance"], terms["threshold"]
     if not pairs:
         return MetricCalibration(metric_id, "low", 0, None, f"low: 0 of {min_pairs} pairs under the current judge")
@@ -190,7 +217,17 @@ def calibration_many(entities: list[Entity]) -> dict[int, list[MetricCalibration
                 taken += 1  # a run under the current judge with the metric takes a place, a number or not
                 if isinstance(judged, int | float) and not isinstance(judged, bool):
                     pairs.append((float(judged), statistics.median(values)))
-            answers[pk].append(_status(metric_id, pairs, terms))
+            spec = ((entity.terms.get("evaluation") or {}).get("metrics") or {}).get(metric_id) or {}
+            answers[pk].append(
+                _status(
+                    metric_id,
+                    pairs,
+                    terms,
+                    seen=tuple(pairs),
+                    scale=judge_scale(spec),
+                    seed=agreement.seed_of(entity.target_kind, entity.slug, metric_id),
+                )
+            )
     return answers
 
 

@@ -51,6 +51,17 @@ def run_kind_for(entity: Entity) -> str:
     return RUN_KIND_OF[Entity.Kind(entity.kind)]
 
 
+def plan_terms(entity: Entity) -> dict[str, Any] | None:
+    """What a run's plan freezes of the loop when it starts (seed 003, R5.19): a workflow scenario's
+    ``loop.enabled`` and ``loop.threshold`` — they decide something about that run, so an edit reaches runs
+    planned afterwards, not runs in flight. None for a pipeline, a heartbeat or a role: they read both live.
+    ``trigger:`` and the check, watch and deadline knobs are never frozen."""
+    if entity.kind != Entity.Kind.WORKFLOW:
+        return None
+    loop = (entity.terms or {}).get("loop") or {}
+    return {"enabled": bool(entity.loop_enabled and loop.get("enabled", True)), "threshold": loop.get("threshold")}
+
+
 def start_execution(
     entity: Entity,
     *,
@@ -73,6 +84,7 @@ def start_execution(
         loop_launched=loop_launched,
         started_by=user if user is not None and getattr(user, "is_authenticated", False) else None,
         started_at=timezone.now(),
+        plan_terms=plan_terms(entity),
     )
 
 
@@ -245,6 +257,7 @@ def _reported(entity: Entity, fields: dict[str, Any], user: Any) -> Execution:
         commit=entity.commit,
         definition_hash=entity.definition_hash,
         started_by=user if user is not None and getattr(user, "is_authenticated", False) else None,
+        plan_terms=plan_terms(entity),  # a reported run's plan is frozen when the engine records it
         **fields,
     )
 

@@ -223,8 +223,20 @@ def missed_targets(
 
 
 #: What ``is_bad`` reads of a grade (with the entity's terms and people's ratings): the loop's windows, the trigger
-#: and the fleet read these columns alone.
-OUTCOME_FIELDS = ("entity_id", "status", "graded_at", "score", "passed", "failure_category", "metrics", "judge")
+#: and the fleet read these columns alone (``plan_terms``: the threshold the run's plan froze, R5.19).
+OUTCOME_FIELDS = (
+    "entity_id", "status", "graded_at", "score", "passed", "failure_category", "metrics", "judge", "plan_terms",
+)  # fmt: skip
+
+
+def threshold_of(grade: Grade, terms: Mapping[str, Any], *, live: bool = False) -> Any:
+    """The ``loop.threshold`` a graded run is judged by: the one its plan froze when the run started (a workflow
+    scenario's, ``Grade.plan_terms``; R5.19), else the entity's current one — a pipeline, a heartbeat, a role, a
+    run recorded before plans were kept, or ``live`` (a backtest asks what a policy's threshold would have done)."""
+    frozen = None if live else grade.plan_terms
+    if isinstance(frozen, Mapping) and "threshold" in frozen:
+        return frozen["threshold"]
+    return (terms.get("loop") or {}).get("threshold")
 
 
 def is_bad(
@@ -233,6 +245,7 @@ def is_bad(
     ratings: Mapping[str, float] | None = None,
     *,
     vector: Mapping[str, Any] | None = None,
+    live: bool = False,
 ) -> bool:
     """Return True when a graded run is bad for the repair trigger and watch.
 
@@ -240,7 +253,9 @@ def is_bad(
     ``loop.threshold`` (with no threshold declared every judged run is bad;
     no score counts as failing), or a declared target was missed. Under
     ``method: none`` the threshold reads nothing: failed or a missed target.
-    A grade that was never graded is not in the window and is never bad.
+    The threshold is the one the run's plan froze (``threshold_of``; ``live``
+    reads the terms' own). A grade that was never graded is not in the window
+    and is never bad.
     """
     if grade.status != Grade.Status.GRADED:
         return False
@@ -248,7 +263,7 @@ def is_bad(
         return True
     judged = (grade.judge or {}).get("method") != "none" and (terms.get("evaluation") or {}).get("method") != "none"
     if judged:
-        threshold = (terms.get("loop") or {}).get("threshold")
+        threshold = threshold_of(grade, terms, live=live)
         if threshold is None or grade.score is None or grade.score < float(threshold):
             return True
     return bool(missed_targets(grade, terms, ratings, vector=vector))

@@ -223,6 +223,10 @@ class Execution(models.Model):
     completed_at = models.DateTimeField(null=True, blank=True)
     #: A person was asked to rate this run (a rating card, grading.cards): until then it is in no observed window.
     awaiting_rating_until = models.DateTimeField(null=True, blank=True, db_index=True)
+    #: What the run's plan froze of the loop when it started (a workflow scenario's only, R5.19):
+    #: {"enabled": bool, "threshold": number | None}. None: read live (a pipeline, a heartbeat, a role; a run
+    #: recorded before plans were kept). Copied onto its grade at booking (``Grade.plan_terms``).
+    plan_terms = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-started_at"]
@@ -287,6 +291,9 @@ class Grade(models.Model):
     #: Set when the grading itself failed: "judge: no structured output", "grading job lost", …
     error = models.TextField(blank=True, default="")
     cost_usd = MoneyField(default=Decimal(0))
+    #: The run's frozen plan (``Execution.plan_terms``), copied at booking so every reader of "bad" reads the grade
+    #: alone (``grading.metrics.is_bad``). None: the entity's current terms.
+    plan_terms = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-booked_at"]

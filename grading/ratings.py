@@ -161,6 +161,24 @@ def _check_request(
     return execution, rows
 
 
+def check_relayed(
+    *, actor_user: Any, run_kind: str, run_id: str, idempotency_key: str, ratings: list[dict]
+) -> RateAnswer | tuple[Execution, list[tuple[str, Decimal, float, str]]]:
+    """The door's checks of a rating an agent relays for ``actor_user`` (``grading.rate_ask``), writing nothing:
+    the run and the checked rows, or the door's refusal (the same codes a person's rating gets)."""
+    try:
+        return _check_request(
+            actor_user=actor_user,
+            is_agent=False,
+            run_kind=run_kind,
+            run_id=run_id,
+            idempotency_key=idempotency_key,
+            ratings=ratings,
+        )
+    except _Refusal as refusal:
+        return RateAnswer(ok=False, code=refusal.code, detail=refusal.detail)
+
+
 def rate(
     *,
     actor_user: Any,

@@ -62,6 +62,15 @@ class EntitySummarySerializer(serializers.ModelSerializer):
         return "ok" if entity.ok else "error"
 
 
+class ChanceSerializer(serializers.Serializer):
+    """A chance-corrected agreement: the statistic's name, its value and its 95 % interval (null where unreadable)."""
+
+    statistic = serializers.CharField()
+    value = serializers.FloatField(allow_null=True)
+    low = serializers.FloatField(allow_null=True)
+    high = serializers.FloatField(allow_null=True)
+
+
 class CalibrationSerializer(serializers.Serializer):
     """One judged ``human: true`` metric: ok when at least minPairs pairs agree at the threshold, else low."""
 
@@ -70,6 +79,13 @@ class CalibrationSerializer(serializers.Serializer):
     pairs = serializers.IntegerField()
     agreement = serializers.FloatField(allow_null=True, help_text="Share of agreeing pairs; null with no pairs.")
     reason = serializers.CharField()
+    chance = ChanceSerializer(
+        help_text="Agreement corrected for chance (issue 31): Cohen's κ for a two-valued metric, quadratic-weighted κ "
+        "for a stepped scale, Krippendorff's α (interval) for a continuous one, with a seeded bootstrap 95 % interval."
+    )
+    warning = serializers.CharField(
+        help_text="Where the seed's rule reads ok but the chance-corrected interval reaches below 0.4; else empty."
+    )
 
 
 class EntityDetailSerializer(EntitySummarySerializer):
@@ -229,7 +245,12 @@ class RateRequestSerializer(serializers.Serializer):
 
 class RateAnswerSerializer(serializers.Serializer):
     ok = serializers.BooleanField()
-    code = serializers.ChoiceField(choices=["ok", "not_found", "precondition", "invalid", "refused"])
+    code = serializers.ChoiceField(
+        choices=["ok", "pending", "not_found", "precondition", "invalid", "refused", "too_many_pending"]
+    )
     error = serializers.CharField(required=False, help_text="The code again, on a refusal.")
     detail = serializers.CharField()
     written = serializers.IntegerField()
+    card_id = serializers.UUIDField(
+        required=False, help_text="An agent's rating: the person's approval card it waits on (202 pending)."
+    )

@@ -315,6 +315,42 @@ def cancel_card(card_id: UUID | str, *, user: Any, is_agent: bool, note: str = "
     return AnswerResult(True, "cancelled", "cancelled", card)
 
 
+def withdraw_card(card_id: UUID | str, *, reason: str) -> bool:
+    """Close a pending card its producer no longer needs answered (the question became moot), saying ``reason``;
+    return whether this call closed it.
+
+    The card is cancelled with nobody as responder (``answered_via`` withdrawn) and its sent messages lose their
+    buttons at once, as for an answer; the handler hears of it like any close (a producer that settled its side
+    first finds nothing waiting).
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        written = Card.objects.filter(pk=card_id, status=Card.Status.PENDING).update(
+            status=Card.Status.CANCELLED,
+            answer={"choice": "", "note": (reason or "").strip()[:MAX_NOTE_CHARS], "values": {}, "refinement": ""},
+            responded_by=None,
+            responded_at=now,
+            answered_via=Card.Via.WITHDRAWN,
+        )
+        if written:
+            _after_close(card_id)
+    return bool(written)
+
+
+def revise_card(card_id: UUID | str, *, text: str) -> bool:
+    """Rewrite a pending card's text (its producer learned something the person should read before answering) and
+    edit its sent messages to match; return whether the card was pending and its text changed."""
+    with transaction.atomic():
+        written = Card.objects.filter(pk=card_id, status=Card.Status.PENDING).exclude(text=text).update(text=text)
+        if written:
+            edits = Delivery.objects.filter(card_id=card_id, status=Delivery.Status.SENT).update(
+                needs_edit=True, next_attempt_at=timezone.now()
+            )
+            if edits:
+                transaction.on_commit(lambda: _edit_now(card_id))
+    return bool(written)
+
+
 # --- Expiry -------------------------------------------------------------------
 
 

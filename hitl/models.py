@@ -46,6 +46,8 @@ class Card(models.Model):
         TELEGRAM = "telegram"
         API = "api"
         EXPIRY = "expiry"
+        #: Closed by its producer: what it asked became moot (a loop proposal set aside by another's Accept).
+        WITHDRAWN = "withdrawn"
 
     #: The choice a reply or a "Custom…" answer makes on these kinds.
     REFINE = "refine"

@@ -288,7 +288,13 @@ class RoundSerializer(serializers.Serializer):
     decidedAt = Instant()
     decidedBy = serializers.CharField()
     decisionNote = serializers.CharField()
-    rejection = serializers.CharField(help_text="human, timeout, proposer or empty")
+    rejection = serializers.CharField(
+        help_text="human, timeout, proposer, aside (accepted, then set aside: not a rejection) or empty"
+    )
+    setAside = serializers.CharField(help_text="What set the round aside after its Accept; empty otherwise.")
+    asideWords = serializers.CharField(
+        help_text="A set-aside round's decision in words (whose Accept, what set it aside); empty otherwise."
+    )
     reviewDeadline = Instant()
     card = CardLinkSerializer(allow_null=True)
     mergeGate = serializers.CharField()

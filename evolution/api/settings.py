@@ -263,7 +263,10 @@ class LoopWiden(_Write):
         description=(
             "A person's call is the approval: the write is made. An agent's call opens a widen card "
             "(the diff and widened[] on it) and answers 202 pending with its cardId; the write is made when a "
-            "person approves the card. dryRun answers files and widened[] and writes nothing."
+            "person approves the card. That Approve also grants the agent loop:autonomy for 24 hours: its "
+            "further widenings (not loosenings of spend or checks) are made unasked (200) until the grant "
+            "expires or is revoked; Approve once grants nothing. dryRun answers files and widened[] and "
+            "writes nothing."
         ),
         request=SetRequestSerializer,
         responses={200: SettingsAnswerSerializer, 202: SettingsAnswerSerializer, **REFUSALS},
@@ -280,6 +283,7 @@ class LoopWiden(_Write):
             actor=actor,
             is_agent=is_agent(request),
             asker=asker_of(request),
+            scope=request.auth.pk if is_agent(request) else None,
             dry_run=data.get("dryRun", False),
             expect=data.get("expect") or None,
         )

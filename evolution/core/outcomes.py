@@ -266,3 +266,21 @@ def no_lesson_words(cycle: Cycle) -> str:
     if reason.startswith(SET_ASIDE_MARK):
         return "No lesson, by design: the proposal was set aside for a hold placed while the proposer worked."
     return ""
+
+
+def accepted_words(rnd: Any) -> str:
+    """Who accepted a round, as its record reads: "Accepted by alice", "Accepted under decide: auto", or "Accepted on
+    a loop:auto_accept grant" (``Round.acceptance``: person, auto, grant)."""
+    if rnd.acceptance == "auto":
+        return "Accepted under decide: auto"
+    if rnd.acceptance == "grant":
+        return "Accepted on a loop:auto_accept grant"
+    return f"Accepted by {rnd.decided_by}"
+
+
+def aside_words(rnd: Any) -> str:
+    """A set-aside round's decision as its record reads: "Accepted by alice; set aside: lock group support is held by
+    …", or "Set aside: …" for one set aside before anybody accepted it (``Round.set_aside`` says what did)."""
+    if rnd.acceptance:
+        return f"{accepted_words(rnd)}; set aside: {rnd.set_aside}"
+    return f"Set aside: {rnd.set_aside}"

@@ -317,6 +317,8 @@ def _replayed(row: tuple[Any, ...], metrics: Any, judge: Any, policy: Entity) ->
             "graded_at": _instant(instant),
             "metrics": metrics,
             "judge": judge,
+            # A backtest asks what the policy's threshold would have done: read live, never a plan's (R5.19).
+            "plan_terms": None,
         },
         entity=policy,
     )
@@ -328,6 +330,8 @@ def _before(entity: Entity, since: datetime, size: int) -> list[Grade]:
         entity=entity, status=Grade.Status.GRADED, execution__loop_launched=False, graded_at__lte=since
     )
     found = list(rows.select_related("execution").only(*WINDOW_FIELDS).order_by("-graded_at", "-execution_id")[:size])
+    for grade in found:
+        grade.plan_terms = None  # the policy's threshold, as the stream reads it (``_replayed``)
     return list(reversed(found))
 
 

@@ -326,7 +326,9 @@ def proposals_doc(entity: Entity, current: Round) -> list[dict[str, Any]]:
             "hypothesis": r.hypothesis,
             "status": r.status,
             "ended": r.cycle.status or f"live ({r.cycle.phase})",
-            "rejection": r.rejection or None,
+            # A round set aside after its Accept is no rejection (issue 31): what set it aside is said apart.
+            "rejection": None if r.rejection == Round.Rejection.ASIDE else (r.rejection or None),
+            "setAside": r.set_aside or None,
             "note": r.decision_note,
             "files": [f.get("path") for f in r.files or [] if isinstance(f, dict)],
             "pr": {"number": r.pr_number, "url": r.pr_url} if r.pr_number else None,
@@ -348,8 +350,11 @@ def lessons_doc(lessons: list[Any]) -> list[dict[str, Any]]:
     out = []
     for lesson in lessons:
         rnd = lesson.round
-        rejection = None
-        if lesson.rejection:
+        rejection = set_aside = None
+        if lesson.rejection == Round.Rejection.ASIDE:
+            # Accepted, then set aside (the lock, a hold, a sibling's Accept): never a person's no (issue 31).
+            set_aside = {"acceptedBy": rnd.decided_by, "reason": rnd.set_aside}
+        elif lesson.rejection:
             rejection = {"kind": lesson.rejection, "by": rnd.decided_by, "note": lesson.note}
         out.append(
             {
@@ -361,6 +366,7 @@ def lessons_doc(lessons: list[Any]) -> list[dict[str, Any]]:
                 "summary": lesson.summary,
                 "hypothesis": lesson.hypothesis,
                 "rejection": rejection,
+                "setAside": set_aside,
                 "note": lesson.note,
                 "perMetric": lesson.per_metric,
                 "reason": lesson.reason,

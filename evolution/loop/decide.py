@@ -11,13 +11,20 @@ the machine moves the cycle and starts the next step.
 from __future__ import annotations
 
 import logging
+import re
 from datetime import datetime, timedelta
+from typing import Any
+
+from django.utils import timezone
 
 from evolution.core import cycles
+from evolution.core.outcomes import aside_words
 from evolution.loop import cardtext
 from evolution.loop.steps import Move, Settle
-from evolution.models import Cycle, Idea, Round
+from evolution.models import Cycle, Idea, Lesson, Round
 from evolution.steering import autonomy, groups
+from evolution.steering.supervision import groups_of
+from grading.models import Entity
 from hitl.models import Card
 
 log = logging.getLogger(__name__)
@@ -151,7 +158,8 @@ def accept(rnd: Round, *, decided_by: str, now: datetime, acceptance: str = "per
     """Accept a proposed round: take the entity's claim and move to the apply (a proposal with nothing to apply skips).
 
     Call inside a transaction: the lock groups' rows are locked while the holder is checked and the claim taken, so
-    of two members accepted at once exactly one wins; the loser is skipped naming the holder (its idea requeued).
+    of two members accepted at once exactly one wins; the loser is set aside naming the holder (its idea requeued).
+    The Accept stays on the round as made (``decided_by``, ``acceptance``); what set it aside is ``set_aside``.
     """
     cycle = rnd.cycle
     rnd.decided_by, rnd.decided_at, rnd.acceptance = decided_by, now, acceptance
@@ -163,18 +171,132 @@ def accept(rnd: Round, *, decided_by: str, now: datetime, acceptance: str = "per
     groups.lock_rows(cycle.entity)  # the arbiter: two members accepted at once serialize here
     holder = groups.held_by(cycle.entity, besides=cycle)
     if holder is not None:
-        rnd.status = Round.Status.SKIPPED
-        rnd.save(update_fields=["decided_by", "decided_at", "status"])
         _requeue_idea(cycle)
-        return Settle(Cycle.Status.SKIPPED, f"accepted, but {holder.sentence()}")
+        return put_aside(rnd, holder.by_words())
     if not cycles.take_claim(cycle):
-        rnd.status = Round.Status.SKIPPED
-        rnd.save(update_fields=["decided_by", "decided_at", "status"])
-        why = cycles.live_refusal(cycle.entity) or "another cycle holds the entity"
-        return Settle(Cycle.Status.SKIPPED, f"accepted, but {why}")
+        return put_aside(rnd, cycles.live_refusal(cycle.entity) or "another cycle holds the entity")
     rnd.status = Round.Status.ACCEPTED
     rnd.save(update_fields=["decided_by", "decided_at", "status"])
     return Move(Cycle.Phase.APPLYING, at=now)
+
+
+def put_aside(rnd: Round, why: str) -> Settle:
+    """Set a round aside (skipped) for ``why``, keeping its Accept as made if it had one; the settle says both.
+
+    Not a rejection: its lesson reads "set aside" and the next proposer is never told a person turned it down.
+    """
+    rnd.status, rnd.rejection, rnd.set_aside = Round.Status.SKIPPED, Round.Rejection.ASIDE, why
+    if not rnd.decided_by:
+        rnd.decided_by, rnd.decided_at = rnd.cycle.actor, timezone.now()
+    rnd.save(update_fields=["decided_by", "decided_at", "status", "rejection", "set_aside"])
+    return Settle(Cycle.Status.SKIPPED, aside_words(rnd))
+
+
+# --- One proposal per change (issue 31) ------------------------------------------
+
+
+def _change(files: Any) -> frozenset[tuple[str, str | None]]:
+    """A proposal's change as a comparable value: each path with its whole new content (None deletes)."""
+    return frozenset(
+        (str(f.get("path")), f.get("content")) for f in files or [] if isinstance(f, dict) and f.get("path")
+    )
+
+
+def _day(instant: datetime | None) -> str:
+    return timezone.localtime(instant).strftime("%Y-%m-%d") if instant else "an unknown day"
+
+
+def repeat_of(rnd: Round) -> str | None:
+    """The sentence when ``rnd`` proposes the very change a person skipped, or the pre-merge check closed, among
+    the lessons its proposer was shown (its Recall rows); None otherwise.
+
+    "the same change was skipped by alice on 2026-12-01: off-brand".
+    """
+    mine = _change(rnd.files)
+    if not mine:
+        return None
+    shown = Lesson.objects.filter(recalls__round=rnd).select_related("round").order_by("-created_at", "-pk")
+    for lesson in shown:
+        old = lesson.round
+        if _change(old.files) != mine:
+            continue
+        if old.rejection == Round.Rejection.HUMAN and old.status == Round.Status.SKIPPED:
+            note = f": {old.decision_note}" if old.decision_note else ""
+            return f"the same change was skipped by {old.decided_by} on {_day(old.decided_at)}{note}"
+        verdict = old.check_verdict if isinstance(old.check_verdict, dict) else {}
+        if old.status == Round.Status.CLOSED and verdict.get("verdict") == "regressed":
+            why = f": {verdict['reason']}" if verdict.get("reason") else ""
+            pr = f" (PR #{old.pr_number})" if old.pr_number else ""
+            return f"the same change was closed by the pre-merge check{pr} on {_day(lesson.created_at)}{why}"
+    return None
+
+
+def waiting(entity: Entity, *, besides: Cycle | None = None) -> list[Round]:
+    """The entity's proposals waiting on a pending decide card, oldest first (``besides``' left out)."""
+    rounds = Round.objects.filter(
+        cycle__entity=entity,
+        cycle__status="",
+        status=Round.Status.PROPOSED,
+        card__status=Card.Status.PENDING,
+        card__kind=Card.Kind.DECIDE,
+    ).select_related("cycle", "cycle__entity", "card")
+    if besides is not None:
+        rounds = rounds.exclude(cycle=besides)
+    return list(rounds.order_by("proposed_at", "pk"))
+
+
+#: The line a waiting decide card carries about the entity's other waiting proposals (rewritten as they change).
+OTHERS = re.compile(r"\n*\d+ other proposals? for .+? waits?; accepting (?:one|either) sets the others? aside\.$")
+
+
+def others_line(others: int, name: str) -> str:
+    """ "2 other proposals for urgency wait; accepting one sets the others aside." ("" with none)."""
+    if others <= 0:
+        return ""
+    if others == 1:
+        return f"1 other proposal for {name} waits; accepting either sets the other aside."
+    return f"{others} other proposals for {name} wait; accepting one sets the others aside."
+
+
+def announce_waiting(entity: Entity) -> int:
+    """Say on each of the entity's waiting decide cards how many other proposals wait with it (its sent messages
+    edited to match); return how many cards changed."""
+    from hitl.actions import revise_card
+
+    rounds = waiting(entity)
+    name = entity.name or entity.slug
+    changed = 0
+    for rnd in rounds:
+        card = rnd.card
+        base = OTHERS.sub("", card.text)
+        line = others_line(len(rounds) - 1, name)
+        changed += revise_card(card.pk, text=f"{base}\n\n{line}" if line else base)
+    return changed
+
+
+def mooted(rnd: Round) -> list[tuple[Round, str]]:
+    """What ``rnd``'s Accept (it took the entity and its lock groups) leaves moot, each with why: the entity's other
+    waiting proposals, and the waiting proposals of siblings its lock groups now hold."""
+    entity = rnd.cycle.entity
+    said = f"{aside_words_of_accept(rnd)} another proposal for {entity.name or entity.slug} (cycle {rnd.cycle_id})"
+    moot = [(other, said) for other in waiting(entity, besides=rnd.cycle)]
+    names = groups_of(entity)
+    for sibling in {m.pk: m for ms in groups.members_of(names, besides=entity).values() for m in ms}.values():
+        for other in waiting(sibling):
+            holder = groups.held_by(sibling, besides=other.cycle)
+            if holder is not None:
+                moot.append((other, holder.by_words()))
+    return moot
+
+
+def aside_words_of_accept(rnd: Round) -> str:
+    """ "alice accepted", "decide: auto accepted", "a loop:auto_accept grant accepted" — the Accept that sets others
+    aside."""
+    if rnd.acceptance == autonomy.AUTO:
+        return "decide: auto accepted"
+    if rnd.acceptance == "grant":
+        return "a loop:auto_accept grant accepted"
+    return f"{rnd.decided_by} accepted"
 
 
 def _requeue_idea(cycle: Cycle) -> None:

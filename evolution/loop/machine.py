@@ -174,7 +174,16 @@ def _held_meanwhile(rnd: Round) -> Settle | None:
 
 
 def decide_gate(rnd: Round, *, now: datetime) -> Round:
-    """Staff the decide gate: accept unattended (decide: auto), on a grant's word, or ask a person."""
+    """Staff the decide gate: accept unattended (decide: auto), on a grant's word, or ask a person.
+
+    A change a person skipped, or the check closed, among the lessons its proposer was shown is not put before
+    anybody again: the cycle settles skipped saying so (issue 31).
+    """
+    repeat = decide.repeat_of(rnd)
+    if repeat is not None:
+        step = decide.put_aside(rnd, repeat)
+        settle(rnd.cycle, step.status, reason=step.reason, now=now)
+        return rnd
     who = decide.gate(rnd, now=now)
     if who == "person":
         return ask_decide(rnd, now=now)
@@ -183,8 +192,10 @@ def decide_gate(rnd: Round, *, now: datetime) -> Round:
 
 
 def ask_decide(rnd: Round, *, now: datetime) -> Round:
-    """Put a proposed round before a person (a decide card); the cycle waits on it."""
+    """Put a proposed round before a person (a decide card); the cycle waits on it. Every waiting card of the entity
+    says how many other proposals wait with it."""
     _move(rnd.cycle, decide.ask_decide(rnd, now=now), now)
+    decide.announce_waiting(rnd.cycle.entity)
     return rnd
 
 
@@ -215,8 +226,22 @@ def accept(rnd: Round, *, decided_by: str, now: datetime, acceptance: str = "per
         if isinstance(step, Move):
             _move(rnd.cycle, step, now)
             enqueue("apply", rnd.pk)
+            set_aside_mooted(rnd, now)
             return
     settle(rnd.cycle, step.status, reason=step.reason, now=now)
+    decide.announce_waiting(rnd.cycle.entity)  # one fewer waits beside the others
+
+
+def set_aside_mooted(rnd: Round, now: datetime) -> None:
+    """Set aside what ``rnd``'s Accept made moot — the entity's other waiting proposals and the waiting proposals of
+    siblings its lock groups now hold — each recorded as set aside and its card closed (buttons gone at once)."""
+    from hitl.actions import withdraw_card
+
+    for other, why in decide.mooted(rnd):
+        step = decide.put_aside(other, why)
+        settle(other.cycle, step.status, reason=step.reason, now=now)
+        if other.card_id is not None:
+            withdraw_card(other.card_id, reason=step.reason)
 
 
 def on_card(card: Card) -> None:
@@ -229,6 +254,7 @@ def on_card(card: Card) -> None:
         answered = decide.answer(rnd, card, now)
         if isinstance(answered, Settle):
             settle(rnd.cycle, answered.status, reason=answered.reason, now=now)
+            decide.announce_waiting(rnd.cycle.entity)  # one fewer waits beside the others
         elif isinstance(answered, decide.Refine):
             start_round(rnd.cycle, refinement=answered.refinement, parent=answered.parent, now=now)
         else:

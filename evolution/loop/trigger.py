@@ -79,6 +79,9 @@ def decide(
     loop = terms.get("loop") or {}
     if not entity.loop_enabled or not loop.get("enabled", entity.loop_enabled):
         return None, "the loop is off"
+    if past is None and (grade.plan_terms or {}).get("enabled") is False:
+        # A workflow run's plan froze loop.enabled when it started (R5.19): switched on since, not for this run.
+        return None, "the loop was off when this run was planned"
     if (loop.get("preset") or "repair") == "evolve":
         return decide_evolve(entity, grade, terms, now=now, idea_queued=idea_queued, ready=ready, past=past)
     if idea_queued:

@@ -111,14 +111,18 @@ def windows_for(
     return answers
 
 
+#: The columns a window's grade is read with, in ``LATERAL_WINDOWS``'s order.
+WINDOW_COLUMNS = ("execution_id", *OUTCOME_FIELDS)
+#: The JSON columns of ``WINDOW_COLUMNS`` (a raw read may hand them back as text).
+JSON_COLUMNS = frozenset({"metrics", "judge", "plan_terms"})
+
 #: Each entity's newest graded runs through a mark, one index scan per entity (the same rules as graded_window).
-LATERAL_WINDOWS = """
-SELECT g.execution_id, g.entity_id, g.status, g.graded_at, g.score, g.passed, g.failure_category, g.metrics, g.judge
+LATERAL_WINDOWS = f"""
+SELECT {", ".join(f"g.{name}" for name in WINDOW_COLUMNS)}
 FROM unnest(%s::bigint[], %s::timestamptz[], %s::int[], %s::timestamptz[], %s::boolean[])
      AS t(entity_id, through, size, after, role)
 CROSS JOIN LATERAL (
-    SELECT gg.execution_id, gg.entity_id, gg.status, gg.graded_at, gg.score, gg.passed, gg.failure_category,
-           gg.metrics, gg.judge
+    SELECT {", ".join(f"gg.{name}" for name in WINDOW_COLUMNS)}
     FROM grading_grade gg JOIN grading_execution e ON e.id = gg.execution_id
     WHERE gg.entity_id = t.entity_id AND gg.status = %s AND gg.graded_at <= t.through AND NOT e.loop_launched
       AND (t.after IS NULL OR gg.graded_at > t.after)
@@ -160,10 +164,6 @@ def _lateral_windows(
     return window_grades(rows)
 
 
-#: The columns a window's grade is read with, in ``LATERAL_WINDOWS``'s order.
-WINDOW_COLUMNS = ("execution_id", *OUTCOME_FIELDS)
-
-
 def window_grades(rows: list[tuple[Any, ...]], *, share_text: bool = False) -> list[Grade]:
     """Grades of ``WINDOW_COLUMNS`` rows (JSON as text, a run id as the database gives it), built without the
     model's per-field construction (``Grade.read_only``): a batch's windows, or a page's, hold hundreds of rows.
@@ -182,22 +182,15 @@ def window_grades(rows: list[tuple[Any, ...]], *, share_text: bool = False) -> l
             decoded[raw] = json.loads(raw)
         return decoded[raw]
 
-    return [
-        Grade.read_only(
-            {
-                "execution_id": execution_id if isinstance(execution_id, uuid.UUID) else uuid.UUID(str(execution_id)),
-                "entity_id": entity_id,
-                "status": status,
-                "graded_at": graded_at,
-                "score": score,
-                "passed": passed,
-                "failure_category": category,
-                "metrics": value(metrics),
-                "judge": value(judge),
-            }
-        )
-        for execution_id, entity_id, status, graded_at, score, passed, category, metrics, judge in rows
-    ]
+    grades = []
+    for row in rows:
+        fields = dict(zip(WINDOW_COLUMNS, row, strict=True))
+        run_id = fields["execution_id"]
+        fields["execution_id"] = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
+        for name in JSON_COLUMNS:
+            fields[name] = value(fields[name])
+        grades.append(Grade.read_only(fields))
+    return grades
 
 
 def repair_window(

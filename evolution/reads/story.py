@@ -10,7 +10,7 @@ from django.db.models import Prefetch, prefetch_related_objects
 
 from evolution.core import spend
 from evolution.core.links import file_change
-from evolution.core.outcomes import no_lesson_words
+from evolution.core.outcomes import aside_words, no_lesson_words
 from evolution.models import Cycle, Lesson, Recall, Round
 from evolution.reads import checks
 from evolution.reads.status import ENDED, NotFound, _pr, ended, grade_of, label, line_of, needs_you, strength_of
@@ -88,6 +88,8 @@ def _round_dict(rnd: Round) -> dict[str, Any]:
         "decidedBy": rnd.decided_by,
         "decisionNote": rnd.decision_note,
         "rejection": rnd.rejection,
+        "setAside": rnd.set_aside,
+        "asideWords": aside_words(rnd) if rnd.rejection == Round.Rejection.ASIDE else "",
         "reviewDeadline": rnd.review_deadline,
         "card": (
             {"id": str(card.pk), "kind": card.kind, "status": card.status, "url": card.get_absolute_url()}
@@ -143,6 +145,7 @@ def _lesson_dict(lesson: Lesson) -> dict[str, Any]:
         "summary": lesson.summary,
         "hypothesis": lesson.hypothesis,
         "rejection": lesson.rejection,
+        "asideWords": aside_words(lesson.round) if lesson.rejection == Round.Rejection.ASIDE else "",
         "note": lesson.note,
         "decidedBy": lesson.round.decided_by,
         "perMetric": lesson.per_metric,

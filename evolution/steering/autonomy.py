@@ -378,6 +378,16 @@ def calibration_hold(entity: Entity) -> str | None:
     return f"⏸ Autonomy waits on calibration: {named}"
 
 
+def calibration_doubts(entity: Entity) -> list[str]:
+    """Under requireCalibration: for each metric the seed's rule reads calibrated while its chance-corrected
+    agreement's interval reaches below 0.4, "<metric>: <why>" (issue 31) — the gates that rule releases rest on it."""
+    if not policy(entity).get("requireCalibration"):
+        return []
+    from grading.calibration import calibration
+
+    return [f"{m.metric_id}: {m.warning}" for m in calibration(entity) if m.warning]
+
+
 def active_grant(entity: Entity, now: datetime | None = None) -> AutoAcceptGrant | None:
     """The standing loop:auto_accept grant of the entity with a use left (never for a chat role), or None."""
     if entity.kind == Entity.Kind.ROLE:

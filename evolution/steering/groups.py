@@ -92,22 +92,35 @@ class Holder:
     group: str
     cycle: Cycle
 
-    def sentence(self) -> str:
-        entity = self.cycle.entity
-        rnd = self.cycle.rounds.exclude(pr_number=None).order_by("-number").first()
-        where = ""
+    def _where(self) -> str:
+        """The holder's PR as people name it: "PR #7", "revert PR #3", or "" when it has none yet."""
         if self.cycle.phase == Cycle.Phase.REVERTING:
             revert = self.cycle.rounds.exclude(revert_pr_number=None).order_by("-number").first()
-            if revert is not None:
-                where = f" (revert PR #{revert.revert_pr_number})"
-        elif rnd is not None:
-            # The number, never the forge's address: this sentence is read on the dashboard's pages, where a
-            # local forge's PR URL is the public address (a different host than the one the person is on).
-            where = f" (PR #{rnd.pr_number})"
+            return f"revert PR #{revert.revert_pr_number}" if revert is not None else ""
+        # The number, never the forge's address: this sentence is read on the dashboard's pages, where a
+        # local forge's PR URL is the public address (a different host than the one the person is on).
+        rnd = self.cycle.rounds.exclude(pr_number=None).order_by("-number").first()
+        return f"PR #{rnd.pr_number}" if rnd is not None else ""
+
+    def sentence(self) -> str:
+        """Why a member's cycle does not open: "lock group audience is held: a change to … (PR #7) (cycle 4)"."""
+        entity = self.cycle.entity
+        where = self._where()
         doing = DOING.get(self.cycle.phase, phase_label(self.cycle.phase).lower())
         return (
-            f"lock group {self.group} is held: a change to {entity.kind} {entity.slug} {doing}{where} "
-            f"(cycle {self.cycle.pk})"
+            f"lock group {self.group} is held: a change to {entity.kind} {entity.slug} {doing}"
+            f"{f' ({where})' if where else ''} (cycle {self.cycle.pk})"
+        )
+
+    def by_words(self) -> str:
+        """What set an Accept aside: "lock group support is held by a change to workflow triage that regressed
+        and waits on its revert (revert PR #3, cycle 5)"."""
+        entity = self.cycle.entity
+        where = self._where()
+        doing = DOING.get(self.cycle.phase, phase_label(self.cycle.phase).lower())
+        return (
+            f"lock group {self.group} is held by a change to {entity.kind} {entity.slug} that {doing} "
+            f"({f'{where}, ' if where else ''}cycle {self.cycle.pk})"
         )
 
 

@@ -22,6 +22,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from evolution.steering import autonomy
 from evolution.steering import settings as sw
 from evolution.steering.settings.base import WHOLESALE
 from evolution.views import backtest as backtests
@@ -31,6 +32,8 @@ from singularity.brain import terms as T
 
 SHOWN_ACTIONS = 30
 
+#: The gates ``requireCalibration`` holds a person's until the judge is calibrated.
+CALIBRATED_GATES = ("loop.autonomy.decide", "loop.autonomy.merge")
 #: The knobs the editors offer, in the order shown: (dotted key, what it is).
 KNOBS: list[tuple[str, str]] = [
     ("evaluation.sample.rate", "Share of runs graded (0–1)"),
@@ -278,9 +281,13 @@ def resolved_rows(entity: Entity) -> list[dict[str, Any]]:
 def entity_editors(entity: Entity) -> list[dict[str, Any]]:
     """The entity view's editor rows: the resolved value, its tier, and whether the entity writes it itself."""
     rows = []
+    doubts = autonomy.calibration_doubts(entity)
     for key in ENTITY_KNOBS:
         _, value = _leaf(entity.terms or {}, key)
         tier = _tier(entity.provenance or {}, key)
+        # A gate requireCalibration releases, and the knob itself: each says when chance could explain the
+        # calibration it rests on (issue 31).
+        leans = key == "loop.autonomy.requireCalibration" or (key in CALIBRATED_GATES and value == autonomy.AUTO)
         rows.append(
             {
                 "key": key,
@@ -292,6 +299,7 @@ def entity_editors(entity: Entity) -> list[dict[str, Any]]:
                 "widget": widget(key),
                 "widen": sw.widens_family(key),
                 "slug": key.replace(".", "-"),
+                "doubts": doubts if leans else [],
             }
         )
     return rows

@@ -222,7 +222,8 @@ def calibration_html(entity_pk: Any, calibration: list[MetricCalibration], *, oo
             f'\n        <td><span class="badge {_v(c.status)}">{_v(c.status)}</span></td>'
             f'\n        <td class="num">{_v(c.pairs)}</td>'
             f'\n        <td class="num">{_agreement(c.agreement)}</td>'
-            f'\n        <td class="muted small">{_v(c.reason)}</td>'
+            f'\n        <td class="small">{_v(c.chance.words())}</td>'
+            f'\n        <td class="muted small">{_v(c.reason)}{_warning(c.warning)}</td>'
             "\n      </tr>"
             "\n    "
             for c in calibration
@@ -230,7 +231,7 @@ def calibration_html(entity_pk: Any, calibration: list[MetricCalibration], *, oo
         body = (
             "\n  <table>"
             '\n    <thead><tr><th>Metric</th><th>Status</th><th class="num">Pairs</th><th class="num">Agreement</th>'
-            "<th>Why</th></tr></thead>"
+            "<th>Chance-corrected</th><th>Why</th></tr></thead>"
             "\n    <tbody>"
             f"\n    {rows}"
             "\n    </tbody>"
@@ -248,3 +249,8 @@ def calibration_html(entity_pk: Any, calibration: list[MetricCalibration], *, oo
 def _agreement(share: float | None) -> str:
     """``{% widthratio share 1 100 %}%``, or "—" with no share."""
     return "—" if share is None else f"{round(float(share) / 1 * 100)}%"
+
+
+def _warning(words: str) -> str:
+    """The row's warning as the template shows it ("" with none)."""
+    return f'<div class="warning">⚠ {_v(words)}</div>' if words else ""

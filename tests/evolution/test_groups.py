@@ -161,7 +161,10 @@ def test_an_accept_while_a_sibling_holds_the_group_is_skipped_naming_the_holder_
     machine.accept(rnd, decided_by="alice", now=timezone.now())
     cycle = refreshed(rnd.cycle)
     assert cycle.status == Cycle.Status.SKIPPED and cycle.claim is None
-    assert cycle.reason.startswith("accepted, but lock group audience is held") and f"cycle {holder.pk}" in cycle.reason
+    assert (
+        cycle.reason.startswith("Accepted by alice; set aside: lock group audience is held by")
+        and f"cycle {holder.pk}" in cycle.reason
+    )
     idea.refresh_from_db()
     assert idea.status == Idea.Status.QUEUED and idea.cycle is None
 

@@ -120,7 +120,7 @@ def test_accepting_while_another_cycle_holds_the_entity_skips(opened, alice):
     answer(rnd.card, alice, "accept")
     opened.refresh_from_db()
     assert opened.status == Cycle.Status.SKIPPED
-    assert opened.reason == f"accepted, but cycle {rival.pk} is live (Analysing)"
+    assert opened.reason == f"Accepted by alice; set aside: cycle {rival.pk} is live (Analysing)"
 
 
 def test_a_failed_round_asks_retry_or_skip(opened, alice):

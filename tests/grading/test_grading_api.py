@@ -84,6 +84,8 @@ def test_an_entity_reads_with_terms_provenance_and_calibration(person) -> None:
             "pairs": 0,
             "agreement": None,
             "reason": "low: 0 of 5 pairs under the current judge",
+            "chance": {"statistic": "weighted κ (quadratic)", "value": None, "low": None, "high": None},
+            "warning": "",
         }
     ]
     assert person.get(f"/api/entities/{entity.target_kind}/{entity.slug}/calibration/").json() == body["calibration"]
@@ -178,12 +180,11 @@ def test_a_retry_answers_the_same_and_writes_once(person) -> None:
     assert Rating.objects.count() == 1 and RatingSubmission.objects.count() == 1
 
 
-def test_an_agent_token_is_refused(agent) -> None:
+def test_an_agent_tokens_rating_waits_on_a_persons_card(agent) -> None:
     run = graded_run(make_entity())
     response = agent.post("/api/ratings/", rating_body(run, {"metric_id": "layout_fit", "value": 4}), format="json")
-    assert response.status_code == 403
-    assert response.json()["code"] == "refused" and response.json()["error"] == "refused"
-    assert response.json()["detail"] == "unauthorized_responder: only a person rates"
+    assert response.status_code == 202  # R4.8: tests/grading/test_agent_rating.py
+    assert response.json()["code"] == "pending" and response.json()["card_id"]
     assert not Rating.objects.exists()
 
 
@@ -275,4 +276,4 @@ def test_every_endpoint_is_in_the_schema(person) -> None:
         assert method in paths[path], path
     run_schema = schema["components"]["schemas"]["Run"]["properties"]
     assert run_schema["cost_usd"]["type"] == "string"
-    assert set(paths["/api/ratings/"]["post"]["responses"]) == {"200", "400", "403", "404", "409"}
+    assert set(paths["/api/ratings/"]["post"]["responses"]) == {"200", "202", "400", "403", "404", "409", "429"}

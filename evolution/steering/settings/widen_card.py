@@ -18,6 +18,7 @@ from typing import Any
 from django.utils import timezone
 
 from evolution.steering import asks
+from evolution.steering.settings import grants
 from evolution.steering.settings.base import (
     APPROVE,
     CARD_DIFF_CHARS,
@@ -95,9 +96,9 @@ def _open_card(
         title=f"{what}: {preview.subject} {_what(edit, preview, verb)}"[:200],
         subject=preview.subject[:200],
         subject_url=status.absolute(url),
-        text=card_text(actor, edit, preview, verb=verb),
+        text=card_text(actor, edit, preview, verb=verb, grant=asker if len(_options(verb, preview, extra)) > 2 else ""),
         expires_at=timezone.now() + timedelta(hours=float(hours)),
-        options=[{"value": APPROVE, "label": "Approve"}, {"value": DECLINE, "label": "Decline"}],
+        options=_options(verb, preview, extra),
         payload={
             "request": request,
             "targetKind": target.target_kind if target is not None else None,
@@ -116,6 +117,16 @@ def _open_card(
     )
 
 
+def _options(verb: str, preview: Answer, extra: dict[str, Any] | None) -> list[dict[str, str]]:
+    """Approve / Decline; an agent's loop_widen that widens oversight also offers "Approve once": Approve mints
+    the agent a loop:autonomy grant for its further widenings (``grants``), Approve once makes this write alone."""
+    options = [{"value": APPROVE, "label": "Approve"}]
+    if verb == OP_WIDEN and preview.widened and (extra or {}).get("scope") is not None:
+        options[0]["label"] = f"Approve (and its widenings for {grants.HOURS} h)"
+        options.append({"value": grants.APPROVE_ONCE, "label": "Approve once"})
+    return [*options, {"value": DECLINE, "label": "Decline"}]
+
+
 #: The most widenings or loosenings a card's text names one by one.
 CARD_LINES = 20
 
@@ -132,8 +143,9 @@ def _what(edit: Edit, preview: Answer, verb: str) -> str:
     return f"loop_join ({preview.summary})" if verb == "loop_join" else edit.words()
 
 
-def card_text(actor: str, edit: Edit, preview: Answer, *, verb: str = OP_WIDEN) -> str:
-    """The widen card's text: who asks, each widening and loosening, the diff of the write."""
+def card_text(actor: str, edit: Edit, preview: Answer, *, verb: str = OP_WIDEN, grant: str = "") -> str:
+    """The widen card's text: who asks, each widening and loosening, the diff of the write (and, when the card
+    offers it, what Approve grants ``grant``, the agent that asked)."""
     what = _what(edit, preview, verb)
     if preview.widened:
         lines = [f"{actor} asks to widen oversight on {preview.subject}: {what}.", "", "This widens:"]
@@ -153,4 +165,9 @@ def card_text(actor: str, edit: Edit, preview: Answer, *, verb: str = OP_WIDEN) 
         "",
         "Approve makes this write as you; Decline leaves the file as it is.",
     ]
+    if grant:
+        lines.append(
+            f"Approve also lets {grant} widen oversight again for {grants.HOURS} hours without asking (any entity, "
+            "no call limit; a loosening of spend or checks still asks); Approve once makes this write alone."
+        )
     return "\n".join(lines)

@@ -12,6 +12,7 @@ import json
 from pathlib import PurePosixPath
 from typing import Any
 
+from evolution.steering.settings import grants
 from evolution.steering.settings.base import (
     APPROVE,
     INVALID,
@@ -153,12 +154,14 @@ def loop_widen(
     actor: str,
     is_agent: bool,
     asker: str = "",
+    scope: Any = None,
     dry_run: bool = False,
     expect: dict[str, str] | None = None,
 ) -> Answer:
     """loop_set's write, widenings allowed once a person approves: a person calling it is the approval; an
-    agent's call opens a widen card (answer ``pending``) unless the write widens and loosens nothing.
-    Raises SettingsRefusal."""
+    agent's call opens a widen card (answer ``pending``) unless the write widens and loosens nothing, or it only
+    widens and the agent (``scope``: its token's id) holds a standing loop:autonomy grant (``grants``), which an
+    approved card of its mints. Raises SettingsRefusal."""
     check_key(key, op, value, target)
 
     def plan(tip: Tip) -> list[Edit]:
@@ -166,8 +169,22 @@ def loop_widen(
 
     if is_agent and not dry_run:
         preview, staged = _run(target, plan, op=OP_WIDEN, actor=actor, dry_run=True, expect=expect, allow_widen=True)
+        grant = grants.active(scope) if preview.widened and not preview.loosened else None
+        if grant is not None:
+            # Inside the grant's scope and lifetime: made unasked, over the bytes just validated.
+            expect = expect or {f["path"]: f["base"] for f in preview.files}
+            answer, _ = _run(
+                target, plan, op=OP_WIDEN, actor=grants.actor_under(grant, asker or actor), dry_run=False,
+                expect=expect, allow_widen=True,
+            )  # fmt: skip
+            if answer.commit is not None:
+                grants.use(grant)
+            return answer
         if preview.widened or preview.loosened:
-            return _pending(target, key, op, value, preview, staged, verb=OP_WIDEN, actor=actor, asker=asker)
+            extra = {"scope": scope} if scope is not None and preview.widened else None
+            return _pending(
+                target, key, op, value, preview, staged, verb=OP_WIDEN, actor=actor, asker=asker, extra=extra
+            )
     answer, _ = _run(target, plan, op=OP_WIDEN, actor=actor, dry_run=dry_run, expect=expect, allow_widen=True)
     return answer
 
@@ -287,7 +304,7 @@ def on_widen_card(card: Any) -> None:
 
     payload = card.payload or {}
     choice = (card.answer or {}).get("choice") if isinstance(card.answer, dict) else None
-    if card.status != Card.Status.ANSWERED or choice != APPROVE:
+    if card.status != Card.Status.ANSWERED or choice not in (APPROVE, grants.APPROVE_ONCE):
         log.info("loop settings: widen card %s not approved (%s)", card.pk, card.status)
         return
     person = card.responded_by.get_username() if card.responded_by is not None else "someone"
@@ -311,6 +328,8 @@ def on_widen_card(card: Any) -> None:
                 is_agent=False,
                 expect=expect,
             )
+            if choice == APPROVE:
+                grants.mint(card)  # the agent's further widenings for a day go through unasked (R12.22)
     except SettingsRefusal as refusal:
         log.warning("loop settings: approved widen card %s not applied: %s", card.pk, refusal.detail)
         post_notice(
