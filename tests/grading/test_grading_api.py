@@ -276,4 +276,4 @@ def test_every_endpoint_is_in_the_schema(person) -> None:
         assert method in paths[path], path
     run_schema = schema["components"]["schemas"]["Run"]["properties"]
     assert run_schema["cost_usd"]["type"] == "string"
-    assert set(paths["/api/ratings/"]["post"]["responses"]) == {"200", "202", "400", "403", "404", "409", "429"}
+    assert set(paths["/api/ratings/"]["post"]["responses"]) == {"200", "202", "400", "401", "403", "404", "409", "429"}
