@@ -259,3 +259,45 @@ def test_a_hold_placed_mid_investigation_sets_it_aside_before_the_next_turn(agen
 
 def test_the_toolbox_is_the_investigations_registered_one():
     assert [toolbox.for_round] == proposer.TOOLBOX
+
+
+# --- On the record: the story and loop_get_cycle -----------------------------------------------------------
+
+
+def test_what_the_proposer_read_is_in_the_story_before_its_proposal_and_in_loop_get_cycle(agent, alice, client):
+    from tests.evolution.test_api import client_for
+
+    entity = looped(commit=agent.commit)
+    history(entity, "bggg")
+    landed = graded(entity, bad=True)
+    cycle = machine.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=landed.execution).cycle
+    agent.script(
+        calls(("file_list", {"path": "features/triage"}), ("file_read", {"path": PATH})),
+        calls(("db_query", {"sql": "SELECT run_id FROM ro_grades WHERE passed = false"})),
+        calls(("file_read", {"path": "constitution/Evaluation/Methods/x.md"})),
+        final(),
+    )
+    rnd = machine.analyse(cycle.rounds.get(number=1).pk)
+    assert rnd.status == Round.Status.PROPOSED and len(rnd.reads) == 4
+
+    client.force_login(alice)
+    page = client.get(f"/evolution/cycles/{cycle.pk}/").content.decode()
+    story = page[page.index('id="chapter-hypothesize"') :]
+    read = story.index("What it read")
+    assert read < story.index("Summary")
+    for words in (
+        "Listed the files under features/triage",
+        f"Read {PATH}",
+        "Queried the database",
+        "SELECT run_id FROM ro_grades WHERE passed = false",
+        "refused: constitution/Evaluation/** is the judge",
+    ):
+        assert words in story[read:], words
+    assert "file_read" not in story and "turnCostUsd" not in story  # people's words, no internal names
+
+    body = client_for(alice, agent=True).get(f"/api/loop/cycles/{cycle.pk}/").json()
+    reads = body["rounds"][0]["reads"]
+    assert [r["tool"] for r in reads] == ["file_list", "file_read", "db_query", "file_read"]
+    assert reads[2]["arguments"] == {"sql": "SELECT run_id FROM ro_grades WHERE passed = false"}
+    assert all(isinstance(r["turnCostUsd"], str) and isinstance(r["chars"], int) for r in reads)
+    assert "read ban" in reads[3]["refused"]
