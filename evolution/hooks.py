@@ -60,7 +60,7 @@ def _pull_moved(number: int) -> None:
 
 def connect() -> None:
     """Register the loop's listeners with grading, its card handlers with hitl, and its steps with Celery."""
-    from evolution import doctor, github_doctor, tasks  # noqa: F401 - the doctor's sections, the machine's steps
+    from evolution import confinement_doctor, doctor, github_doctor, tasks  # noqa: F401 - doctor sections, steps
     from evolution.forges import git_env
     from evolution.forges.base import listen_to_pulls
     from evolution.investigate import toolbox
