@@ -78,6 +78,17 @@ SPECS: dict[str, dict[str, Any]] = {
     ),
 }
 
+#: The capability each tool stands under (R8.17; R22.21: the episode reads are eval:read).
+GRANTS = {
+    "file_list": "file:read",
+    "file_read": "file:read",
+    "db_schema": "db:read",
+    "db_query": "db:read",
+    "loop_history": "loop:read",
+    "eval_list_episodes": "eval:read",
+    "eval_get_episode": "eval:read",
+}
+
 #: One line a tool, for the brief's "## Your tools".
 ABOUT = {name: spec["function"]["description"] for name, spec in SPECS.items()}
 
@@ -116,6 +127,13 @@ class Toolbox:
         if self._commit is None:
             self._commit = base_commit(self.cycle, self.checkout)
         return self._commit
+
+    def narrow(self, capabilities: tuple[str, ...]) -> None:
+        """Keep only the tools the role's declared capabilities grant ('*' widens nothing: the tools only read)."""
+        granted = set(capabilities)
+        if "*" in granted:
+            return
+        self.names = [name for name in self.names if GRANTS[name] in granted]
 
     @property
     def specs(self) -> list[dict[str, Any]]:

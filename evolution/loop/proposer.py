@@ -281,6 +281,8 @@ class ProposerRole:
     path: str
     body: str
     model: str
+    #: The copy's ``capabilities:`` as written; None when it declares none (the engine's read-only grant).
+    capabilities: tuple[str, ...] | None = None
 
 
 def resolve_role(entity: Entity, *, checkout: Any | None = None) -> ProposerRole:
@@ -307,7 +309,11 @@ def resolve_role(entity: Entity, *, checkout: Any | None = None) -> ProposerRole
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ProposalFailed(f"proposer role {path}: does not read: {exc}") from exc
     model = frontmatter.get("model") if isinstance(frontmatter.get("model"), str) else ""
-    return ProposerRole(path=path, body=body.strip(), model=model or "")
+    declared = frontmatter.get("capabilities")
+    capabilities = None
+    if isinstance(declared, list | str):
+        capabilities = tuple(str(c).strip() for c in ([declared] if isinstance(declared, str) else declared))
+    return ProposerRole(path=path, body=body.strip(), model=model or "", capabilities=capabilities)
 
 
 def model_for(entity: Entity, role: ProposerRole) -> str:
@@ -427,6 +433,8 @@ def propose_by_agent(
     who = f"agent:{model}"
     toolbox = TOOLBOX[0](cycle, round, checkout) if TOOLBOX and cycle is not None and round is not None else None
     prompt = brief.prompt
+    if toolbox is not None and role.capabilities is not None:
+        toolbox.narrow(role.capabilities)  # a copy that drops db:read keeps its proposer to the files (R22.18)
     if toolbox is not None:
         section = toolbox.brief_section()
         brief.documents["tools.md"] = section

@@ -301,3 +301,43 @@ def test_what_the_proposer_read_is_in_the_story_before_its_proposal_and_in_loop_
     assert reads[2]["arguments"] == {"sql": "SELECT run_id FROM ro_grades WHERE passed = false"}
     assert all(isinstance(r["turnCostUsd"], str) and isinstance(r["chars"], int) for r in reads)
     assert "read ban" in reads[3]["refused"]
+
+
+def test_a_proposer_copy_that_drops_db_read_is_offered_no_query(agent, tmp_path):
+    copy = "---\nname: proposer\ncapabilities: [file:read, loop:read]\n---\nYou are careful.\n"
+    checkout, commit = brain_repo(tmp_path / "own", {**BRAIN, "constitution/Agents/system/loop/role-proposer.md": copy})
+    agent.script(calls(("db_query", {"sql": "SELECT 1"})), final())
+    cycle, rnd = a_round(looped(commit=commit))
+    proposer.propose(cycle, rnd, brief(), checkout=checkout)
+    request = agent.requests[0].json
+    assert [t["function"]["name"] for t in request["tools"]] == ["file_list", "file_read", "loop_history"]
+    assert "`db_query`" not in request["messages"][1]["content"]
+    [answer] = tool_answers(agent.requests[1].json)
+    assert "no such tool 'db_query'" in answer["refused"]
+
+
+def test_a_chat_role_proposer_may_read_its_own_episodes_and_no_other_roles(agent):
+    from grading.models import Episode
+    from tests.grading.grading_helpers import make_run
+
+    role = looped("helpdesk", kind="role", commit=agent.commit)
+    other = looped("sales", kind="role")
+    mine = Episode.objects.create(execution=make_run(role), role=role, surface="dashboard", counterpart_name="Ann")
+    theirs = Episode.objects.create(execution=make_run(other), role=other, surface="dashboard")
+    mine.turns.create(seq=1, role="person", text="my invoice is wrong")
+    agent.script(
+        calls(
+            ("eval_list_episodes", {"limit": 5}),
+            ("eval_get_episode", {"runId": str(mine.pk)}),
+            ("eval_get_episode", {"runId": str(theirs.pk)}),
+        ),
+        final(),
+    )
+    cycle, rnd = a_round(role)
+    proposer.propose(cycle, rnd, brief())
+    offered = [t["function"]["name"] for t in agent.requests[0].json["tools"]]
+    assert offered[-2:] == ["eval_list_episodes", "eval_get_episode"]
+    listed, dialog, refused = tool_answers(agent.requests[1].json)
+    assert [e["run_id"] for e in listed["episodes"]] == [str(mine.pk)]
+    assert dialog["dialog"][0]["text"] == "my invoice is wrong" and "Ann" not in json.dumps(dialog)
+    assert "is no episode of helpdesk" in refused["error"]
