@@ -333,3 +333,32 @@ def test_the_demo_model_as_the_proposer_agent_reads_the_rules_and_queries_the_ba
     before = (BRAIN / TRIAGE_PATH).read_text()
     assert split(changed["content"])[0] == split(before)[0]  # the measurement blocks byte for byte
     assert accuracy(split(changed["content"])[1]) > accuracy(split(before)[1])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_demo_urgency_is_changed_by_the_agent_and_its_story_lists_what_it_read_before_its_proposal(
+    demo, client, alice
+):
+    from evolution.loop import machine
+    from grading.demo import drive_demo
+
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        for _ in range(8):
+            drive_demo()
+            clock.shift(timedelta(seconds=DEMO_EVERY_SECS))
+    urgency = Entity.objects.get(slug="urgency")
+    assert (urgency.terms["loop"].get("proposer") or {}).get("pipeline") is None  # the agent, not a pipeline
+    grades = [grade_now(on_terminal(run)) for run in Execution.objects.filter(entity=urgency).order_by("started_at")]
+    bad = [g for g in grades if g.passed is False]
+    assert bad, "the demo urgency rules get some tickets wrong"
+    cycle = machine.open_cycle(urgency, origin=Cycle.Origin.GRADE, anchor=bad[-1].execution).cycle
+    machine.analyse(cycle.rounds.get(number=1).pk)  # (or already done by the worker the commit started)
+
+    rnd = cycle.rounds.get(number=1)
+    assert rnd.author == "agent:demo-model" and rnd.status == Round.Status.PROPOSED, (rnd.status, rnd.error)
+    assert [r["tool"] for r in rnd.reads] == ["file_list", "file_read", "db_query"]
+    client.force_login(alice)
+    page = client.get(f"/evolution/cycles/{cycle.pk}/").content.decode()
+    story = page[page.index('id="chapter-hypothesize"') :]
+    assert story.index("Read features/support/urgency/urgency.scenario.md") < story.index("Summary")
+    assert story.index("Queried the database") < story.index("Summary")
