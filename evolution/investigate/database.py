@@ -16,6 +16,7 @@ The statement is also read first (one statement, a SELECT) so the model hears a 
 from __future__ import annotations
 
 import datetime
+import logging
 import sqlite3
 import time
 import uuid
@@ -26,6 +27,8 @@ from urllib.parse import quote
 import sqlparse
 from django.conf import settings
 from django.db import connection
+
+log = logging.getLogger(__name__)
 
 #: The views the proposer may query, with what each holds (the migration makes them).
 VIEWS: dict[str, str] = {
@@ -202,12 +205,21 @@ class Reader:
 
     def _connection(self) -> Any:
         if self._conn is None:
-            if self.vendor == "sqlite":
-                self._conn = _sqlite_connection()
-            elif self.vendor == "postgresql":
-                self._conn = _postgres_connection()
-            else:
-                raise QueryRefused(f"db_query does not read a {self.vendor} database")
+            try:
+                if self.vendor == "sqlite":
+                    self._conn = _sqlite_connection()
+                elif self.vendor == "postgresql":
+                    self._conn = _postgres_connection()
+                else:
+                    raise QueryRefused(f"db_query does not read a {self.vendor} database")
+            except QueryRefused:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the read connection failing is said to the model and logged
+                log.warning("proposer reads: the read-only database connection failed: %s", exc)
+                raise QueryRefused(
+                    "the database cannot be read now (the engine's read-only connection failed); "
+                    "go on with the brief and the files"
+                ) from exc
         return self._conn
 
     def rows(self, sql: str, limit: int) -> tuple[list[str], list[tuple[Any, ...]]]:

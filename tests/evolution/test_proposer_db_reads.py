@@ -138,3 +138,10 @@ def test_on_postgres_the_session_is_the_read_only_role_and_cannot_become_another
 def test_a_cte_named_like_a_view_reaches_no_other_column(reader, runs):
     answer = reader.query("WITH ro_runs AS (SELECT password FROM auth_user) SELECT * FROM ro_runs")
     assert "refused" in answer and "secret" not in json.dumps(answer)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the read-only role is Postgres's")
+def test_a_read_role_that_cannot_log_in_is_said_to_the_model_not_raised(reader, settings):
+    settings.LOOP_READ_DB_USER = "nobody_at_all"
+    answer = reader.query("SELECT run_id FROM ro_runs")
+    assert "the database cannot be read now" in answer["refused"]
