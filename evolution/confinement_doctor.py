@@ -66,3 +66,24 @@ def loop_confinement_section(ctx: DoctorContext) -> Iterator[Check]:
         for capability, where in [*((c, path) for c in _wide(own)), *((c, GENERAL) for c in _wide(general))]:
             what = "'*' (everything)" if capability == "*" else f"a shell ({capability!r})"
             yield Check(WARN, f"the loop's {name} resolves to {what} through {where}: {RISK} {AFTER[name]}")
+
+
+@section("Loop proposer reads")
+def loop_proposer_reads_section(ctx: DoctorContext) -> Iterator[Check]:
+    """Whether the proposer's db_query can read its views (on Postgres: log in as the read-only role)."""
+    from django.conf import settings
+
+    from evolution.investigate.database import Reader
+
+    reader = Reader()
+    try:
+        answer = reader.query("SELECT count(*) AS n FROM ro_cycles")
+    finally:
+        reader.close()
+    if "refused" in answer:
+        yield Check(
+            WARN,
+            f"the proposer's db_query cannot read its views ({answer['refused']}); on Postgres the role "
+            f"{settings.LOOP_READ_DB_USER} must exist, log in (LOOP_READ_DB_PASSWORD) and hold SELECT on the ro_* "
+            "views (evolution's migration 0017 makes it when its user may create roles)",
+        )

@@ -81,19 +81,36 @@ def create(apps, schema_editor):
         schema_editor.execute(f"CREATE VIEW {name} AS {_select(select, vendor)}")
     if vendor != "postgresql":
         return
+    # A database user that may not create roles still migrates: the role is then made by whoever can
+    # (``CREATE ROLE singularity_proposer LOGIN`` and this GRANT), and db_query says it cannot read until then.
+    views = ", ".join(VIEWS)
     schema_editor.execute(
         f"""DO $$ BEGIN
-            CREATE ROLE {ROLE} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT;
-        EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+            IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{ROLE}') THEN
+                BEGIN
+                    CREATE ROLE {ROLE} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT;
+                EXCEPTION
+                    WHEN duplicate_object OR unique_violation THEN NULL;
+                    WHEN insufficient_privilege THEN RAISE NOTICE 'cannot create role {ROLE}: %%', SQLERRM;
+                END;
+            END IF;
+            IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{ROLE}') THEN
+                BEGIN
+                    ALTER ROLE {ROLE} SET default_transaction_read_only = on;
+                EXCEPTION WHEN insufficient_privilege THEN NULL;
+                END;
+                EXECUTE 'GRANT SELECT ON {views} TO {ROLE}';
+            END IF;
         END $$"""
     )
-    schema_editor.execute(f"ALTER ROLE {ROLE} SET default_transaction_read_only = on")
-    schema_editor.execute(f"GRANT SELECT ON {', '.join(VIEWS)} TO {ROLE}")
 
 
 def drop(apps, schema_editor):
     if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(f"REVOKE ALL ON {', '.join(VIEWS)} FROM {ROLE}")
+        schema_editor.execute(
+            f"DO $$ BEGIN IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{ROLE}') THEN "
+            f"EXECUTE 'REVOKE ALL ON {', '.join(VIEWS)} FROM {ROLE}'; END IF; END $$"
+        )
     for name in VIEWS:
         schema_editor.execute(f"DROP VIEW IF EXISTS {name}")
 

@@ -41,3 +41,17 @@ def test_a_general_role_granting_a_shell_reaches_the_proposer_through_the_union(
 def test_the_engines_read_only_grant_is_confined(tmp_path):
     assert found(tmp_path, {PROPOSER: role("[file:read, db:read, loop:read]")}) == []
     assert found(tmp_path / "none", {"README.md": "a brain without copies\n"}) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_proposers_reads_are_checked_and_a_role_that_cannot_log_in_warns(settings):
+    def lines() -> list[str]:
+        return [f.line() for f in run_doctor(only=["Loop proposer reads"]) if f.level != "pass"]
+
+    assert lines() == []
+    settings.LOOP_READ_DB_USER = "nobody_at_all"
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        [line] = lines()
+        assert "[warn]" in line and "nobody_at_all" in line
