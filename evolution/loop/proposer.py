@@ -406,6 +406,9 @@ def _turn_cost(completion: Any) -> Decimal:
     ).total
 
 
+#: The most characters of one tool answer handed to the model (the rest is cut and said so).
+MAX_TOOL_ANSWER_CHARS = 100_000
+
 #: Said to the model on its last turn, when it is asked to answer without tools.
 ANSWER_NOW = "Your turns for reading are used up: answer now with the JSON object alone."
 
@@ -482,6 +485,9 @@ def propose_by_agent(
             for call in completion.tool_calls:
                 answer, arguments = toolbox.call(call.name, call.arguments)
                 text = json.dumps(answer, default=str, ensure_ascii=False)
+                if len(text) > MAX_TOOL_ANSWER_CHARS:
+                    cut = f"the answer was {len(text)} characters; only the first {MAX_TOOL_ANSWER_CHARS} are shown"
+                    text = json.dumps({"cut": cut, "partial": text[:MAX_TOOL_ANSWER_CHARS]}, ensure_ascii=False)
                 reads.append(
                     {
                         "turn": turn,

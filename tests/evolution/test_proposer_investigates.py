@@ -341,3 +341,13 @@ def test_a_chat_role_proposer_may_read_its_own_episodes_and_no_other_roles(agent
     assert [e["run_id"] for e in listed["episodes"]] == [str(mine.pk)]
     assert dialog["dialog"][0]["text"] == "my invoice is wrong" and "Ann" not in json.dumps(dialog)
     assert "is no episode of helpdesk" in refused["error"]
+
+
+def test_a_tool_answer_past_the_bound_is_cut_and_says_so(agent, monkeypatch):
+    monkeypatch.setattr(proposer, "MAX_TOOL_ANSWER_CHARS", 50)
+    agent.script(calls(("file_read", {"path": PATH})), final())
+    cycle, rnd = a_round(looped(commit=agent.commit))
+    proposal = proposer.propose(cycle, rnd, brief())
+    [answer] = tool_answers(agent.requests[1].json)
+    assert "only the first 50 are shown" in answer["cut"] and len(answer["partial"]) == 50
+    assert proposal.reads[0]["chars"] < 200
