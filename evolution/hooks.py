@@ -10,6 +10,7 @@
   the Telegram channel hands it ``/idea``.
 - a forge tells the machine when a pull request moved; git commands carry the forge's credential.
 - the machine starts its steps through the Celery tasks.
+- the proposer agent gets its read-only tools from ``evolution.investigate``.
 """
 
 from __future__ import annotations
@@ -59,10 +60,11 @@ def _pull_moved(number: int) -> None:
 
 def connect() -> None:
     """Register the loop's listeners with grading, its card handlers with hitl, and its steps with Celery."""
-    from evolution import doctor, github_doctor, tasks  # noqa: F401 - the doctor's sections, the machine's steps
+    from evolution import confinement_doctor, doctor, github_doctor, tasks  # noqa: F401 - doctor sections, steps
     from evolution.forges import git_env
     from evolution.forges.base import listen_to_pulls
-    from evolution.loop import analyze_ask, intake
+    from evolution.investigate import toolbox
+    from evolution.loop import analyze_ask, intake, proposer
     from evolution.reads.evidence import decide_card_detail
     from evolution.reads.trends import trend_markers
     from evolution.steering import ideas, supervision
@@ -88,4 +90,5 @@ def connect() -> None:
     register_message_handler(ideas_telegram.on_message)  # /idea in Telegram
     registry.register(settings_writes.PRODUCER, Card.Kind.WIDEN, settings_writes.on_widen_card)
     listen_to_pulls(_pull_moved)
+    proposer.use_toolbox(toolbox.for_round)  # the proposer agent's read-only tools (evolution.investigate)
     add_env_source(git_env)  # the forge's git credential (GitHub: an HTTPS header, never on argv or disk)

@@ -186,6 +186,9 @@ class Round(models.Model):
     brief = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True, default="")
     cost_usd = MoneyField(default=0)
+    #: What the proposer agent read before it answered: one entry a tool call, in order
+    #: {turn, tool, arguments, chars, refused, turnCostUsd} (evolution.investigate; empty for a pipeline).
+    reads = models.JSONField(default=list, blank=True)
 
     card = models.ForeignKey("hitl.Card", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     review_deadline = models.DateTimeField(null=True, blank=True)

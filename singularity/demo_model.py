@@ -557,6 +557,10 @@ def demo_policy(request_json: dict[str, Any], headers: dict[str, str]) -> Reply:
     messages = request_json.get("messages") or []
     last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
     response_format = request_json.get("response_format") or {}
+    from singularity.demo_proposer import is_proposer_request, proposer_reply
+
+    if is_proposer_request(request_json):
+        return proposer_reply(request_json)  # the loop's proposer agent: it investigates, then proposes
     if response_format.get("type") == "json_schema":
         schema = (response_format.get("json_schema") or {}).get("schema") or {"type": "object"}
         if is_judge_request(response_format):

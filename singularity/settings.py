@@ -337,6 +337,15 @@ BRAIN_SANDBOX_PROCESSES = env_int("BRAIN_SANDBOX_PROCESSES", 4, minimum=1)
 BRAIN_PIPELINE_DEADLINE_SECS = env_float("BRAIN_PIPELINE_DEADLINE_SECS", 900.0, minimum=0.001)
 #: How long a proposer pipeline's run(ctx, brief) may take (never past the round's review deadline).
 LOOP_PIPELINE_DEADLINE_SECS = env_float("LOOP_PIPELINE_DEADLINE_SECS", 900.0, minimum=0.001)
+#: The proposer agent's turns (model calls) in one round; the last is asked to answer without tools (issue 33).
+LOOP_PROPOSER_MAX_TURNS = env_int("LOOP_PROPOSER_MAX_TURNS", 12, minimum=1, maximum=100)
+#: The proposer's db_query: its statement deadline and the most rows one query hands back.
+LOOP_READ_STATEMENT_TIMEOUT_MS = env_int("LOOP_READ_STATEMENT_TIMEOUT_MS", 5000, minimum=10)
+LOOP_READ_MAX_ROWS = env_int("LOOP_READ_MAX_ROWS", 200, minimum=1, maximum=10000)
+#: On Postgres, the role the proposer's queries log in as (made by evolution's migration 0017, SELECT on the
+#: ro_* views only) and its password, if the server asks for one (``ALTER ROLE singularity_proposer PASSWORD``).
+LOOP_READ_DB_USER = env_str("LOOP_READ_DB_USER", "singularity_proposer")
+LOOP_READ_DB_PASSWORD = env_secret("LOOP_READ_DB_PASSWORD", "")
 #: How long a worker holds a round's apply before the due-step sweep hands it to another (its worker died).
 LOOP_APPLY_LEASE_SECS = env_float("LOOP_APPLY_LEASE_SECS", 900.0, minimum=1.0)
 #: How long an analysing worker's heartbeat stays good: past it the tick's sweep takes the analysis as lost (two ticks).

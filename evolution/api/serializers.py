@@ -270,6 +270,17 @@ class RevertSerializer(serializers.Serializer):
     mergeGate = serializers.CharField()
 
 
+class ProposerReadSerializer(serializers.Serializer):
+    """One tool call of the proposer agent's investigation (issue 33)."""
+
+    turn = serializers.IntegerField(help_text="Which of its turns asked for it.")
+    tool = serializers.CharField(help_text="file_list, file_read, db_schema, db_query, loop_history, eval_*")
+    arguments = serializers.DictField(help_text="The arguments as the model sent them.")
+    chars = serializers.IntegerField(help_text="How many characters the answer handed back.")
+    refused = serializers.CharField(help_text="Why it was refused or failed; empty when it was answered.")
+    turnCostUsd = serializers.CharField(help_text="What the turn that asked for it cost, USD decimal text.")
+
+
 class RoundSerializer(serializers.Serializer):
     number = serializers.IntegerField()
     parent = serializers.IntegerField(allow_null=True, help_text="The round this one refines or retries.")
@@ -283,6 +294,9 @@ class RoundSerializer(serializers.Serializer):
     citedLessons = serializers.ListField(child=serializers.IntegerField())
     error = serializers.CharField()
     costUsd = MoneyString()
+    reads = ProposerReadSerializer(
+        many=True, help_text="What the proposer agent read before it answered, in order (none for a pipeline)."
+    )
     createdAt = Instant()
     proposedAt = Instant()
     decidedAt = Instant()

@@ -134,8 +134,20 @@ def _analyse(rnd: Round, now: datetime) -> Round:
     try:
         documents = briefs.build_brief(cycle, rnd)
         proposal = proposer.propose(cycle, rnd, documents)
+    except proposer.Stopped as exc:
+        # The switch or a hold stood before the proposer's next turn: no more turns were bought (R7.22).
+        cycles.add_spend(cycle, exc.cost_usd)
+        proposer.keep_reads(rnd, exc)
+        stopped = proposer.switched_off(rnd) or _held_meanwhile(rnd)
+        if stopped is None:
+            rnd.status = Round.Status.SKIPPED
+            rnd.save(update_fields=["status"])
+            stopped = Settle(Cycle.Status.SKIPPED, f"set aside: {exc}", lesson=False)
+        settle(cycle, stopped.status, reason=stopped.reason, lesson=stopped.lesson)
+        return rnd
     except SingularityError as exc:
         cycles.add_spend(cycle, getattr(exc, "cost_usd", None))
+        proposer.keep_reads(rnd, exc)
         return fail(rnd, f"the analysis failed: {exc}", now=now, unattended=unattended)
     except Exception as exc:  # noqa: BLE001 - a bug in the brief or the proposer is this round's failure, said on it
         log.exception("loop: cycle %s r%s: the analysis broke", cycle.pk, rnd.number)

@@ -7,9 +7,12 @@ names (read live, with the round's other terms):
   of the brain serves — is imported at that scenario's commit and called
   ``run(ctx, brief.data)`` as a loop-launched run of its own (an execution
   the loop launched: never graded, in no window); what it spends is its own;
-- ``null`` — the proposer agent: one chat completion under
-  ``loop.proposer.modelRef`` (else the proposer role's model, else the
-  engine's), JSON asked for, priced exactly like every completion.
+- ``null`` — the proposer agent under ``loop.proposer.modelRef`` (else the
+  proposer role's model, else the engine's): turns of chat completions with
+  read-only tools (``evolution.investigate``: the brain at the base commit,
+  the ro_* views, loop_history, a chat role's episodes) until it answers JSON,
+  each turn priced exactly and counted against ``budget.maxUsdPerRun``, the
+  kill switch and the holds read before every turn; what it read is kept.
 
 The answer is ``{summary, hypothesis, files: [{path, content}], citedLessons}``
 with whole new file contents (``content`` null deletes), each path once and
@@ -24,6 +27,7 @@ import copy
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -62,6 +66,8 @@ class ProposalFailed(SingularityError):
         super().__init__(message)
         self.author = author
         self.cost_usd = cost_usd
+        #: What the agent read before it failed (kept on the round).
+        self.reads: list[dict[str, Any]] = []
 
 
 @dataclass
@@ -74,6 +80,8 @@ class Proposal:
     cited_lessons: list[int] = field(default_factory=list)
     author: str = ""
     cost_usd: Decimal = Decimal(0)
+    #: What the agent read before it answered (evolution.investigate): one entry a tool call.
+    reads: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def declined(self) -> bool:
@@ -273,6 +281,8 @@ class ProposerRole:
     path: str
     body: str
     model: str
+    #: The copy's ``capabilities:`` as written; None when it declares none (the engine's read-only grant).
+    capabilities: tuple[str, ...] | None = None
 
 
 def resolve_role(entity: Entity, *, checkout: Any | None = None) -> ProposerRole:
@@ -299,7 +309,11 @@ def resolve_role(entity: Entity, *, checkout: Any | None = None) -> ProposerRole
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ProposalFailed(f"proposer role {path}: does not read: {exc}") from exc
     model = frontmatter.get("model") if isinstance(frontmatter.get("model"), str) else ""
-    return ProposerRole(path=path, body=body.strip(), model=model or "")
+    declared = frontmatter.get("capabilities")
+    capabilities = None
+    if isinstance(declared, list | str):
+        capabilities = tuple(str(c).strip() for c in ([declared] if isinstance(declared, str) else declared))
+    return ProposerRole(path=path, body=body.strip(), model=model or "", capabilities=capabilities)
 
 
 def model_for(entity: Entity, role: ProposerRole) -> str:
@@ -324,25 +338,65 @@ def parse_json(content: str | None, who: str, cost: Decimal) -> Any:
         ) from exc
 
 
-def propose_by_agent(entity: Entity, brief: Brief, *, gateway: Any = None, checkout: Any | None = None) -> Proposal:
-    """Ask the proposer agent once and return its proposal (an empty ``files`` is its decline); ProposalFailed otherwise."""
-    from singularity.gateway import GatewayError, get_gateway
+#: How a round's investigation gets its tools: ``(cycle, round, checkout) -> Toolbox`` (evolution.investigate,
+#: which sits above this package; ``evolution.hooks`` registers it). Empty: the agent answers without tools.
+TOOLBOX: list[Callable[[Cycle, Round, Any], Any]] = []
+
+
+def use_toolbox(factory: Callable[[Cycle, Round, Any], Any]) -> None:
+    """Say how a round's toolbox is made (``evolution.investigate.toolbox.for_round``)."""
+    TOOLBOX[:] = [factory]
+
+
+class Stopped(SingularityError):
+    """The kill switch or a hold stood when the next turn was due: the investigation stopped, nothing more asked.
+
+    ``cost_usd`` is what the turns before it spent; ``reads`` what they read.
+    """
+
+    exit_code = 5
+
+    def __init__(self, reason: str, *, cost_usd: Decimal, reads: list[dict[str, Any]]) -> None:
+        super().__init__(reason)
+        self.cost_usd = cost_usd
+        self.reads = reads
+
+
+def interrupted(rnd: Round) -> str | None:
+    """Why the investigation of ``rnd`` must stop before its next turn (the switch off, a hold), or None (R7.22)."""
+    from evolution.steering.supervision import hold_refusal
+
+    entity = rnd.cycle.entity
+    entity.refresh_from_db(fields=["loop_enabled", "terms"])
+    if not entity.loop_enabled:
+        return "the loop was switched off"
+    return hold_refusal(entity)
+
+
+def usd(amount: Decimal) -> str:
+    """Money as people read it: cents when that is exact, else every digit it has."""
+    cents = amount.quantize(Decimal("0.01"))
+    return f"${cents}" if cents == amount else f"${format(amount.normalize(), 'f')}"
+
+
+def over_budget(cycle: Cycle | None, spent_here: Decimal) -> str | None:
+    """The sentence when the run's budget.maxUsdPerRun has nothing left for another turn, else None (R7.13)."""
+    if cycle is None:
+        return None
+    ceiling = (cycles.loop_terms(cycle.entity).get("budget") or {}).get("maxUsdPerRun")
+    if ceiling is None:
+        return None
+    ceiling = Decimal(str(ceiling))
+    spent = (cycle.spent_usd or Decimal(0)) + spent_here
+    if spent >= ceiling:
+        return f"over budget: spent {usd(spent)} of {usd(ceiling)} (budget.maxUsdPerRun)"
+    return None
+
+
+def _turn_cost(completion: Any) -> Decimal:
     from singularity.money import debit_for
 
-    role = resolve_role(entity, checkout=checkout)
-    model = model_for(entity, role)
-    who = f"agent:{model}"
-    messages = [{"role": "system", "content": role.body}, {"role": "user", "content": brief.prompt}]
-    own = gateway is None
-    client = gateway or get_gateway()
-    try:
-        completion = client.complete(model=model, messages=messages, tools=[], response_format={"type": "json_object"})
-    except GatewayError as exc:
-        raise ProposalFailed(f"{who}: the gateway failed: {exc}", author=who) from exc
-    finally:
-        if own:
-            client.close()
-    cost = debit_for(
+    return debit_for(
         prompt_tokens=completion.usage.prompt_tokens,
         completion_tokens=completion.usage.completion_tokens,
         elapsed_ns=completion.elapsed_ns,
@@ -350,12 +404,112 @@ def propose_by_agent(entity: Entity, brief: Brief, *, gateway: Any = None, check
         output_price_per_million=settings.BRAMA_OUTPUT_PRICE_USD_PER_MILLION,
         instance_usd_per_hour=settings.SINGULARITY_INSTANCE_USD_PER_HOUR,
     ).total
-    answer = parse_json(completion.content, who, cost)
+
+
+#: The most characters of one tool answer handed to the model (the rest is cut and said so).
+MAX_TOOL_ANSWER_CHARS = 100_000
+
+#: Said to the model on its last turn, when it is asked to answer without tools.
+ANSWER_NOW = "Your turns for reading are used up: answer now with the JSON object alone."
+
+
+def propose_by_agent(
+    entity: Entity,
+    brief: Brief,
+    *,
+    gateway: Any = None,
+    checkout: Any | None = None,
+    cycle: Cycle | None = None,
+    round: Round | None = None,
+) -> Proposal:
+    """Let the proposer agent investigate with its read-only tools, then return its proposal; ProposalFailed otherwise.
+
+    Each turn is one completion, priced after it and counted against the run's budget (an API turn is not
+    capped: one that overshoots the remainder is recorded whole, R7.14); before each turn the kill switch and
+    the holds are read (``Stopped``) and the budget's remainder (nothing left: ProposalFailed "over budget").
+    The last of ``LOOP_PROPOSER_MAX_TURNS`` turns is offered no tools. An empty ``files`` is the decline.
+    """
+    from singularity.gateway import GatewayError, get_gateway
+
+    role = resolve_role(entity, checkout=checkout)
+    model = model_for(entity, role)
+    who = f"agent:{model}"
+    toolbox = TOOLBOX[0](cycle, round, checkout) if TOOLBOX and cycle is not None and round is not None else None
+    prompt = brief.prompt
+    if toolbox is not None and role.capabilities is not None:
+        toolbox.narrow(role.capabilities)  # a copy that drops db:read keeps its proposer to the files (R22.18)
+    if toolbox is not None:
+        section = toolbox.brief_section()
+        brief.documents["tools.md"] = section
+        prompt = prompt.rstrip("\n") + "\n\n" + section + "\n"
+    messages: list[dict[str, Any]] = [{"role": "system", "content": role.body}, {"role": "user", "content": prompt}]
+    spent = Decimal(0)
+    reads: list[dict[str, Any]] = []
+    turns = int(settings.LOOP_PROPOSER_MAX_TURNS)
+    own = gateway is None
+    client = gateway or get_gateway()
+
+    def failed(message: str) -> ProposalFailed:
+        error = ProposalFailed(message, author=who, cost_usd=spent)
+        error.reads = reads
+        return error
+
     try:
+        for turn in range(1, turns + 1):
+            if round is not None:
+                reason = interrupted(round)
+                if reason:
+                    raise Stopped(reason, cost_usd=spent, reads=reads)
+            over = over_budget(cycle, spent)
+            if over:
+                raise failed(f"{over}; the proposer stopped before turn {turn}")
+            last = toolbox is None or turn == turns
+            if last and reads:
+                messages.append({"role": "user", "content": ANSWER_NOW})
+            try:
+                completion = client.complete(
+                    model=model,
+                    messages=messages,
+                    tools=[] if last else toolbox.specs,
+                    response_format={"type": "json_object"},
+                )
+            except GatewayError as exc:
+                raise failed(f"{who}: the gateway failed: {exc}") from exc
+            cost = _turn_cost(completion)
+            spent += cost
+            if not completion.tool_calls:
+                break
+            if last:
+                raise failed(f"{who}: called tools on its last turn instead of answering ({turns} turns)")
+            messages.append(completion.message)
+            for call in completion.tool_calls:
+                answer, arguments = toolbox.call(call.name, call.arguments)
+                text = json.dumps(answer, default=str, ensure_ascii=False)
+                if len(text) > MAX_TOOL_ANSWER_CHARS:
+                    cut = f"the answer was {len(text)} characters; only the first {MAX_TOOL_ANSWER_CHARS} are shown"
+                    text = json.dumps({"cut": cut, "partial": text[:MAX_TOOL_ANSWER_CHARS]}, ensure_ascii=False)
+                reads.append(
+                    {
+                        "turn": turn,
+                        "tool": call.name,
+                        "arguments": arguments,
+                        "chars": len(text),
+                        "refused": str(answer.get("refused") or answer.get("error") or ""),
+                        "turnCostUsd": str(cost),
+                    }
+                )
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
+    finally:
+        if toolbox is not None:
+            toolbox.close()
+        if own:
+            client.close()
+    try:
+        answer = parse_json(completion.content, who, spent)
         summary, hypothesis, files, cited = validate_answer(answer, who=who, allow_decline=True)
     except ProposalFailed as exc:
-        raise ProposalFailed(str(exc), author=who, cost_usd=cost) from None
-    return Proposal(summary, hypothesis, files, cited, author=who, cost_usd=cost)
+        raise failed(str(exc)) from None
+    return Proposal(summary, hypothesis, files, cited, author=who, cost_usd=spent, reads=reads)
 
 
 # --- The entry point ------------------------------------------------------------------------------------
@@ -373,7 +527,7 @@ def propose(
     if pipeline_id(entity) is not None:
         proposal = propose_by_pipeline(entity, brief, checkout=checkout, until=round.review_deadline)
     else:
-        proposal = propose_by_agent(entity, brief, gateway=gateway, checkout=checkout)
+        proposal = propose_by_agent(entity, brief, gateway=gateway, checkout=checkout, cycle=cycle, round=round)
     log.info(
         "loop: cycle %s r%s: %s %s",
         cycle.pk,
@@ -400,6 +554,16 @@ def claim(round_id: int, now: datetime) -> Round | None:
         return None
     rnd = Round.objects.select_related("cycle", "cycle__entity").get(pk=round_id)
     return None if rnd.cycle.status else rnd
+
+
+def keep_reads(rnd: Round, error: Exception) -> None:
+    """Write on a failed or stopped round what its agent read and spent before it stopped."""
+    reads = getattr(error, "reads", None)
+    cost = getattr(error, "cost_usd", None)
+    if not reads and not cost:
+        return
+    Round.objects.filter(pk=rnd.pk).update(reads=reads or [], cost_usd=cost or Decimal(0))
+    rnd.reads, rnd.cost_usd = reads or [], cost or Decimal(0)
 
 
 def still_analysing(rnd: Round) -> bool:
@@ -444,6 +608,7 @@ def record(rnd: Round, proposal: Proposal | None, documents: dict[str, Any], now
     rnd.cited_lessons = proposal.cited_lessons
     rnd.author = proposal.author
     rnd.cost_usd = proposal.cost_usd
+    rnd.reads = proposal.reads
     rnd.status = Round.Status.PROPOSED
     rnd.proposed_at = now
     rnd.save()

@@ -82,6 +82,7 @@ def _round_dict(rnd: Round) -> dict[str, Any]:
         "citedLessons": list(rnd.cited_lessons or []),
         "error": rnd.error,
         "costUsd": rnd.cost_usd,
+        "reads": [r for r in (rnd.reads or []) if isinstance(r, dict)],
         "createdAt": rnd.created_at,
         "proposedAt": rnd.proposed_at,
         "decidedAt": rnd.decided_at,

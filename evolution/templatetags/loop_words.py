@@ -52,6 +52,35 @@ def action_words(action: Any) -> str:
     return summary.removeprefix(lead)
 
 
+#: What the proposer's tool calls did, as a person reads it (``read_words``).
+_READ_WORDS = {
+    "file_list": "Listed the files under",
+    "file_read": "Read",
+    "db_schema": "Looked up the tables it may query",
+    "db_query": "Queried the database",
+    "loop_history": "Read the loop's history of this entity",
+    "eval_list_episodes": "Listed the role's episodes",
+    "eval_get_episode": "Read the dialog of episode",
+}
+
+
+@register.filter
+def read_words(read: Any) -> str:
+    """One tool call of the proposer's investigation in people's words ("Read features/x.md")."""
+    if not isinstance(read, dict):
+        return ""
+    tool = str(read.get("tool", ""))
+    args = read.get("arguments") if isinstance(read.get("arguments"), dict) else {}
+    words = _READ_WORDS.get(tool, f"Asked for {tool}, which it does not have")
+    if tool == "file_list":
+        return f"{words} {args.get('path') or 'the brain'}"
+    if tool == "file_read":
+        return f"{words} {args.get('path', '?')}"
+    if tool == "eval_get_episode":
+        return f"{words} {args.get('runId', '?')}"
+    return words
+
+
 @register.filter
 def markdown(text: Any) -> SafeString:
     """Markdown rendered to HTML with raw HTML disabled (it is escaped), so the result is safe to show."""

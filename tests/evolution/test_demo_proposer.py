@@ -300,3 +300,65 @@ def test_an_idea_cycle_on_the_demo_triage_hands_the_idea_to_the_fixer_and_the_pr
     assert again is not None and again.files != proposal.files
     assert "From your reply: 'invoices' → billing; left out 'receipt'." in again.summary
     assert "receipt" not in again.files[0]["content"].split("## Rules")[1]
+
+
+# --- The demo model as the proposer agent (issue 33) ----------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)  # its queries read through a connection of their own: committed rows
+def test_the_demo_model_as_the_proposer_agent_reads_the_rules_and_queries_the_bad_runs_before_proposing(demo):
+    grades = graded_demo_runs(10)
+    triage = Entity.objects.get(path=TRIAGE_PATH)
+    triage.terms["loop"]["proposer"] = {"pipeline": None}  # the entity takes the agent back (R8.21)
+    triage.save(update_fields=["terms"])
+    bad = [g for g in grades if g.passed is False]
+    cycle = Cycle.objects.create(
+        entity=triage,
+        key=f"test:{uuid.uuid4()}",
+        origin=Cycle.Origin.GRADE,
+        anchor=bad[-1].execution,
+        window={"runIds": [str(g.execution_id) for g in grades[-5:]], "ready": True},
+    )
+    rnd = Round.objects.create(cycle=cycle, number=1)
+    checkout = current_checkout()
+
+    proposal = propose(cycle, rnd, build_brief(cycle, rnd, checkout=checkout), checkout=checkout)
+
+    assert proposal is not None and proposal.author == "agent:demo-model"
+    assert [(r["turn"], r["tool"]) for r in proposal.reads] == [(1, "file_list"), (1, "file_read"), (2, "db_query")]
+    assert proposal.reads[1]["arguments"] == {"path": TRIAGE_PATH} and not proposal.reads[1]["refused"]
+    assert "ro_grades" in proposal.reads[2]["arguments"]["sql"] and not proposal.reads[2]["refused"]
+    assert f"from the {len(bad)} bad run(s) the query found" in proposal.summary
+    [changed] = proposal.files
+    before = (BRAIN / TRIAGE_PATH).read_text()
+    assert split(changed["content"])[0] == split(before)[0]  # the measurement blocks byte for byte
+    assert accuracy(split(changed["content"])[1]) > accuracy(split(before)[1])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_demo_urgency_is_changed_by_the_agent_and_its_story_lists_what_it_read_before_its_proposal(
+    demo, client, alice
+):
+    from evolution.loop import machine
+    from grading.demo import drive_demo
+
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        for _ in range(8):
+            drive_demo()
+            clock.shift(timedelta(seconds=DEMO_EVERY_SECS))
+    urgency = Entity.objects.get(slug="urgency")
+    assert (urgency.terms["loop"].get("proposer") or {}).get("pipeline") is None  # the agent, not a pipeline
+    grades = [grade_now(on_terminal(run)) for run in Execution.objects.filter(entity=urgency).order_by("started_at")]
+    bad = [g for g in grades if g.passed is False]
+    assert bad, "the demo urgency rules get some tickets wrong"
+    cycle = machine.open_cycle(urgency, origin=Cycle.Origin.GRADE, anchor=bad[-1].execution).cycle
+    machine.analyse(cycle.rounds.get(number=1).pk)  # (or already done by the worker the commit started)
+
+    rnd = cycle.rounds.get(number=1)
+    assert rnd.author == "agent:demo-model" and rnd.status == Round.Status.PROPOSED, (rnd.status, rnd.error)
+    assert [r["tool"] for r in rnd.reads] == ["file_list", "file_read", "db_query"]
+    client.force_login(alice)
+    page = client.get(f"/evolution/cycles/{cycle.pk}/").content.decode()
+    story = page[page.index('id="chapter-hypothesize"') :]
+    assert story.index("Read features/support/urgency/urgency.scenario.md") < story.index("Summary")
+    assert story.index("Queried the database") < story.index("Summary")

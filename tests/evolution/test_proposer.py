@@ -89,7 +89,12 @@ def test_the_agent_answers_whole_files_priced_exactly(agent):
     assert request["response_format"] == {"type": "json_object"}
     assert request["model"] == "engine-model"
     assert request["messages"][0]["role"] == "system" and "proposer" in request["messages"][0]["content"]
-    assert request["messages"][1] == {"role": "user", "content": "Propose a change to scenario triage."}
+    assert request["messages"][1]["role"] == "user"
+    assert request["messages"][1]["content"].startswith("Propose a change to scenario triage.\n\n## Your tools\n")
+    # The brief says which tools the proposer has, and it is offered exactly those: read-only ones.
+    offered = [tool["function"]["name"] for tool in request["tools"]]
+    assert offered == ["file_list", "file_read", "db_schema", "db_query", "loop_history"]
+    assert all(f"`{name}`" in request["messages"][1]["content"] for name in offered)
 
 
 def test_the_agent_dispatches_under_the_entitys_model_ref(agent):
