@@ -423,6 +423,10 @@ class CycleDetailSerializer(serializers.Serializer):
     remembered = RememberedSerializer(many=True)
     recalledBy = RecalledBySerializer(many=True)
     strength = serializers.CharField(allow_null=True)
+    strengthWords = serializers.CharField(
+        allow_null=True, help_text='The strength in words: "paired — validated on seen inputs only" (held-out 0 of n).'
+    )
+    seenOnly = serializers.BooleanField(help_text="The check validated on inputs the proposer was all shown.")
     grade = CycleGradeSerializer(allow_null=True)
     needsYou = NeedsYouSerializer(many=True)
     url = serializers.CharField()
