@@ -48,6 +48,14 @@ def run_replay(replay_id: int) -> bool:
     return True
 
 
+@shared_task(ignore_result=True)
+def run_aa(report_id: int) -> bool:
+    """Run one A/A calibration report (issue 31) when it is still due and nobody holds it."""
+    from evolution.loop import aa
+
+    return aa.run(report_id) is not None
+
+
 machine.register_step("analyse", lambda round_id: hand_over(analyse_round, "analyse", round_id))
 machine.register_step("apply", lambda round_id: hand_over(apply_round, "apply", round_id))
 machine.register_step("replay", lambda replay_id: run_replay.delay(replay_id))
