@@ -64,3 +64,11 @@ from evolution.api import backtest as api_backtest  # noqa: E402
 urlpatterns += [
     path("loop/backtest/", api_backtest.LoopBacktest.as_view(), name="api-loop-backtest"),
 ]
+
+# --- loop_aa: A/A calibration of the check and the watch (evolution.api.aa, issue 31) ---
+from evolution.api import aa as api_aa  # noqa: E402
+
+urlpatterns += [
+    path("loop/aa/", api_aa.LoopAa.as_view(), name="api-loop-aa"),
+    path("loop/aa/<int:pk>/", api_aa.LoopAaReport.as_view(), name="api-loop-aa-report"),
+]

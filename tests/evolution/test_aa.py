@@ -114,3 +114,50 @@ def test_the_command_runs_an_aa_and_prints_it(embedded):  # noqa: F811
     text = out.getvalue()
     assert "A/A of scenario:triage" in text and "0 validated, 0 regressed, 2 unvalidated" in text
     assert "trial 2:" in text
+
+
+def test_the_api_records_an_aa_a_worker_runs_and_reads_it_back(embedded, alice):  # noqa: F811
+    from rest_framework.test import APIClient
+
+    from singularity.models import ApiToken
+
+    history()
+    _, key = ApiToken.issue(alice, "script", is_agent=False)
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    answer = api.post("/api/loop/aa/", {"target_kind": "scenario", "target_id": "triage", "trials": 1}, format="json")
+    assert answer.status_code == 202, answer.json()
+    read = api.get(f"/api/loop/aa/{answer.json()['id']}/").json()
+    assert read["status"] == "done" and read["check"]["regressed"] == 0 and read["check"]["validated"] == 0
+    assert isinstance(read["spend_usd"], str) and read["entity"] == "scenario:triage" and read["words"]
+    # Bad input is named, never a 500; an agent reads but does not run one.
+    bad = api.post("/api/loop/aa/", {"target_kind": "scenario", "target_id": "triage", "trials": 0}, format="json")
+    assert bad.status_code == 400 and bad.json() == {
+        "error": "invalid",
+        "detail": "trials: 0 is not a whole number from 1 to 100",
+    }
+    nothing = api.post("/api/loop/aa/", {"target_kind": "scenario", "target_id": "ghost"}, format="json")
+    assert nothing.status_code == 404 and nothing.json()["error"] == "not_found"
+    assert api.get("/api/loop/aa/999999/").json()["error"] == "not_found"
+    _, agent_key = ApiToken.issue(alice, "agent", is_agent=True)
+    agent = APIClient()
+    agent.credentials(HTTP_AUTHORIZATION=f"Bearer {agent_key}")
+    refused = agent.post("/api/loop/aa/", {"target_kind": "scenario", "target_id": "triage"}, format="json")
+    assert refused.status_code == 403 and refused.json()["error"] == "refused"
+    schema = api.get("/api/schema/", {"format": "json"}).json()
+    assert schema["paths"]["/api/loop/aa/"]["post"]["operationId"] == "loop_aa"
+
+
+def test_the_policy_view_shows_the_aa_panel_beside_the_checks_settings(embedded, alice, client):  # noqa: F811
+    history()
+    alice.is_staff = True
+    alice.save()
+    client.force_login(alice)
+    page = client.post("/evolution/entities/scenario/triage/aa/", {"trials": "1"}, HTTP_HX_REQUEST="true")
+    text = page.content.decode()
+    assert 'id="aa-panel"' in text and "the check replays 3 inputs × 1" in text
+    assert "0 validated, 0 regressed, 1 unvalidated or inconclusive" in text
+    policy = client.get("/evolution/entities/scenario/triage/policy/").content.decode()
+    assert "A/A calibration" in policy and "the watch reads 10 runs and regresses at 7 bad" in policy
+    wrong = client.post("/evolution/entities/scenario/triage/aa/", {"trials": "many"}, HTTP_HX_REQUEST="true")
+    assert "trials: &#x27;many&#x27; is not a whole number" in wrong.content.decode()
