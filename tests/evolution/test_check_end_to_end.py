@@ -107,8 +107,9 @@ def test_a_proposal_is_checked_on_the_frozen_tickets_before_anyone_may_merge(emb
     assert power["pairs"] == 3 and power["heldOut"] == {"k": 1, "n": 3} and power["band"] == "0.5"
     assert power["twoValued"] is True and power["smallestGain"] == "0.666667" and power["seenOnly"] is False
     assert power["heldOutAnswer"]["verdict"] == "unvalidated" and power["heldOutAnswer"]["inputs"] == 1
-    assert "3 pairs of a 0/1 metric: a gain of 0.5 or less cannot validate (the smallest that can is 0.667)" in (
-        power["words"]
+    assert (
+        "3 pairs of a 0/1 metric: a gain of 0.5 or less cannot validate (the smallest that can is 0.667)"
+        in (power["words"])
     )
     assert "on the 1 held-out inputs alone: unvalidated" in power["words"]
     assert len(record["pairs"]) == 3 and {p["challenger"]["state"] for p in record["pairs"]} <= {"viable", "failed"}
@@ -418,8 +419,10 @@ def test_a_validated_check_and_a_measured_watch_make_a_paired_improvement(embedd
     assert cycle.status == Cycle.Status.VALIDATED, cycle.reason
     # The watch's power, fixed when it opened: its window, its count, and the chance at the triage's own rate.
     power = cycle.watch_verdict["power"]
-    assert power["runsPerWindow"] == 10 and power["minFailures"] == 7 and "10 runs per window, 7 bad regress" in (
-        power["words"]
+    assert (
+        power["runsPerWindow"] == 10
+        and power["minFailures"] == 7
+        and "10 runs per window, 7 bad regress" in (power["words"])
     )
     assert outcomes.strength(cycle) == "paired" and outcomes.grade(cycle)[0] == "Improvement"
 
