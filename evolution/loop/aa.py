@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -68,14 +69,23 @@ def request(entity: Entity, *, trials: int, actor: str, now: datetime | None = N
     return report
 
 
+#: How a report is sent to a worker: ``evolution.tasks`` registers its task here (the loop never imports tasks).
+SENDERS: list[Callable[[int], Any]] = []
+
+
+def register_sender(send: Callable[[int], Any]) -> None:
+    SENDERS[:] = [send]
+
+
 def hand_over(report_id: int) -> bool:
     """Send report ``report_id`` to a worker; a broker that cannot be reached is logged (the sweep sends it again)."""
     from kombu.exceptions import OperationalError as BrokerError
 
-    from evolution.tasks import run_aa
-
+    if not SENDERS:
+        log.warning("loop: A/A report %s: no worker task is registered; the tick's sweep sends it", report_id)
+        return False
     try:
-        run_aa.delay(report_id)
+        SENDERS[0](report_id)
     except (BrokerError, OSError) as exc:
         log.warning("loop: A/A report %s could not reach the broker (%s); the tick's sweep resends it", report_id, exc)
         return False
