@@ -26,6 +26,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
+from fractions import Fraction
 from math import comb
 from typing import Any
 
@@ -221,13 +222,14 @@ def planned_power(terms: Mapping[str, Any], frozen: Mapping[str, Any] | None) ->
 
 def chance_of_firing(runs: int, min_failures: int, rate: Decimal | float) -> Decimal:
     """P(at least ``min_failures`` bad of ``runs``) at failure rate ``rate``: the binomial tail, exact."""
-    p = Decimal(str(rate))
+    p = Fraction(str(rate))
     if min_failures <= 0:
         return Decimal(1)
     if min_failures > runs:
         return Decimal(0)
     q = 1 - p
-    return sum((comb(runs, k) * p**k * q ** (runs - k) for k in range(min_failures, runs + 1)), Decimal(0))
+    tail = sum((comb(runs, k) * p**k * q ** (runs - k) for k in range(min_failures, runs + 1)), Fraction(0))
+    return Decimal(tail.numerator) / Decimal(tail.denominator)
 
 
 def watch_power(runs: int, min_failures: int, rate: Decimal | None, *, rated_over: int = 0) -> dict:

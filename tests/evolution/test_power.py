@@ -101,6 +101,8 @@ def test_the_held_out_inputs_alone_have_their_own_answer():
         (5, 5, Decimal("0.5"), Decimal("0.03125")),
         (10, 0, Decimal("0.3"), Decimal(1)),
         (4, 1, Decimal(0), Decimal(0)),
+        # A failure rate of 0 or 1 (every run good, every run bad) is exact, not 0 ** 0.
+        (5, 2, Decimal(1), Decimal(1)),
     ],
 )
 def test_the_chance_a_watch_fires_on_an_unchanged_entity(n, m, p, expected):
