@@ -150,6 +150,7 @@ def test_a_harmful_change_is_closed_by_the_check(embedded, alice, tmp_path):
     (comment,) = PullRequest.objects.get(number=rnd.pr_number).comments
     assert comment["body"].startswith("**The pre-merge check regressed**") and "| frozen input |" in comment["body"]
     assert comment["by"] == cycle.actor
+    assert "What this check could see: 3 pairs of a 0/1 metric" in comment["body"]
     assert cycle.claim is None
 
 
@@ -522,3 +523,16 @@ def test_a_pr_whose_next_step_never_ran_is_handed_over_by_the_clock(embedded, al
     cycle.refresh_from_db()
     rnd.refresh_from_db()
     assert cycle.phase in (Cycle.Phase.CHECKING, Cycle.Phase.MERGE_WAIT) and rnd.checked_sha
+
+
+def test_the_decide_card_and_the_pr_say_what_the_check_can_see_before_it_runs(embedded, alice, monkeypatch):
+    # Issue 31: before Accept the card states the check's power; the PR body states it before the check answers.
+    held_steps(monkeypatch)
+    card, _ = drive_until_card(tickets())
+    assert "held-out 1 of 3" in card.text and "3 pairs of a 0/1 metric: a gain of 0.5 or less cannot validate" in (
+        card.text
+    ), card.text
+    press(card, alice, "accept")
+    rnd = Cycle.objects.get(entity=triage(), analysed=True).rounds.get(number=1)
+    body = PullRequest.objects.get(number=rnd.pr_number).body
+    assert "What the check can see: 3 pairs of a 0/1 metric" in body and "the smallest that can is 0.667" in body
