@@ -299,7 +299,12 @@ class RoundSerializer(serializers.Serializer):
     mergeSha = serializers.CharField()
     gate = JSONRecord(help_text="The diff gate's record, or its refusal.")
     checkedSha = serializers.CharField()
-    checkVerdict = JSONRecord(allow_null=True, help_text="null wherever no check comparator ran")
+    checkVerdict = JSONRecord(
+        allow_null=True,
+        help_text="null wherever no check comparator ran. Its `power` says what the check could see: {metric, pairs, "
+        "inputs, trials, heldOut: {k, n}, heldOutAnswer: {verdict, reason, pairs, inputs} | null, band, twoValued, "
+        "smallestGain, seenOnly, words}.",
+    )
     pairs = PairSerializer(many=True, help_text="The check's pairs input by input.")
     statuses = CommitStatusSerializer(
         many=True, help_text="The local forge's commit statuses on the checked commit (else the head); [] on GitHub."
