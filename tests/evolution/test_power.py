@@ -114,3 +114,36 @@ def test_the_watch_states_its_power():
     assert stated["runsPerWindow"] == 5 and stated["minFailures"] == 2
     assert Decimal(stated["chance"]) == pytest.approx(Decimal("0.66304"))
     assert "5 runs per window, 2 bad regress" in stated["words"] and "66%" in stated["words"]
+
+
+@pytest.mark.django_db
+def test_a_check_validated_on_seen_inputs_only_says_so_in_its_reason_and_its_strength():
+    from django.utils import timezone
+
+    from evolution.core import outcomes
+    from evolution.loop import check
+    from evolution.models import Cycle, Round
+    from tests.evolution.loop_helpers import looped, proposed_round, settled_cycle
+
+    entity = looped(evaluation={"method": "none", "metrics": {"accuracy": accuracy()}})
+    unsaved = Cycle(entity=entity, frozen={"heldOut": {"k": 0, "n": 3}, "terms": {"trials": 1}})
+    pairs = [pair(0, 0, 1), pair(1, 0, 1), pair(2, 1, 1)]
+    verdict = P.engine_verdict(entity.terms, pairs, held_out="held-out 0 of 3")
+    assert verdict.verdict == "validated"
+    stated = check.power_of(unsaved, pairs, verdict)
+    assert stated["seenOnly"] is True and verdict.reason.endswith("held-out 0 of 3; validated on seen inputs only")
+
+    cycle = settled_cycle(entity, Cycle.Status.VALIDATED, at=timezone.now())
+    Cycle.objects.filter(pk=cycle.pk).update(watch_verdict={"comparator": "count", "n": 5, "verdict": "validated"})
+    cycle.refresh_from_db()
+    proposed_round(
+        cycle,
+        status=Round.Status.MERGED,
+        merge_sha="a" * 40,
+        check_verdict={"verdict": "validated", "judged": 3, "power": stated, "reason": verdict.reason},
+    )
+    assert outcomes.strength(cycle) == "paired"  # the breaker and the lessons read it as before
+    assert outcomes.strength_words(cycle) == "paired — validated on seen inputs only"
+    held = dict(stated, seenOnly=False)
+    Round.objects.filter(cycle=cycle).update(check_verdict={"verdict": "validated", "judged": 3, "power": held})
+    assert outcomes.strength_words(Cycle.objects.get(pk=cycle.pk)) == "paired"
