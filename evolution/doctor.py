@@ -395,3 +395,84 @@ def _with_hitl_grants(base: Any) -> Any:
 # grading's "Loop autonomy" names the rest of the seed's list; the loop's roles are the loop's to read (same place
 # in the doctor's order, the seed's section name).
 SECTIONS["Loop autonomy"] = _with_hitl_grants(SECTIONS["Loop autonomy"])
+
+
+@section("Loop power")
+def loop_power_section(ctx: DoctorContext) -> Iterator[Check]:
+    """What a verdict could see, before it happens (issue 31): a check whose tolerance leaves no gain that could
+    validate, and a repair watch that would revert the unchanged entity by chance more often than 1 in 10."""
+    for entity in _in_loop(ctx):
+        yield from _check_power(entity)
+        yield from _watch_chance(entity)
+
+
+#: A repair watch firing by chance more often than this, at the entity's own failure rate, is named.
+CHANCE_CEILING = 0.1
+
+
+def _check_power(entity: Entity) -> Iterator[Check]:
+    from evolution.presets import power
+    from grading.metrics import tolerance_band
+
+    if entity.kind != Entity.Kind.WORKFLOW or entity.loop()["check"].get("mode") == "none":
+        return
+    terms = entity.terms or {}
+    found = power._objective(terms)
+    if found is None:
+        return
+    metric_id, spec = found
+    check = entity.loop()["check"]
+    inputs = int(check.get("inputs") or 5)
+    trials = max(1, min(3, int(check.get("trials") or 1)))
+    values = _recent_values(entity, metric_id)
+    base = sum(values) / len(values) if values else None
+    tolerance = tolerance_band(spec, terms, base)
+    binary = power.two_valued(spec, values) if values else False
+    how = "mean" if spec.get("aggregate") == "mean" else "median"
+    n = inputs * trials
+    smallest = power.smallest_gain(n, tolerance, two_valued=binary, how=how)
+    span = 1  # run metrics land normalised to 0..1 (a share, a scale); a gain past the whole range shows nothing
+    if smallest is None or smallest > span:
+        yield Check(
+            WARN,
+            f"{_label(entity)}: check.inputs {inputs} × trials {trials} with {metric_id}'s tolerance ±{tolerance:g}: "
+            f"no gain can validate — {power.gain_words(n, 'pair', smallest, tolerance, binary=binary)}; every "
+            "check comes back unvalidated: lower the tolerance or raise check.inputs to three or more",
+        )
+
+
+def _recent_values(entity: Entity, metric_id: str, limit: int = 50) -> list:
+    from decimal import Decimal
+
+    from grading.metrics import to_number
+    from grading.models import Grade
+
+    rows = Grade.objects.filter(entity=entity, status=Grade.Status.GRADED, execution__loop_launched=False).order_by(
+        "-graded_at"
+    )[:limit]
+    values = [to_number((metrics or {}).get(metric_id)) for metrics in rows.values_list("metrics", flat=True)]
+    return [Decimal(str(v)) for v in values if v is not None]
+
+
+def _watch_chance(entity: Entity) -> Iterator[Check]:
+    from django.utils import timezone
+
+    from evolution.loop import watch
+    from evolution.presets import power
+
+    loop = entity.loop()
+    if (loop.get("preset") or "repair") != "repair" or (loop.get("watch") or {}).get("mode") == "none":
+        return
+    runs, failures = watch.sizes(entity)
+    rate, over = watch.failure_rate(entity, before=timezone.now())
+    if rate is None:
+        return
+    chance = power.chance_of_firing(runs, failures, rate)
+    if chance > CHANCE_CEILING:
+        yield Check(
+            WARN,
+            f"{_label(entity)}: its repair watch regresses at {failures} bad of {runs} graded runs; at its own failure "
+            f"rate {float(rate):.2g} (its last {over} graded runs) an unchanged entity would be reverted "
+            f"{round(float(chance) * 100)}% of the time — widen watch.windowRuns and raise watch.minFailures until "
+            "chance fires it less than 1 in 10",
+        )

@@ -685,3 +685,37 @@ class Backtest(models.Model):
 
     def __str__(self) -> str:
         return f"backtest {self.pk} of {self.entity} ({self.label})"
+
+
+class AaReport(models.Model):
+    """One A/A calibration report (issue 31): the pre-merge check run with the incumbent as its own candidate (the
+    same commit on both sides) on freshly frozen sets, and the watch read on two windows of one commit — how often
+    the engine's verdict would have said validated, regressed or inconclusive, with the spend.
+
+    Kept like a backtest report; the work runs on a worker. The row is the job: ``due`` until a worker takes it
+    (``started_at``), ``done`` or ``failed`` after; a due row nobody took, or whose worker's hold ran out, is
+    started again by the loop's sweep (``evolution.loop.aa.due``).
+    """
+
+    class Status(models.TextChoices):
+        DUE = "due", "due"
+        DONE = "done", "done"
+        FAILED = "failed", "failed"
+
+    entity = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="aa_reports")
+    trials = models.PositiveIntegerField()
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.DUE)
+    #: The report (``evolution.loop.aa.calibrate``): money in it is decimal strings.
+    result = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True, default="")
+    created_by = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["entity", "-created_at"]), models.Index(fields=["status", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"A/A report {self.pk} of {self.entity} ({self.status})"

@@ -8,7 +8,7 @@ from typing import Any
 from celery import shared_task
 from kombu.exceptions import OperationalError as BrokerError
 
-from evolution.loop import machine, recovery
+from evolution.loop import aa, machine, recovery
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,15 @@ def run_replay(replay_id: int) -> bool:
     """Run one replay of a pre-merge check (it acts on nothing), then read the check."""
     machine.replay(replay_id)
     return True
+
+
+@shared_task(ignore_result=True)
+def run_aa(report_id: int) -> bool:
+    """Run one A/A calibration report (issue 31) when it is still due and nobody holds it."""
+    return aa.run(report_id) is not None
+
+
+aa.register_sender(lambda report_id: run_aa.delay(report_id))
 
 
 machine.register_step("analyse", lambda round_id: hand_over(analyse_round, "analyse", round_id))

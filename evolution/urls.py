@@ -86,3 +86,10 @@ urlpatterns += [
     path("needs-you/", views_needs_you.needs_you_page, name="needs-you"),
     path("needs-you/count/", views_needs_you.needs_you_count, name="needs-you-count"),
 ]
+
+# --- The Policy view's A/A panel (evolution.views.aa, issue 31) ---
+from evolution.views import aa as views_aa  # noqa: E402
+
+urlpatterns += [
+    path("entities/<str:target_kind>/<str:slug>/aa/", views_aa.entity_aa, name="entity-aa"),
+]

@@ -319,7 +319,12 @@ class RoundSerializer(serializers.Serializer):
     mergeSha = serializers.CharField()
     gate = JSONRecord(help_text="The diff gate's record, or its refusal.")
     checkedSha = serializers.CharField()
-    checkVerdict = JSONRecord(allow_null=True, help_text="null wherever no check comparator ran")
+    checkVerdict = JSONRecord(
+        allow_null=True,
+        help_text="null wherever no check comparator ran. Its `power` says what the check could see: {metric, pairs, "
+        "inputs, trials, heldOut: {k, n}, heldOutAnswer: {verdict, reason, pairs, inputs} | null, band, twoValued, "
+        "smallestGain, seenOnly, words}.",
+    )
     pairs = PairSerializer(many=True, help_text="The check's pairs input by input.")
     statuses = CommitStatusSerializer(
         many=True, help_text="The local forge's commit statuses on the checked commit (else the head); [] on GitHub."
@@ -443,6 +448,10 @@ class CycleDetailSerializer(serializers.Serializer):
     remembered = RememberedSerializer(many=True)
     recalledBy = RecalledBySerializer(many=True)
     strength = serializers.CharField(allow_null=True)
+    strengthWords = serializers.CharField(
+        allow_null=True, help_text='The strength in words: "paired — validated on seen inputs only" (held-out 0 of n).'
+    )
+    seenOnly = serializers.BooleanField(help_text="The check validated on inputs the proposer was all shown.")
     grade = CycleGradeSerializer(allow_null=True)
     needsYou = NeedsYouSerializer(many=True)
     url = serializers.CharField()

@@ -76,3 +76,11 @@ urlpatterns += [
     path("loop/instructions/write/", api_prompts.InstructionWrite.as_view(), name="api-loop-instruction-write"),
     path("loop/instructions/reset/", api_prompts.InstructionReset.as_view(), name="api-loop-instruction-reset"),
 ]
+
+# --- loop_aa: A/A calibration of the check and the watch (evolution.api.aa, issue 31) ---
+from evolution.api import aa as api_aa  # noqa: E402
+
+urlpatterns += [
+    path("loop/aa/", api_aa.LoopAa.as_view(), name="api-loop-aa"),
+    path("loop/aa/<int:pk>/", api_aa.LoopAaReport.as_view(), name="api-loop-aa-report"),
+]

@@ -82,6 +82,22 @@ def strength(cycle: Cycle) -> str | None:
     return BLIND
 
 
+def seen_only(cycle: Cycle) -> bool:
+    """Whether the shipped change's check validated on inputs its proposer was all shown (held-out 0 of n)."""
+    shipped = shipped_round(cycle)
+    record = shipped.check_verdict if shipped is not None and isinstance(shipped.check_verdict, dict) else {}
+    power = record.get("power") if isinstance(record.get("power"), dict) else {}
+    return record.get("verdict") == "validated" and bool(power.get("seenOnly"))
+
+
+def strength_words(cycle: Cycle) -> str | None:
+    """The strength as people read it: "paired", or "paired — validated on seen inputs only" (issue 31)."""
+    found = strength(cycle)
+    if found is None:
+        return None
+    return f"{found} — validated on seen inputs only" if found != BLIND and seen_only(cycle) else found
+
+
 # --- The cycle's grade --------------------------------------------------------------------
 
 

@@ -36,6 +36,7 @@ from evolution.forges.git import is_ancestor, step_branch, throwaway_clone
 from evolution.loop import diffgate
 from evolution.loop.steps import Fail
 from evolution.models import Cycle, Round
+from evolution.presets import power
 from evolution.steering import autonomy
 from singularity.brain.git import git
 from singularity.errors import SingularityError, StateError
@@ -299,6 +300,9 @@ def pull_body(round: Round, gate: dict[str, Any]) -> str:
             f"{held.get('n', 0)}); `singularity/validation` answers on this head before any merge.",
             "",
         ]
+        planned = power.planned_power(cycle.entity.terms or {}, frozen)
+        if planned:
+            parts[-1:-1] = [f"What the check can see: {planned['words']}.", ""]
     story = settings.SINGULARITY_PUBLIC_URL.rstrip("/") + cycle.get_absolute_url()
     return fit("\n".join(parts) + "\n", rest=story)
 

@@ -27,7 +27,7 @@ from django.utils import timezone
 from evolution.core.diffs import excerpt, file_diffs
 from evolution.core.links import cycle_path, file_change
 from evolution.models import Cycle, Round
-from evolution.presets import evolve
+from evolution.presets import evolve, power
 from grading.metrics import aggregate, run_value, specs, to_number
 from grading.models import Entity, Grade
 from grading.ratings import on_scale, people_values
@@ -152,9 +152,11 @@ def check_words(cycle: Cycle) -> str:
     trials = int((frozen.get("terms") or {}).get("trials") or 1)
     held = frozen.get("heldOut") or {}
     times = f" × {trials} trials" if trials > 1 else ""
+    planned = power.planned_power(cycle.entity.terms or {}, frozen)
+    can = f" — {planned['words']} —" if planned else ""
     return (
         f"a pre-merge check first replays the candidate and the incumbent on {len(slots)} frozen input"
-        f"{'s' if len(slots) != 1 else ''}{times} (held-out {held.get('k', 0)} of {held.get('n', 0)}) before "
+        f"{'s' if len(slots) != 1 else ''}{times} (held-out {held.get('k', 0)} of {held.get('n', 0)}){can} before "
         "anyone may merge; then "
     )
 

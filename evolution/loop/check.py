@@ -385,8 +385,21 @@ def judge_pairs(cycle: Cycle, pairs: list[P.Pair]) -> P.Verdict:
     return answer
 
 
+def power_of(cycle: Cycle, pairs: list[P.Pair], verdict: P.Verdict) -> dict[str, Any]:
+    """How much the check could have seen (``evolution.presets.power``); a validated verdict on seen inputs only
+    says so in its reason too."""
+    from evolution.presets import power
+
+    stated = power.check_power(cycle.entity.terms or {}, pairs, verdict, cycle.frozen)
+    if verdict.verdict == VALIDATED and stated["seenOnly"] and power.SEEN_ONLY not in verdict.reason:
+        verdict.reason = f"{verdict.reason}; {power.SEEN_ONLY}" if verdict.reason else power.SEEN_ONLY
+    return stated
+
+
 def record(cycle: Cycle, rnd: Round, pairs: list[P.Pair], verdict: P.Verdict, now: datetime) -> dict[str, Any]:
+    stated = power_of(cycle, pairs, verdict)
     return {
+        "power": stated,
         "verdict": verdict.verdict,
         "inconclusive": verdict.inconclusive,
         "rule": verdict.rule,
@@ -478,6 +491,9 @@ def comment_body(cycle: Cycle, rnd: Round) -> str:
         candidate = ", ".join(P.STATE_WORDS.get(s, s) for s in row.get("candidate") or [])
         lines.append(f"| {label} | {incumbent} | {candidate} | {marks} |")
     link = settings.SINGULARITY_PUBLIC_URL.rstrip("/") + cycle.get_absolute_url()
+    stated = (record.get("power") or {}).get("words")
+    if stated:
+        lines += ["", f"What this check could see: {stated}."]
     lines += ["", f"Nothing shipped. The whole record: cycle {cycle.pk}, {link}"]
     return fit("\n".join(lines) + "\n", rest=link)
 

@@ -95,7 +95,16 @@ SWEEPS: dict[str, Callable[[datetime], Any]] = {
     "watch": machine.watch_tick,
     "analyse": lambda now: machine.sweep_lost(now=now),
     "apply": sweep,
+    "aa": lambda now: _aa_sweep(now),
 }
+
+
+def _aa_sweep(now: datetime) -> int:
+    """A/A reports recorded due that no worker took (their message lost) or whose worker died: sent again."""
+    from evolution.loop import aa
+
+    return aa.sweep(now)
+
 
 #: A sweep outside the loop's tick, by its beat entry (``singularity.schedule.BEAT_SCHEDULE``).
 ELSEWHERE = {"decide": "hitl-expire-cards"}

@@ -117,6 +117,7 @@ def open_watch(cycle: Cycle, now: datetime) -> Settle | Move:
         "minFailures": failures,
         "bad": 0,
         "ungraded": 0,
+        "power": watch_power_of(cycle.entity, need, failures, before=now),
     }
     log.info("loop: cycle %s: watching %s until %s", cycle.pk, cycle.entity, deadline.isoformat())
     return Move(
@@ -132,6 +133,39 @@ def open_watch(cycle: Cycle, now: datetime) -> Settle | Move:
 
 
 # --- What the watch observes -----------------------------------------------------------
+
+
+#: How many of the entity's own graded runs before the merge its failure rate is read over.
+RATE_RUNS = 50
+
+
+def failure_rate(entity: Entity, *, before: datetime, limit: int = RATE_RUNS) -> tuple[Decimal | None, int]:
+    """The share of the entity's last ``limit`` graded runs before ``before`` that were bad by the trigger's rule,
+    and how many runs it rests on; (None, 0) with none. The loop's own replays are not the entity's runs."""
+    from grading.metrics import is_bad
+
+    grades = list(
+        Grade.objects.filter(
+            entity=entity,
+            status=Grade.Status.GRADED,
+            execution__loop_launched=False,
+            graded_at__lt=before,
+        ).order_by("-graded_at")[:limit]
+    )
+    if not grades:
+        return None, 0
+    terms = entity.terms or {}
+    bad = sum(1 for grade in grades if is_bad(grade, terms))
+    return Decimal(bad) / Decimal(len(grades)), len(grades)
+
+
+def watch_power_of(entity: Entity, need: int, failures: int, *, before: datetime) -> dict[str, Any]:
+    """The watch's power, fixed when it opens: its window and count, and how often they would revert the entity as
+    it ran before the change (``evolution.presets.power.watch_power``)."""
+    from evolution.presets import power
+
+    rate, over = failure_rate(entity, before=before)
+    return power.watch_power(need, failures, rate, rated_over=over)
 
 
 def span(cycle: Cycle, now: datetime) -> Any:

@@ -22,7 +22,8 @@ side graded on any input → inconclusive ("no bar"). Then the engine's rules
     did not run on most trials → regressed, naming the inputs;
 (d) a ``critical`` metric past its tolerance on any single input → regressed;
 (e) a guard whose median movement is past its tolerance → regressed;
-(f) the candidate's median of an objective or guard below its floor → regressed;
+(f) the candidate's median of an objective or guard below its floor, where the incumbent's median over the
+    same pairs held it → regressed (a change is blamed only for a floor the incumbent held);
 (g) a ``mustImprove`` objective unmeasured, or not gaining beyond the band → unvalidated;
 (g′) an objective's movement above the band → validated, below −band →
      regressed, inside → unvalidated ("within noise");
@@ -375,15 +376,21 @@ def engine_verdict(terms: Mapping[str, Any], pairs: list[Pair], *, held_out: str
                 f"tolerance ±{_fmt(reading.tolerance)}",
                 "e",
             )
-    # (f) floors on the candidate's median
+    # (f) floors on the candidate's median — only a floor the incumbent held over the same pairs (amended ruling):
+    # an entity already under its floor is what a repair is for, and an A/A run must not regress.
     for metric_id, reading in readings.items():
         spec = metric_specs[metric_id]
-        if reading.role in ("objective", "guard") and _below_floor(spec, reading.candidate):
+        if (
+            reading.role in ("objective", "guard")
+            and _below_floor(spec, reading.candidate)
+            and to_number(reading.incumbent) is not None
+            and not _below_floor(spec, reading.incumbent)
+        ):
             reading.verdict = "regressed"
             return answer(
                 "regressed",
                 f"{reading.role} {metric_id} stands at {_fmt(reading.candidate)} on the candidate, below its floor "
-                f"{spec.get('floor')}",
+                f"{spec.get('floor')} the incumbent held at {_fmt(reading.incumbent)}",
                 "f",
             )
     objectives = [r for r in readings.values() if r.role == "objective"]

@@ -256,12 +256,20 @@ def count(cycle: Cycle, seen: Observed) -> Answer:
                 "the entity would have triggered again"
             )
             answer = record("regressed", reason, tally, comparator=COUNT, n=len(runs), bad=bad)
+            _with_power(answer, cycle)
             return Answer("regressed", answer, reason, runs, bad)
     runs = [str(g.execution_id) for g in seen.window]
     if not seen.full:
         return Answer(None, run_ids=runs, bad=bad)
     tally = f"{seen.have} of {seen.need} {UNIT}, {bad} bad"
     reason = f"{tally} since the merge (regresses at {seen.min_failures}): the entity would not have triggered again"
-    return Answer(
-        "validated", record("validated", reason, tally, comparator=COUNT, n=seen.have, bad=bad), reason, runs, bad
-    )
+    answer = record("validated", reason, tally, comparator=COUNT, n=seen.have, bad=bad)
+    _with_power(answer, cycle)
+    return Answer("validated", answer, reason, runs, bad)
+
+
+def _with_power(answer: dict[str, Any], cycle: Cycle) -> None:
+    """The watch's power, fixed when it opened, kept on its verdict record (issue 31)."""
+    stated = (cycle.watch_window or {}).get("power")
+    if stated:
+        answer["power"] = stated

@@ -163,6 +163,7 @@ def check_view(cycle: Cycle, rnd: Round) -> dict[str, Any] | None:
         "shippedByPolicy": bool(record.get("shippedByPolicy")),
         "onInconclusive": record.get("onInconclusive"),
         "heldOut": (cycle.frozen or {}).get("heldOut"),
+        "power": record.get("power") if isinstance(record.get("power"), dict) else None,
         "metrics": metrics,
         "perMetric": [m for m in record.get("perMetric") or [] if isinstance(m, dict) and m.get("role") in VOTING],
         "observed": [

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db.models import Prefetch, prefetch_related_objects
 
+from evolution.core import outcomes as verdicts
 from evolution.core import spend
 from evolution.core.links import file_change
 from evolution.core.outcomes import aside_words, no_lesson_words
@@ -284,6 +285,8 @@ def cycle_detail(cycle: Cycle) -> dict[str, Any]:
         "remembered": _remembered(cycle),
         "recalledBy": _recalled_by(cycle),
         "strength": strength_of(cycle),
+        "strengthWords": verdicts.strength_words(cycle),
+        "seenOnly": verdicts.seen_only(cycle),
         "grade": grade_of(cycle),
         "needsYou": needs_you(cycle) if cycle.live else [],
         "url": cycle.get_absolute_url(),

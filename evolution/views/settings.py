@@ -25,6 +25,7 @@ from django.views.decorators.http import require_POST
 from evolution.steering import autonomy
 from evolution.steering import settings as sw
 from evolution.steering.settings.base import WHOLESALE
+from evolution.views import aa as aa_panel
 from evolution.views import backtest as backtests
 from grading.models import Entity
 from singularity.brain import defaults as D
@@ -340,6 +341,7 @@ def policy_context(entity: Entity) -> dict[str, Any]:
         "target_id": entity.slug,
         "reports": backtests.recent(entity),
         "periods": backtests.PERIODS,
+        **{k: v for k, v in aa_panel.context(entity).items() if k != "entity"},
     }
 
 

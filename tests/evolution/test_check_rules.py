@@ -158,10 +158,26 @@ def test_a_critical_metric_past_its_tolerance_on_one_input_regresses_before_any_
     assert "run 0 (refund)" in verdict.reason and "safety" in verdict.reason
 
 
-def test_the_candidates_median_below_a_floor_regresses():
+def test_the_candidates_median_below_a_floor_the_incumbent_held_regresses():
     spec = terms(quality=judged(floor=0.6))
-    verdict = P.engine_verdict(spec, moved((0.5, 0.55), (0.5, 0.55), (0.5, 0.55)))
+    verdict = P.engine_verdict(spec, moved((0.65, 0.55), (0.65, 0.55), (0.65, 0.55)))
     assert (verdict.verdict, verdict.rule) == ("regressed", "f")
+    assert "incumbent" in verdict.reason and "0.65" in verdict.reason
+
+
+def test_a_candidate_identical_to_an_incumbent_under_its_floor_is_not_regressed():
+    # DESIGN.md's amended rule (f) (issue 31): the change is blamed only for a floor the incumbent held; an A/A run
+    # of an entity already under its floor must not regress.
+    spec = terms(quality=judged(floor=0.5))
+    verdict = P.engine_verdict(spec, moved((0.4, 0.4), (0.4, 0.4), (0.4, 0.4)))
+    assert verdict.verdict != "regressed"
+    assert (verdict.verdict, verdict.rule) == ("unvalidated", "g′")
+
+
+def test_a_repair_lifting_040_toward_a_050_floor_is_not_regressed():
+    spec = terms(quality=judged(floor=0.5))
+    verdict = P.engine_verdict(spec, moved((0.4, 0.48), (0.4, 0.48), (0.4, 0.48)))
+    assert (verdict.verdict, verdict.rule) == ("validated", "g′")
 
 
 def test_a_floor_on_an_observe_metric_does_nothing():

@@ -76,3 +76,28 @@ def test_loop_evolve_hints_quality_as_a_guard_and_warns_when_quality_alone_is_co
     assert len(found) == 2
     assert "scenario:shorts" in found[0] and "quality: {role: observe}" in found[0]
     assert "scenario:judged" in found[1] and "the only metric its watch compares" in found[1]
+
+
+# --- Loop power (issue 31): what a verdict could see, warned before it happens --------------------------------------
+
+
+def test_a_repair_watch_that_reverts_the_unchanged_entity_by_chance_is_named():
+    from tests.evolution.loop_helpers import history
+
+    noisy = looped("noisy")  # the trigger's pair, 2 bad of 5, at a failure rate of 0.4: P = 0.66304
+    history(noisy, "bbggg" * 4)
+    patient = looped("patient", loop={"watch": {"windowRuns": 10, "minFailures": 7}})  # P(X ≥ 7 | 10, 0.4) = 0.055
+    history(patient, "bbggg" * 4)
+    found = lines("Loop power")
+    assert len(found) == 1, found
+    assert "scenario:noisy" in found[0] and "2 bad of 5" in found[0] and "66%" in found[0] and "0.4" in found[0]
+
+
+def test_a_check_whose_tolerance_leaves_no_gain_that_can_validate_is_named():
+    accuracy = {"kind": "computed", "direction": "max", "role": "objective", "aggregate": "mean"}
+    metrics = {"accuracy": {**accuracy, "tolerance": 1.5}}
+    looped("wide", evaluation={"method": "none", "metrics": metrics}, loop={"check": {"inputs": 2}})
+    looped("fine", evaluation={"method": "none", "metrics": {"accuracy": {**metrics["accuracy"], "tolerance": 0.05}}})
+    found = lines("Loop power")
+    assert len(found) == 1, found
+    assert "scenario:wide" in found[0] and "no gain can validate" in found[0] and "check.inputs 2" in found[0]

@@ -47,7 +47,7 @@ def test_a_run_on_the_old_definition_after_the_merge_does_not_count_toward_the_w
     assert cycle.phase == Cycle.Phase.WATCHING, cycle.reason  # the old definition's failures regress nothing
     # The brain syncs; the same tickets on the merged definition are the watch's evidence.
     sync_brain()
-    for ticket in (failed * 5)[:5]:
+    for ticket in (failed * 10)[:10]:  # the demo triage's watch reads ten runs
         assert not wrong(run(ticket))
     cycle.refresh_from_db()
     assert cycle.status == Cycle.Status.VALIDATED, cycle.reason

@@ -1,5 +1,5 @@
-"""``manage.py loop analyze <kind>:<id>`` — the loop from a shell (Analyze now, the loop's clock, a backtest, and
-``loop verify``: the hash chains of its action and supervision logs)."""
+"""``manage.py loop analyze <kind>:<id>`` — the loop from a shell (Analyze now, the loop's clock, a backtest, an A/A,
+and ``loop verify``: the hash chains of its action and supervision logs)."""
 
 from __future__ import annotations
 
@@ -45,6 +45,12 @@ class Command(BaseCommand):
         )
         backtest.add_argument("--json", action="store_true", help="Print the reports as JSON.")
         sub.add_parser("verify", help="Check the hash chains of the loop's action log and supervision log.")
+        calibration = sub.add_parser(
+            "aa", help="A/A: the check with the incumbent as its own candidate, and the watch on one commit."
+        )
+        calibration.add_argument("entity", help="<kind>:<id>, e.g. scenario:triage")
+        calibration.add_argument("--trials", type=int, default=20, help="Freshly frozen sets to check (default 20).")
+        calibration.add_argument("--json", action="store_true", help="Print the report as JSON.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["action"] == "backtest":
@@ -52,6 +58,9 @@ class Command(BaseCommand):
             return
         if options["action"] == "verify":
             self.verify()
+            return
+        if options["action"] == "aa":
+            self.aa(options)
             return
         if options["action"] == "analyze":
             from evolution.loop.trigger import analyze_now
@@ -118,3 +127,23 @@ class Command(BaseCommand):
                 self.stdout.write("\n".join(backtest.lines(report.result)))
         if proposed is not None:
             self.stdout.write(backtest.compare_words(current.result, proposed.result))
+
+    def aa(self, options: dict[str, Any]) -> None:
+        """Record an A/A report and run it here (this shell is its worker); print it."""
+        import json
+
+        from evolution.loop import aa
+        from evolution.models import AaReport
+
+        entity = find_entity(options["entity"])
+        try:
+            report = aa.request(entity, trials=options["trials"], actor="manage.py loop", send=False)
+        except aa.AaRefused as exc:
+            raise CommandError(str(exc)) from None
+        report = aa.run(report.pk) or AaReport.objects.get(pk=report.pk)
+        if report.status != AaReport.Status.DONE:
+            raise CommandError(f"A/A report {report.pk} {report.status}: {report.error}")
+        if options["json"]:
+            self.stdout.write(json.dumps(report.result, indent=2))
+            return
+        self.stdout.write("\n".join(aa.lines(report.result)))
