@@ -13,6 +13,7 @@ Verdict strength and the cycle's grade are derived at read
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
@@ -473,14 +474,44 @@ def _save_chained(row: models.Model, save: Any, *args: Any, **kwargs: Any) -> No
 
     A chained row is written once: changing it afterwards is what ``manage.py loop verify`` finds.
     """
-    from evolution.core import chain
-
     if not row._state.adding:
         save(*args, **kwargs)
         return
     with transaction.atomic():
-        chain.seal(row)
+        seal(row)
         save(*args, **kwargs)
+
+
+def chain_entry(row: models.Model) -> dict[str, Any]:
+    """The row as its hash covers it (``evolution.core.chain``): every concrete column but ``id``, ``hash`` and a
+    link the database itself empties (``SET_NULL``: deleting the cycle a dismissal named is not an edit of the
+    log), JSON-ready, times in UTC."""
+    out: dict[str, Any] = {}
+    for field in row._meta.concrete_fields:
+        if field.primary_key or field.attname == "hash":
+            continue
+        if field.remote_field is not None and field.remote_field.on_delete is models.SET_NULL:
+            continue
+        value = getattr(row, field.attname)
+        if isinstance(value, datetime):
+            value = value.astimezone(UTC).isoformat()
+        out[field.attname] = value
+    return out
+
+
+def seal(row: models.Model) -> None:
+    """Chain ``row`` (about to be inserted) after the newest row of its log; call inside the row's transaction.
+
+    Locks the log's head (``ChainHead``) until the transaction ends, sets the row's ``prev_hash`` and ``hash``
+    and moves the head to it. The caller saves the row in the same transaction.
+    """
+    from singularity.being.chain import line_hash
+
+    assert transaction.get_connection().in_atomic_block, "seal() runs inside the row's own transaction"
+    head, _ = ChainHead.objects.select_for_update().get_or_create(log=type(row)._meta.label)
+    row.prev_hash = head.hash
+    row.hash = line_hash(chain_entry(row))
+    ChainHead.objects.filter(pk=head.pk).update(hash=row.hash)
 
 
 class ActionLog(models.Model):

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
 
-from django.db import models, transaction
+from django.db import models
 
+from evolution.models import chain_entry as entry
 from singularity.being.chain import line_hash
 
 #: Each chained log by the name a person reads, in the order ``loop verify`` reports them.
@@ -26,40 +25,8 @@ LOGS = {"action log": "evolution.ActionLog", "supervision log": "evolution.Super
 PAGE = 2000
 
 
-def entry(row: models.Model) -> dict[str, Any]:
-    """The row as its hash covers it: every concrete column but ``id``, ``hash`` and a link the database itself
-    empties (``SET_NULL``: deleting the cycle a dismissal named is not an edit of the log), JSON-ready, times
-    in UTC."""
-    out: dict[str, Any] = {}
-    for field in row._meta.concrete_fields:
-        if field.primary_key or field.attname == "hash":
-            continue
-        if field.remote_field is not None and field.remote_field.on_delete is models.SET_NULL:
-            continue
-        value = getattr(row, field.attname)
-        if isinstance(value, datetime):
-            value = value.astimezone(UTC).isoformat()
-        out[field.attname] = value
-    return out
-
-
 def _key(model: type[models.Model]) -> str:
     return model._meta.label
-
-
-def seal(row: models.Model) -> None:
-    """Chain ``row`` (about to be inserted) after the newest row of its log; call inside the row's transaction.
-
-    Locks the log's head until the transaction ends, sets the row's ``prev_hash`` and ``hash`` and moves the
-    head to it. The caller saves the row in the same transaction.
-    """
-    from evolution.models import ChainHead
-
-    assert transaction.get_connection().in_atomic_block, "seal() runs inside the row's own transaction"
-    head, _ = ChainHead.objects.select_for_update().get_or_create(log=_key(type(row)))
-    row.prev_hash = head.hash
-    row.hash = line_hash(entry(row))
-    ChainHead.objects.filter(pk=head.pk).update(hash=row.hash)
 
 
 def head(model: type[models.Model]) -> str:
