@@ -520,7 +520,8 @@ class OtlpTrace(models.Model):
     """An OpenTelemetry trace being received (``grading.otlp_ingest``): one trace, one run once assembled.
 
     Kept after assembly so a retried export of the same trace id attaches to
-    its run instead of opening another.
+    its run instead of opening another, for ``OTLP_KEEP_SECS``; then the
+    sweep removes it (``grading.otlp_assemble.prune``).
     """
 
     trace_id = models.CharField(max_length=32, unique=True, help_text="32 hex digits, as OTLP sends it.")
@@ -540,6 +541,9 @@ class OtlpTrace(models.Model):
         indexes = [
             models.Index(fields=["root_received_at"], condition=models.Q(assembled_at=None), name="otlp_due"),
             models.Index(fields=["first_received_at"], condition=models.Q(assembled_at=None), name="otlp_orphan"),
+            models.Index(
+                fields=["assembled_at"], condition=models.Q(assembled_at__isnull=False), name="otlp_assembled"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -8,7 +8,9 @@ path itself (``grading.executions.report_many``: validated, inserted in one
 statement, then sampled, judged, measured and handed to the trigger like any
 run reported through ``POST /api/runs/report/``). The sweep is idempotent:
 a trace is taken under a row lock and marked assembled in the same
-transaction, and its pending spans are deleted then.
+transaction, and its pending spans are deleted then. The trace's row itself
+(trace id → run) stays ``OTLP_KEEP_SECS`` after assembly, so a late span or
+a retried export attaches to its run; then the sweep removes it (``prune``).
 
 The root span is the run: its times, its status (error → failed, with its
 status message), its input and output (``gen_ai.input.messages`` /
@@ -40,6 +42,8 @@ from singularity.errors import ConfigError
 
 #: Traces assembled in one transaction (one ``report_many``).
 BATCH = 1000
+#: Assembled traces' rows removed in one transaction.
+PRUNE_BATCH = 5000
 
 
 def grace() -> timedelta:
@@ -48,6 +52,11 @@ def grace() -> timedelta:
 
 def orphan_deadline() -> timedelta:
     return timedelta(seconds=float(settings.OTLP_ORPHAN_SECS))
+
+
+def keep() -> timedelta:
+    """How long an assembled trace's row stays (``OTLP_KEEP_SECS``) for its late spans and retries."""
+    return timedelta(seconds=float(settings.OTLP_KEEP_SECS))
 
 
 def _value(attributes: dict[str, Any], messages: str, value: str) -> Any:
@@ -195,11 +204,32 @@ def sweep_once(*, now: datetime | None = None, limit: int = BATCH) -> int:
     return len(received)
 
 
+def prune(*, now: datetime | None = None, limit: int = PRUNE_BATCH) -> int:
+    """Remove the rows of traces assembled ``OTLP_KEEP_SECS`` ago or more, a batch at a time; return how many.
+
+    A span arriving for a trace after its row is gone opens a new trace,
+    closed as an orphan (its root is in the run already) after its deadline.
+    """
+    cutoff = (now or timezone.now()) - keep()
+    total = 0
+    while True:
+        pks = list(OtlpTrace.objects.filter(assembled_at__lte=cutoff).order_by().values_list("pk", flat=True)[:limit])
+        if pks:
+            with transaction.atomic():
+                OtlpSpan.objects.filter(trace_id__in=pks).delete()
+                OtlpTrace.objects.filter(pk__in=pks).delete()
+        total += len(pks)
+        if len(pks) < limit:
+            return total
+
+
 def sweep(*, now: datetime | None = None, limit: int = BATCH) -> int:
-    """Assemble every due trace, a batch at a time; return how many were taken. Idempotent."""
+    """Assemble every due trace, a batch at a time, then ``prune``; return how many were taken. Idempotent."""
     total = 0
     while True:
         done = sweep_once(now=now, limit=limit)
         total += done
         if done < limit:
-            return total
+            break
+    prune(now=now)
+    return total

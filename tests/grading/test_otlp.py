@@ -347,3 +347,25 @@ def test_the_beat_sweeps_every_grace_and_its_task_makes_the_runs(live_server, ke
     with override_settings(OTLP_GRACE_SECS=0):
         assert assemble_traces() == 1
     assert the_run().status == "succeeded"
+
+
+def test_an_assembled_traces_row_is_kept_for_late_spans_then_pruned_by_the_sweep(live_server, key, triage):
+    spans = agent_spans()
+    export(live_server.url, key, spans)
+    assembled_at = timezone.now() + timedelta(hours=1)
+    assert otlp_assemble.sweep(now=assembled_at) == 1
+    kept = otlp_assemble.keep()
+    assert kept == timedelta(hours=1)  # OTLP_KEEP_SECS
+    otlp_assemble.sweep(now=assembled_at + kept - timedelta(seconds=1))
+    assert OtlpTrace.objects.count() == 1  # inside the keep: a retry still finds its run
+    assert export(live_server.url, key, spans) == SpanExportResult.SUCCESS
+    export(live_server.url, key, agent_spans())  # another trace: assembled by the next sweep, kept from then
+    otlp_assemble.sweep(now=assembled_at + kept + timedelta(seconds=1))
+    assert list(OtlpTrace.objects.values_list("assembled_at", flat=True)) == [
+        assembled_at + kept + timedelta(seconds=1)
+    ]
+    assert Execution.objects.count() == 2
+    with override_settings(OTLP_KEEP_SECS=0):
+        assert otlp_assemble.sweep(now=assembled_at + 2 * kept) == 0
+    assert not OtlpTrace.objects.exists() and not OtlpSpan.objects.exists()
+    assert [len(run.trace) for run in Execution.objects.all()] == [3, 3]  # the runs stay
