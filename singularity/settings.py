@@ -256,6 +256,8 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "singularity.apikit.schema.document_errors",
+        # POST /v1/traces, the OTLP/HTTP receiver (a plain view, its own protocol's shapes): grading.otlp_schema.
+        "grading.otlp_schema.document_otlp",
     ],
 }
 

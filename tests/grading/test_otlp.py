@@ -369,3 +369,13 @@ def test_an_assembled_traces_row_is_kept_for_late_spans_then_pruned_by_the_sweep
         assert otlp_assemble.sweep(now=assembled_at + 2 * kept) == 0
     assert not OtlpTrace.objects.exists() and not OtlpSpan.objects.exists()
     assert [len(run.trace) for run in Execution.objects.all()] == [3, 3]  # the runs stay
+
+
+def test_the_api_schema_documents_the_receiver_with_both_encodings_and_its_refusals(client, django_user_model):
+    client.force_login(django_user_model.objects.create_user("reader"))
+    schema = client.get("/api/schema/", {"format": "json"}).json()
+    operation = schema["paths"]["/v1/traces"]["post"]
+    assert set(operation["requestBody"]["content"]) == {"application/x-protobuf", "application/json"}
+    assert set(operation["responses"]) == {"200", "400", "401", "413", "415"}
+    answer = operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].rpartition("/")[2]
+    assert "partialSuccess" in schema["components"]["schemas"][answer]["properties"]
