@@ -555,8 +555,10 @@ class OtlpSpan(models.Model):
 
     trace = models.ForeignKey(OtlpTrace, on_delete=models.CASCADE, related_name="spans")
     span_id = models.CharField(max_length=16)
-    #: The span in ``grading.spans``' stored form.
-    span = models.JSONField()
+    #: The span as received (an OTLP ``Span`` in protobuf), read into our form when its trace is assembled.
+    raw = models.BinaryField(null=True)
+    #: The span in ``grading.spans``' stored form (spans received before ``raw``; null since).
+    span = models.JSONField(null=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["trace", "span_id"], name="otlp_span_once")]

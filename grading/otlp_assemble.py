@@ -24,6 +24,7 @@ lost. The run's cost is the sum of every span's ``singularity.cost_usd``.
 from __future__ import annotations
 
 import json
+import logging
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -36,9 +37,12 @@ from grading import spans
 from grading.executions import report_many, validate_report
 from grading.grade import json_rows, recordset
 from grading.models import OtlpSpan, OtlpTrace
-from grading.otlp_decode import INPUT_VALUE, OUTPUT_VALUE
+from grading.otlp_decode import INPUT_VALUE, OUTPUT_VALUE, stored_span
 from grading.otlp_ingest import tree_span
+from grading.spans import TraceRefused
 from singularity.errors import ConfigError
+
+logger = logging.getLogger("grading.otlp")
 
 #: Traces assembled in one transaction (one ``report_many``).
 BATCH = 1000
@@ -139,6 +143,15 @@ def checked(run: dict[str, Any]) -> dict[str, Any]:
     return {**run, "trace": [], "error": f"{run.get('error') or ''}; its spans were not kept: {why}".lstrip("; ")}
 
 
+def _read(raw: bytes, trace_id: str) -> dict[str, Any] | None:
+    """A pending span in our stored form; None (logged) for one the export's check let by that ``convert`` refuses."""
+    try:
+        return stored_span(raw, trace_id)
+    except TraceRefused as exc:
+        logger.warning("OTLP trace %s: a span left out of its run: %s", trace_id, exc)
+        return None
+
+
 def _report(rows: list[tuple[Any, dict[str, Any]]], user: Any) -> list[Any]:
     """``report_many`` of the rows; when it refuses one, every row is checked first (nothing was written)."""
     try:
@@ -184,8 +197,13 @@ def sweep_once(*, now: datetime | None = None, limit: int = BATCH) -> int:
         if not traces:
             return 0
         received: dict[int, list[dict[str, Any]]] = {trace.pk: [] for trace in traces}
-        for trace_pk, span in OtlpSpan.objects.filter(trace_id__in=list(received)).values_list("trace_id", "span"):
-            received[trace_pk].append(span)
+        trace_ids = {trace.pk: trace.trace_id for trace in traces}
+        pending = OtlpSpan.objects.filter(trace_id__in=list(received)).values_list("trace_id", "span", "raw")
+        for trace_pk, span, raw in pending:
+            if raw is not None:
+                span = _read(bytes(raw), trace_ids[trace_pk])
+            if span is not None:
+                received[trace_pk].append(span)
         traces = [trace for trace in traces if received[trace.pk]]
         rows = [(trace.entity, run_of(trace, received[trace.pk])) for trace in traces]
         by_user: dict[Any, list[int]] = {}
