@@ -473,3 +473,27 @@ def test_a_kept_span_read_at_assembly_is_cut_to_its_limit_as_convert_cuts_it(siz
     assert (spans.span_bytes(stored) <= spans.max_span_bytes()) and (
         ("singularity.cut" in stored["attributes"]) == (size > 9_000)
     )
+
+
+def test_an_export_request_is_a_handful_of_statements_whatever_its_spans(key, triage):
+    from django.db import connection
+    from django.test import RequestFactory
+    from django.test.utils import CaptureQueriesContext
+
+    from grading.api_otlp import export_traces
+
+    def send(traces: int) -> int:
+        body = encoded([span for _ in range(traces) for span in agent_spans()])
+        request = RequestFactory().post(
+            "/v1/traces", data=body, content_type="application/x-protobuf", HTTP_AUTHORIZATION=f"Bearer {key}"
+        )
+        with CaptureQueriesContext(connection) as queries:
+            assert export_traces(request).status_code == 200
+        return len(queries)
+
+    send(1)  # the token's last use noted (once a minute)
+    assert send(1) == send(40) <= 10
+    assert OtlpSpan.objects.count() == (1 + 1 + 40) * 4
+    last_used = ApiToken.objects.get().last_used_at
+    send(1)
+    assert ApiToken.objects.get().last_used_at == last_used
