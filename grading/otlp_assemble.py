@@ -29,6 +29,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import connections, router, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -36,7 +37,7 @@ from django.utils import timezone
 from grading import spans
 from grading.executions import report_many, validate_report
 from grading.grade import json_rows, recordset
-from grading.models import OtlpSpan, OtlpTrace
+from grading.models import Entity, OtlpSpan, OtlpTrace
 from grading.otlp_decode import INPUT_VALUE, OUTPUT_VALUE, stored_span
 from grading.otlp_ingest import tree_span
 from grading.spans import TraceRefused
@@ -191,11 +192,13 @@ def sweep_once(*, now: datetime | None = None, limit: int = BATCH) -> int:
         traces = list(
             OtlpTrace.objects.select_for_update(skip_locked=True, of=("self",))
             .filter(_due(now))
-            .select_related("entity", "started_by")
             .order_by("first_received_at")[:limit]
         )
         if not traces:
             return 0
+        # Each entity and person read once for the batch (a batch is mostly one agent's), not joined to each trace.
+        entities = Entity.objects.in_bulk({trace.entity_id for trace in traces})
+        people = get_user_model().objects.in_bulk({trace.started_by_id for trace in traces} - {None})
         received: dict[int, list[dict[str, Any]]] = {trace.pk: [] for trace in traces}
         trace_ids = {trace.pk: trace.trace_id for trace in traces}
         pending = OtlpSpan.objects.filter(trace_id__in=list(received)).values_list("trace_id", "span", "raw")
@@ -205,10 +208,10 @@ def sweep_once(*, now: datetime | None = None, limit: int = BATCH) -> int:
             if span is not None:
                 received[trace_pk].append(span)
         traces = [trace for trace in traces if received[trace.pk]]
-        rows = [(trace.entity, run_of(trace, received[trace.pk])) for trace in traces]
+        rows = [(entities[trace.entity_id], run_of(trace, received[trace.pk])) for trace in traces]
         by_user: dict[Any, list[int]] = {}
         for index, trace in enumerate(traces):
-            by_user.setdefault(trace.started_by, []).append(index)
+            by_user.setdefault(people.get(trace.started_by_id), []).append(index)
         executions: dict[int, Any] = {}
         for user, indexes in by_user.items():
             for index, execution in zip(indexes, _report([rows[i] for i in indexes], user), strict=True):
