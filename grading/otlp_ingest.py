@@ -169,11 +169,12 @@ def ingest(received: list[Received], rejected: list[Rejected], *, user: Any) -> 
         if unknown:
             _note_unknown(unknown)
         person = _person(user)
-        new = [
+        # In trace id order: two exports inserting the same new traces wait on each other in one order, never both.
+        new = sorted(
             (trace_id, entity.pk, now, person.pk if person else None, _root_of(items) or "")
             for trace_id, (entity, items) in accepted.items()
             if trace_id not in known and entity is not None
-        ]
+        )
         if new:
             _insert_traces(new)
         # Locked, in one order (no deadlock between two exports): the sweep skips a trace held here, and a trace
