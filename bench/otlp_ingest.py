@@ -7,8 +7,10 @@ processes into the project's server (gunicorn as ``manage.py up`` runs it; ``--s
 Postgres, with the pool of connections on. Every export request is timed inside the exporter. Then the beat's
 sweep (``grading.otlp_assemble.sweep``) makes the runs and grades them under ``method: none`` in one process,
 timed apart. It prints: export requests p50/p95, spans/s and traces/s accepted (from the first span made to the
-last export answered), runs assembled-and-graded/s, the floor (one single-row INSERT + COMMIT on the same
-database), and queries per trace for one export request of 85 traces and for the sweep.
+last export answered), runs assembled-and-graded/s, the CPU time a trace cost the web server's processes and
+the database's backends while the exporters ran and a run cost the sweep's process (figures a busy machine does
+not change much, unlike the rates), the floor (one single-row INSERT + COMMIT on the same database), and queries
+per trace for one export request of 85 traces and for the sweep.
 
     .venv/bin/python bench/otlp_ingest.py --pg-url postgres://postgres@127.0.0.1:5432/otlp_bench --traces 2000
 """
@@ -52,12 +54,12 @@ from django.utils import timezone
 from grading import otlp_assemble
 from grading.models import Execution, Grade, OtlpTrace
 pending = OtlpTrace.objects.filter(assembled_at=None).count()
-started = time.perf_counter()
+started, cpu = time.perf_counter(), time.process_time()
 with CaptureQueriesContext(connection) as queries:
     runs = otlp_assemble.sweep(now=timezone.now() + timedelta(hours=1))
-took = time.perf_counter() - started
+took, cpu = time.perf_counter() - started, time.process_time() - cpu
 graded = Grade.objects.filter(status=Grade.Status.GRADED).count()
-print(json.dumps({"pending": pending, "runs": runs, "took": took, "queries": len(queries),
+print(json.dumps({"pending": pending, "runs": runs, "took": took, "cpu": cpu, "queries": len(queries),
                   "executions": Execution.objects.count(), "graded": graded}))
 """
 
@@ -71,10 +73,12 @@ from django.test.utils import CaptureQueriesContext
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from grading.api_otlp import export_traces
 from otlp_ingest import make_traces
+def request_of(spans):
+    return RequestFactory().post("/v1/traces", data=encode_spans(spans).SerializeToString(),
+                                 content_type="application/x-protobuf", HTTP_AUTHORIZATION="Bearer %(key)s")
+export_traces(request_of(make_traces(1, memory=True)))  # the token's first use noted (then once a minute)
 spans = make_traces(85, memory=True)
-body = encode_spans(spans).SerializeToString()
-request = RequestFactory().post("/v1/traces", data=body, content_type="application/x-protobuf",
-                                HTTP_AUTHORIZATION="Bearer %(key)s")
+request = request_of(spans)
 with CaptureQueriesContext(connection) as queries:
     response = export_traces(request)
 assert response.status_code == 200, response.content
@@ -184,6 +188,36 @@ def floor_ms(pg_url: str, rounds: int = 200) -> float:
     return statistics.median(times) * 1000
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time (user + system) the processes have used so far, from /proc (0 for one gone)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def server_pids(server_pid: int) -> list[int]:
+    """The web server's processes: gunicorn's master and its workers."""
+    children = Path(f"/proc/{server_pid}/task/{server_pid}/children")
+    return [server_pid, *(int(pid) for pid in children.read_text().split())] if children.exists() else [server_pid]
+
+
+def database_pids(pg_url: str) -> list[int]:
+    """The database's backends serving its database (but this one)."""
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as connection:
+        rows = connection.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            [pg_url.rpartition("/")[2]],
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
 def fresh_database(pg_url: str) -> None:
     import psycopg
 
@@ -246,6 +280,8 @@ def main() -> None:
                 break
             except OSError:
                 time.sleep(0.2)
+        web = server_pids(server.pid)
+        web_before = cpu_seconds(web)
         context = multiprocessing.get_context("spawn")
         out = context.Queue()
         workers = [
@@ -254,6 +290,8 @@ def main() -> None:
         for worker in workers:
             worker.start()
         results = [out.get() for _ in workers]
+        web_cpu = cpu_seconds(web) - web_before
+        database_cpu = cpu_seconds(database_pids(args.pg_url))  # the pool's backends, opened by these requests
         for worker in workers:
             worker.join()
     finally:
@@ -271,6 +309,9 @@ def main() -> None:
     print(f"accepted: {traces / wall:,.0f} traces/s, {traces * 6 / wall:,.0f} spans/s over {wall:.1f} s")
     print(f"assembled and graded: {sweep['runs']:,} runs in {sweep['took']:.1f} s = "
           f"{sweep['runs'] / sweep['took']:,.0f} runs/s ({sweep['graded']:,} graded, {sweep['executions']:,} runs)")  # fmt: skip
+    print(f"CPU a trace at export (load-independent): web server {web_cpu / traces * 1000:.2f} ms, "
+          f"database {database_cpu / traces * 1000:.2f} ms; the sweep {sweep['cpu'] / sweep['runs'] * 1000:.2f} ms "
+          "a run (its process)")  # fmt: skip
     print(f"floor: one single-row INSERT + COMMIT p50 {floor:.2f} ms")
     print(f"queries: {request['queries'] / request['traces']:.2f} per trace at export ({request['queries']} for "
           f"{request['traces']} traces, {request['spans']} spans), "

@@ -527,7 +527,8 @@ class OtlpTrace(models.Model):
     """An OpenTelemetry trace being received (``grading.otlp_ingest``): one trace, one run once assembled.
 
     Kept after assembly so a retried export of the same trace id attaches to
-    its run instead of opening another.
+    its run instead of opening another, for ``OTLP_KEEP_SECS``; then the
+    sweep removes it (``grading.otlp_assemble.prune``).
     """
 
     trace_id = models.CharField(max_length=32, unique=True, help_text="32 hex digits, as OTLP sends it.")
@@ -547,6 +548,9 @@ class OtlpTrace(models.Model):
         indexes = [
             models.Index(fields=["root_received_at"], condition=models.Q(assembled_at=None), name="otlp_due"),
             models.Index(fields=["first_received_at"], condition=models.Q(assembled_at=None), name="otlp_orphan"),
+            models.Index(
+                fields=["assembled_at"], condition=models.Q(assembled_at__isnull=False), name="otlp_assembled"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -558,8 +562,10 @@ class OtlpSpan(models.Model):
 
     trace = models.ForeignKey(OtlpTrace, on_delete=models.CASCADE, related_name="spans")
     span_id = models.CharField(max_length=16)
-    #: The span in ``grading.spans``' stored form.
-    span = models.JSONField()
+    #: The span as received (an OTLP ``Span`` in protobuf), read into our form when its trace is assembled.
+    raw = models.BinaryField(null=True)
+    #: The span in ``grading.spans``' stored form (spans received before ``raw``; null since).
+    span = models.JSONField(null=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["trace", "span_id"], name="otlp_span_once")]

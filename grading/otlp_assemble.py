@@ -8,7 +8,9 @@ path itself (``grading.executions.report_many``: validated, inserted in one
 statement, then sampled, judged, measured and handed to the trigger like any
 run reported through ``POST /api/runs/report/``). The sweep is idempotent:
 a trace is taken under a row lock and marked assembled in the same
-transaction, and its pending spans are deleted then.
+transaction, and its pending spans are deleted then. The trace's row itself
+(trace id → run) stays ``OTLP_KEEP_SECS`` after assembly, so a late span or
+a retried export attaches to its run; then the sweep removes it (``prune``).
 
 The root span is the run: its times, its status (error → failed, with its
 status message), its input and output (``gen_ai.input.messages`` /
@@ -22,10 +24,12 @@ lost. The run's cost is the sum of every span's ``singularity.cost_usd``.
 from __future__ import annotations
 
 import json
+import logging
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import connections, router, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -33,13 +37,18 @@ from django.utils import timezone
 from grading import spans
 from grading.executions import report_many, validate_report
 from grading.grade import json_rows, recordset
-from grading.models import OtlpSpan, OtlpTrace
-from grading.otlp_decode import INPUT_VALUE, OUTPUT_VALUE
+from grading.models import Entity, OtlpSpan, OtlpTrace
+from grading.otlp_decode import INPUT_VALUE, OUTPUT_VALUE, stored_span
 from grading.otlp_ingest import tree_span
+from grading.spans import TraceRefused
 from singularity.errors import ConfigError
+
+logger = logging.getLogger("grading.otlp")
 
 #: Traces assembled in one transaction (one ``report_many``).
 BATCH = 1000
+#: Assembled traces' rows removed in one transaction.
+PRUNE_BATCH = 5000
 
 
 def grace() -> timedelta:
@@ -48,6 +57,11 @@ def grace() -> timedelta:
 
 def orphan_deadline() -> timedelta:
     return timedelta(seconds=float(settings.OTLP_ORPHAN_SECS))
+
+
+def keep() -> timedelta:
+    """How long an assembled trace's row stays (``OTLP_KEEP_SECS``) for its late spans and retries."""
+    return timedelta(seconds=float(settings.OTLP_KEEP_SECS))
 
 
 def _value(attributes: dict[str, Any], messages: str, value: str) -> Any:
@@ -130,6 +144,15 @@ def checked(run: dict[str, Any]) -> dict[str, Any]:
     return {**run, "trace": [], "error": f"{run.get('error') or ''}; its spans were not kept: {why}".lstrip("; ")}
 
 
+def _read(raw: bytes, trace_id: str) -> dict[str, Any] | None:
+    """A pending span in our stored form; None (logged) for one the export's check let by that ``convert`` refuses."""
+    try:
+        return stored_span(raw, trace_id)
+    except TraceRefused as exc:
+        logger.warning("OTLP trace %s: a span left out of its run: %s", trace_id, exc)
+        return None
+
+
 def _report(rows: list[tuple[Any, dict[str, Any]]], user: Any) -> list[Any]:
     """``report_many`` of the rows; when it refuses one, every row is checked first (nothing was written)."""
     try:
@@ -169,19 +192,26 @@ def sweep_once(*, now: datetime | None = None, limit: int = BATCH) -> int:
         traces = list(
             OtlpTrace.objects.select_for_update(skip_locked=True, of=("self",))
             .filter(_due(now))
-            .select_related("entity", "started_by")
             .order_by("first_received_at")[:limit]
         )
         if not traces:
             return 0
+        # Each entity and person read once for the batch (a batch is mostly one agent's), not joined to each trace.
+        entities = Entity.objects.in_bulk({trace.entity_id for trace in traces})
+        people = get_user_model().objects.in_bulk({trace.started_by_id for trace in traces} - {None})
         received: dict[int, list[dict[str, Any]]] = {trace.pk: [] for trace in traces}
-        for trace_pk, span in OtlpSpan.objects.filter(trace_id__in=list(received)).values_list("trace_id", "span"):
-            received[trace_pk].append(span)
+        trace_ids = {trace.pk: trace.trace_id for trace in traces}
+        pending = OtlpSpan.objects.filter(trace_id__in=list(received)).values_list("trace_id", "span", "raw")
+        for trace_pk, span, raw in pending:
+            if raw is not None:
+                span = _read(bytes(raw), trace_ids[trace_pk])
+            if span is not None:
+                received[trace_pk].append(span)
         traces = [trace for trace in traces if received[trace.pk]]
-        rows = [(trace.entity, run_of(trace, received[trace.pk])) for trace in traces]
+        rows = [(entities[trace.entity_id], run_of(trace, received[trace.pk])) for trace in traces]
         by_user: dict[Any, list[int]] = {}
         for index, trace in enumerate(traces):
-            by_user.setdefault(trace.started_by, []).append(index)
+            by_user.setdefault(people.get(trace.started_by_id), []).append(index)
         executions: dict[int, Any] = {}
         for user, indexes in by_user.items():
             for index, execution in zip(indexes, _report([rows[i] for i in indexes], user), strict=True):
@@ -195,11 +225,32 @@ def sweep_once(*, now: datetime | None = None, limit: int = BATCH) -> int:
     return len(received)
 
 
+def prune(*, now: datetime | None = None, limit: int = PRUNE_BATCH) -> int:
+    """Remove the rows of traces assembled ``OTLP_KEEP_SECS`` ago or more, a batch at a time; return how many.
+
+    A span arriving for a trace after its row is gone opens a new trace,
+    closed as an orphan (its root is in the run already) after its deadline.
+    """
+    cutoff = (now or timezone.now()) - keep()
+    total = 0
+    while True:
+        pks = list(OtlpTrace.objects.filter(assembled_at__lte=cutoff).order_by().values_list("pk", flat=True)[:limit])
+        if pks:
+            with transaction.atomic():
+                OtlpSpan.objects.filter(trace_id__in=pks).delete()
+                OtlpTrace.objects.filter(pk__in=pks).delete()
+        total += len(pks)
+        if len(pks) < limit:
+            return total
+
+
 def sweep(*, now: datetime | None = None, limit: int = BATCH) -> int:
-    """Assemble every due trace, a batch at a time; return how many were taken. Idempotent."""
+    """Assemble every due trace, a batch at a time, then ``prune``; return how many were taken. Idempotent."""
     total = 0
     while True:
         done = sweep_once(now=now, limit=limit)
         total += done
         if done < limit:
-            return total
+            break
+    prune(now=now)
+    return total

@@ -5,9 +5,11 @@
 size past its limit) naming what was wrong. Protobuf is parsed by
 opentelemetry-proto; JSON by protobuf's ``json_format`` after OTLP/JSON's
 one departure from the standard mapping is undone (trace and span ids are hex,
-not base64). ``received_spans`` then maps every span onto ``grading.spans``'
-stored form (``Received``) or says why that one span is refused
-(``Rejected``); the kind comes from the GenAI attributes (``kind_of``).
+not base64). ``received_spans`` then checks every span (``check``: what ``convert`` would
+refuse, at a fraction of its cost) and keeps it as its protobuf bytes
+(``Received``), or says why that one span is refused (``Rejected``).
+``convert`` maps a span onto ``grading.spans``' stored form when its trace
+is assembled; the kind comes from the GenAI attributes (``kind_of``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
-from opentelemetry.proto.trace.v1.trace_pb2 import Status
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from grading import spans
 from grading.spans import TraceRefused
@@ -53,12 +55,21 @@ class BodyRefused(Exception):
 
 @dataclass
 class Received:
-    """One span read: its trace's hex id, the span in our stored form, and what it says its entity is."""
+    """One span checked (``check``), kept as its protobuf bytes: its ids in hex, and what it says its entity is.
+
+    ``stored()`` is the span in our stored form (``convert``): made when its
+    trace is assembled, not while the exporter waits for its answer.
+    """
 
     trace_id: str
-    span: dict[str, Any]
+    span_id: str
+    parent_id: str | None
+    raw: bytes
     entity: str
     service: str
+
+    def stored(self) -> dict[str, Any]:
+        return stored_span(self.raw, self.trace_id)
 
 
 @dataclass
@@ -242,6 +253,13 @@ def _shaped(attributes: dict[str, Any]) -> dict[str, Any]:
     return shaped
 
 
+#: The first nanosecond ``_instant`` cannot hold (the year 10000), and the protobuf fields of the JSON names.
+_LAST_NANOS = (
+    int((datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC) - datetime(1970, 1, 1, tzinfo=UTC)).total_seconds() + 1) * 10**9
+)
+_FIELD_OF = {"startTimeUnixNano": "start_time_unix_nano", "endTimeUnixNano": "end_time_unix_nano"}
+
+
 def _instant(nanos: int, where: str) -> str:
     seconds, rest = divmod(nanos, 1_000_000_000)
     try:
@@ -251,8 +269,7 @@ def _instant(nanos: int, where: str) -> str:
     return spans.instant_text(moment)
 
 
-def convert(span: Any, where: str) -> dict[str, Any]:
-    """Return one OTLP span in our stored form, or raise ``TraceRefused`` naming the field at fault."""
+def _check_ids_and_times(span: Any, where: str) -> None:
     if len(span.trace_id) != 16:
         raise TraceRefused(f"{where}.traceId: {len(span.trace_id)} bytes, expected 16 (32 hex digits)")
     if len(span.span_id) != 8:
@@ -265,9 +282,56 @@ def convert(span: Any, where: str) -> dict[str, Any]:
         raise TraceRefused(f"{where}.endTimeUnixNano: missing (a span is exported once it has ended)")
     if span.end_time_unix_nano < span.start_time_unix_nano:
         raise TraceRefused(f"{where}.endTimeUnixNano: before startTimeUnixNano")
+
+
+#: The attributes ``grading.spans`` checks the value of; messages are always read into messages, never refused.
+_CHECKED = frozenset(
+    {*spans.INT_ATTRIBUTES, *spans.TEXT_ATTRIBUTES, spans.FINISH_REASONS, spans.COST, *OPENINFERENCE_TOKENS}
+)
+
+
+def check(span: Any, where: str) -> None:
+    """Raise ``TraceRefused`` for exactly the spans ``convert`` refuses, with its message, at a fraction of its cost.
+
+    What the export request does for each span: ids, times and the values
+    ``grading.spans`` checks (tokens, text, finish reasons, cost), read from
+    the protobuf without building the span (no JSON parsed or written).
+    """
+    _check_ids_and_times(span, where)
+    if span.end_time_unix_nano >= _LAST_NANOS:  # end ≥ start: a start past it is refused here too, as _instant would
+        late = "startTimeUnixNano" if span.start_time_unix_nano >= _LAST_NANOS else "endTimeUnixNano"
+        _instant(getattr(span, _FIELD_OF[late]), f"{where}.{late}")
+    values = {item.key: item.value for item in span.attributes}
+    values.pop(ENTITY_ATTRIBUTE, None)
+    checked = {key: value_of(value) if key in _CHECKED else None for key, value in values.items()}
+    for key in spans.MESSAGE_ATTRIBUTES:
+        checked.pop(key, None)
+    spans.check_attributes(_shaped(checked), where)
+
+
+#: A span's stored JSON is at most this many times its protobuf bytes, plus ``_JSON_ROOM`` (a control character, one
+#: byte, is written as six; the rest less): a span this small is within ``TRACE_MAX_SPAN_BYTES`` without measuring.
+_JSON_PER_BYTE, _JSON_ROOM = 6, 4096
+
+
+def stored_span(raw: bytes, trace_id: str) -> dict[str, Any]:
+    """Return a span kept as protobuf bytes (``Received.raw``) in our stored form: ``convert``'s, made for less.
+
+    The span passed ``check`` when it was received, so it is not read back
+    (``grading.spans.validate_span``) and, when its bytes say it cannot be
+    over ``TRACE_MAX_SPAN_BYTES``, not measured for ``fit`` either.
+    """
+    span = Span.FromString(raw)
+    stored = _stored(span, f"trace {trace_id} (span {span.span_id.hex()})")
+    if len(raw) * _JSON_PER_BYTE + _JSON_ROOM <= spans.max_span_bytes():
+        return stored
+    return spans.fit(stored)
+
+
+def _stored(span: Any, where: str) -> dict[str, Any]:
     attributes = _shaped(attributes_of(span.attributes))
     attributes.pop(ENTITY_ATTRIBUTE, None)
-    stored = {
+    return {
         "spanId": span.span_id.hex(),
         "parentSpanId": span.parent_span_id.hex() or None,
         "name": (span.name or "span")[: spans.MAX_NAME_CHARS],
@@ -278,7 +342,12 @@ def convert(span: Any, where: str) -> dict[str, Any]:
         "statusMessage": span.status.message,
         "attributes": attributes,
     }
-    return spans.fit(spans.validate_span(stored, where))
+
+
+def convert(span: Any, where: str) -> dict[str, Any]:
+    """Return one OTLP span in our stored form, or raise ``TraceRefused`` naming the field at fault."""
+    _check_ids_and_times(span, where)
+    return spans.fit(spans.validate_span(_stored(span, where), where))
 
 
 def received_spans(request: ExportTraceServiceRequest) -> tuple[list[Received], list[Rejected]]:
@@ -296,11 +365,13 @@ def received_spans(request: ExportTraceServiceRequest) -> tuple[list[Received], 
                     where += f" (span {span.span_id.hex()})"
                 trace_id = span.trace_id.hex()
                 try:
-                    stored = convert(span, where)
+                    check(span, where)
                 except TraceRefused as exc:
                     rejected.append(Rejected(trace_id, str(exc)))
                     continue
                 named = next((kv.value for kv in span.attributes if kv.key == ENTITY_ATTRIBUTE), None)
                 entity = str(value_of(named) or "") if named is not None else resource_entity
-                received.append(Received(trace_id, stored, entity, service))
+                parent = span.parent_span_id.hex() or None
+                raw = span.SerializeToString()
+                received.append(Received(trace_id, span.span_id.hex(), parent, raw, entity, service))
     return received, rejected

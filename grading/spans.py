@@ -67,9 +67,9 @@ LOG = "singularity.log"
 CUT = "singularity.cut"
 
 #: Attributes whose values must be of one type, and the words naming it.
-_INT_ATTRIBUTES = (INPUT_TOKENS, OUTPUT_TOKENS)
-_TEXT_ATTRIBUTES = (OPERATION, REQUEST_MODEL, RESPONSE_MODEL, TOOL_NAME, TOOL_CALL_ID, ERROR_TYPE, TOOL_STATUS, TASK)
-_MESSAGE_ATTRIBUTES = (INPUT_MESSAGES, OUTPUT_MESSAGES)
+INT_ATTRIBUTES = (INPUT_TOKENS, OUTPUT_TOKENS)
+TEXT_ATTRIBUTES = (OPERATION, REQUEST_MODEL, RESPONSE_MODEL, TOOL_NAME, TOOL_CALL_ID, ERROR_TYPE, TOOL_STATUS, TASK)
+MESSAGE_ATTRIBUTES = (INPUT_MESSAGES, OUTPUT_MESSAGES)
 #: Shown on their own on the page (the rest of a span's attributes are listed under it).
 SHOWN = frozenset(
     {
@@ -162,7 +162,8 @@ def _time(data: dict[str, Any], name: str, label: str) -> datetime:
     return parsed
 
 
-def _check_attributes(attributes: Any, label: str) -> dict[str, Any]:
+def check_attributes(attributes: Any, label: str) -> dict[str, Any]:
+    """Return a span's attributes, or raise ``TraceRefused`` naming the first key or value the schema refuses."""
     if attributes is None:
         return {}
     if not isinstance(attributes, dict):
@@ -171,13 +172,13 @@ def _check_attributes(attributes: Any, label: str) -> dict[str, Any]:
         where = f"{label}.attributes.{key}"
         if not key or len(key) > MAX_KEY_CHARS:
             raise TraceRefused(f"{label}.attributes: a key must be 1 to {MAX_KEY_CHARS} characters")
-        if key in _INT_ATTRIBUTES and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        if key in INT_ATTRIBUTES and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise TraceRefused(f"{where}: expected a whole number of tokens ≥ 0, got {value!r}")
-        if key in _TEXT_ATTRIBUTES and not isinstance(value, str):
+        if key in TEXT_ATTRIBUTES and not isinstance(value, str):
             raise TraceRefused(f"{where}: expected text, got {type(value).__name__}")
         if key == FINISH_REASONS and (not isinstance(value, list) or not all(isinstance(v, str) for v in value)):
             raise TraceRefused(f'{where}: expected a list of text, e.g. ["stop"]')
-        if key in _MESSAGE_ATTRIBUTES:
+        if key in MESSAGE_ATTRIBUTES:
             _check_messages(value, where)
         if key == COST:
             _check_cost(value, where)
@@ -255,7 +256,7 @@ def validate_span(data: Any, label: str) -> dict[str, Any]:
         "endTime": instant_text(end),
         "status": status,
         "statusMessage": message,
-        "attributes": _check_attributes(data.get("attributes"), label),
+        "attributes": check_attributes(data.get("attributes"), label),
     }
 
 

@@ -222,11 +222,13 @@ TRACE_MAX_BYTES = env_int("TRACE_MAX_BYTES", 8_388_608, minimum=1024)
 #: OTLP/HTTP traces in (POST /v1/traces, grading/otlp_*.py): a body at most OTLP_MAX_BODY_BYTES as sent and
 #: OTLP_MAX_DECOMPRESSED_BYTES once gunzipped (413 past either); a trace becomes a run OTLP_GRACE_SECS after its
 #: root span arrives (late children still attach), and one whose root never arrives is closed as failed
-#: OTLP_ORPHAN_SECS after its first span (docs/decisions.md, issue 30).
+#: OTLP_ORPHAN_SECS after its first span; an assembled trace's row (trace id → run, for late spans and retries)
+#: is removed by the sweep OTLP_KEEP_SECS after assembly (docs/decisions.md, issue 30).
 OTLP_MAX_BODY_BYTES = env_int("OTLP_MAX_BODY_BYTES", 2_621_440, minimum=1024)
 OTLP_MAX_DECOMPRESSED_BYTES = env_int("OTLP_MAX_DECOMPRESSED_BYTES", 16_777_216, minimum=1024)
 OTLP_GRACE_SECS = env_float("OTLP_GRACE_SECS", 5.0)
 OTLP_ORPHAN_SECS = env_float("OTLP_ORPHAN_SECS", 600.0)
+OTLP_KEEP_SECS = env_float("OTLP_KEEP_SECS", 3600.0)
 SPECTACULAR_SETTINGS = {
     "TITLE": "Singularity API",
     "DESCRIPTION": "Control plane for autonomous LLM agents: beings, the brain, grading and the self-evolving loop.",
@@ -258,6 +260,8 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "singularity.apikit.schema.document_errors",
+        # POST /v1/traces, the OTLP/HTTP receiver (a plain view, its own protocol's shapes): grading.otlp_schema.
+        "grading.otlp_schema.document_otlp",
     ],
 }
 

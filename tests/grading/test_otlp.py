@@ -23,7 +23,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from grading import otlp_assemble
+from grading import otlp_assemble, spans
 from grading.models import Entity, Execution, Grade, OtlpSpan, OtlpTrace, UnknownAgent
 from grading.tasks.grading import assemble_traces
 from singularity.models import ApiToken
@@ -347,3 +347,153 @@ def test_the_beat_sweeps_every_grace_and_its_task_makes_the_runs(live_server, ke
     with override_settings(OTLP_GRACE_SECS=0):
         assert assemble_traces() == 1
     assert the_run().status == "succeeded"
+
+
+def test_an_assembled_traces_row_is_kept_for_late_spans_then_pruned_by_the_sweep(live_server, key, triage):
+    spans = agent_spans()
+    export(live_server.url, key, spans)
+    assembled_at = timezone.now() + timedelta(hours=1)
+    assert otlp_assemble.sweep(now=assembled_at) == 1
+    kept = otlp_assemble.keep()
+    assert kept == timedelta(hours=1)  # OTLP_KEEP_SECS
+    otlp_assemble.sweep(now=assembled_at + kept - timedelta(seconds=1))
+    assert OtlpTrace.objects.count() == 1  # inside the keep: a retry still finds its run
+    assert export(live_server.url, key, spans) == SpanExportResult.SUCCESS
+    export(live_server.url, key, agent_spans())  # another trace: assembled by the next sweep, kept from then
+    otlp_assemble.sweep(now=assembled_at + kept + timedelta(seconds=1))
+    assert list(OtlpTrace.objects.values_list("assembled_at", flat=True)) == [
+        assembled_at + kept + timedelta(seconds=1)
+    ]
+    assert Execution.objects.count() == 2
+    with override_settings(OTLP_KEEP_SECS=0):
+        assert otlp_assemble.sweep(now=assembled_at + 2 * kept) == 0
+    assert not OtlpTrace.objects.exists() and not OtlpSpan.objects.exists()
+    assert [len(run.trace) for run in Execution.objects.all()] == [3, 3]  # the runs stay
+
+
+def test_the_api_schema_documents_the_receiver_with_both_encodings_and_its_refusals(client, django_user_model):
+    client.force_login(django_user_model.objects.create_user("reader"))
+    schema = client.get("/api/schema/", {"format": "json"}).json()
+    operation = schema["paths"]["/v1/traces"]["post"]
+    assert set(operation["requestBody"]["content"]) == {"application/x-protobuf", "application/json"}
+    assert set(operation["responses"]) == {"200", "400", "401", "413", "415"}
+    answer = operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].rpartition("/")[2]
+    assert "partialSuccess" in schema["components"]["schemas"][answer]["properties"]
+
+
+def _span_with(**attributes: object) -> object:
+    """The first model-call span of the test agent, with ``attributes`` set (a list value: repeated keys)."""
+    from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(encoded(agent_spans()))
+    span = request.resource_spans[0].scope_spans[0].spans[0]
+    for key, values in attributes.items():
+        for value in values if isinstance(values, tuple) else (values,):
+            item = KeyValue(key=key.replace("__", "."))
+            if isinstance(value, bool):
+                item.value.bool_value = value
+            elif isinstance(value, int):
+                item.value.int_value = value
+            elif isinstance(value, float):
+                item.value.double_value = value
+            elif isinstance(value, list):
+                for entry in value:
+                    item.value.array_value.values.add().int_value = entry
+            else:
+                item.value.string_value = value
+            span.attributes.append(item)
+    return span
+
+
+FAR = 2**64 - 1  # the last nanosecond OTLP can send (the year 2554)
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        {},
+        {"gen_ai__usage__input_tokens": "many"},
+        {"gen_ai__usage__input_tokens": -1},
+        {"gen_ai__usage__output_tokens": 2.5},
+        {"gen_ai__usage__output_tokens": True},
+        {"gen_ai__request__model": 4},
+        {"gen_ai__response__finish_reasons": 3},
+        {"gen_ai__response__finish_reasons": [1, 2]},
+        {"gen_ai__response__finish_reasons": "stop"},
+        {"singularity__cost_usd": "abc"},
+        {"singularity__cost_usd": "-1"},
+        {"singularity__cost_usd": "0.0000000000001"},
+        {"singularity__cost_usd": 2e9},
+        {"singularity__cost_usd": 0.5},
+        {"singularity__cost_usd": True},
+        {"": "empty key"},
+        {"k" * 257: "long key"},
+        {"llm__token_count__prompt": "many"},
+        {"llm__token_count__completion": 7},
+        {"singularity__entity": 3},
+        {"gen_ai__usage__input_tokens": ("many", 5)},
+        {"gen_ai__usage__input_tokens": (5, "many")},
+        {"gen_ai__input__messages": "not json ["},
+        {"gen_ai__tool__call__arguments": "{"},
+        {"end": FAR},
+        {"start": FAR, "end": FAR},
+        {"start": FAR, "end": 1},
+    ],
+)
+def test_the_exports_check_refuses_exactly_what_assembly_would_with_its_words(attributes):
+    from grading.otlp_decode import check, convert, stored_span
+    from grading.spans import TraceRefused
+
+    times = {name: attributes.pop(name) for name in ("start", "end") if name in attributes}
+    span = _span_with(**attributes)
+    if "start" in times:
+        span.start_time_unix_nano = times["start"]
+    if "end" in times:
+        span.end_time_unix_nano = times["end"]
+    said = []
+    for read in (check, convert):
+        try:
+            read(span, "spans[0]")
+            said.append("")
+        except TraceRefused as exc:
+            said.append(str(exc))
+    assert said[0] == said[1]
+    if not said[0]:  # kept: assembly reads its bytes into what convert makes
+        assert stored_span(span.SerializeToString(), span.trace_id.hex()) == convert(span, "spans[0]")
+
+
+@pytest.mark.parametrize("size", [100, 9_000, 20_000, 70_000])
+def test_a_kept_span_read_at_assembly_is_cut_to_its_limit_as_convert_cuts_it(size):
+    from grading.otlp_decode import convert, stored_span
+
+    span = _span_with(gen_ai__tool__call__result="\x01" * size)
+    stored = stored_span(span.SerializeToString(), span.trace_id.hex())
+    assert stored == convert(span, "spans[0]")
+    assert (spans.span_bytes(stored) <= spans.max_span_bytes()) and (
+        ("singularity.cut" in stored["attributes"]) == (size > 9_000)
+    )
+
+
+def test_an_export_request_is_a_handful_of_statements_whatever_its_spans(key, triage):
+    from django.db import connection
+    from django.test import RequestFactory
+    from django.test.utils import CaptureQueriesContext
+
+    from grading.api_otlp import export_traces
+
+    def send(traces: int) -> int:
+        body = encoded([span for _ in range(traces) for span in agent_spans()])
+        request = RequestFactory().post(
+            "/v1/traces", data=body, content_type="application/x-protobuf", HTTP_AUTHORIZATION=f"Bearer {key}"
+        )
+        with CaptureQueriesContext(connection) as queries:
+            assert export_traces(request).status_code == 200
+        return len(queries)
+
+    send(1)  # the token's last use noted (once a minute)
+    assert send(1) == send(40) <= 10
+    assert OtlpSpan.objects.count() == (1 + 1 + 40) * 4
+    last_used = ApiToken.objects.get().last_used_at
+    send(1)
+    assert ApiToken.objects.get().last_used_at == last_used
