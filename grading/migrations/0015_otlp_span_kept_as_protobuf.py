@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('grading', '0013_otlp_assembled_index'),
+        ('grading', '0014_otlp_assembled_index'),
     ]
 
     operations = [

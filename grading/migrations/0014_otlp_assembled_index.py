@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('grading', '0012_otlp_traces'),
+        ('grading', '0013_plan_terms'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
