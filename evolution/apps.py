@@ -11,10 +11,16 @@ class EvolutionConfig(AppConfig):
 
         metrics.register("evolution.cycles", cycles)
 
+        from django.db.models.signals import post_migrate, pre_migrate
+
         from evolution import hooks
+        from evolution.investigate import views_sql
 
         _check_project_functions()
         hooks.connect()
+        # The proposer's read-only views: dropped before every migrate, made again after it (views_sql says why).
+        pre_migrate.connect(views_sql.before_migrate, sender=self, dispatch_uid="evolution-ro-views-drop")
+        post_migrate.connect(views_sql.after_migrate, sender=self, dispatch_uid="evolution-ro-views-make")
 
 
 def _check_project_functions() -> None:

@@ -30,11 +30,11 @@ from django.db import connection
 
 log = logging.getLogger(__name__)
 
-#: The views the proposer may query, with what each holds (the migration makes them).
+#: The views the proposer may query, with what each holds (``views_sql`` makes them after every migrate).
 VIEWS: dict[str, str] = {
     "ro_runs": "the entities' runs (executions): input, output, error, trace (tool calls), cost, status, times",
     "ro_grades": "each graded run's grade: score, passed, failure category, per-criterion verdicts, metrics",
-    "ro_spans": "OpenTelemetry spans of reported runs, by run_id",
+    "ro_spans": "each run's span tree (its model and tool calls, nested), by run_id",
     "ro_ratings": "people's ratings of runs, per metric (who rated is not shown)",
     "ro_episodes": "chat episodes (a run each): role, surface, status, when opened and closed, how",
     "ro_turns": "the messages of chat episodes in order, with tool calls (by run_id)",
