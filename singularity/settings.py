@@ -83,6 +83,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "django_celery_beat",
     "singularity",
+    "singularity.notify",
     "hitl",
     "grading",
     "evolution",

@@ -10,6 +10,7 @@ pytest_plugins = [
     "tests.fakes.mcp_fixtures",
     "tests.fakes.telegram_fixtures",
     "tests.fakes.github_fixtures",
+    "tests.fakes.outbound_fixtures",
     "tests.evolution.demo_helpers",
     "tests.crawl_helpers",
 ]

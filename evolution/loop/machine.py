@@ -24,6 +24,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from evolution.core import cycles, due
+from evolution.core import notify as outbound
 from evolution.core.cycles import Opened
 from evolution.core.polling import LEASE
 from evolution.core.polling import take as take_poll
@@ -528,6 +529,7 @@ def _evaluate_locked(cycle: Cycle, now: datetime, closing: bool) -> str | None:
     seen = watch.observe(cycle, now)
     sick = watch.judge_unhealthy(cycle, seen, deciding=closing)
     if sick:
+        outbound.judge_unhealthy(cycle, sick)
         return _settle_watch(cycle, Cycle.Status.UNVALIDATED, sick, None, now)
     try:
         which, function = verdict.comparator(cycle.entity)
@@ -538,6 +540,7 @@ def _evaluate_locked(cycle: Cycle, now: datetime, closing: bool) -> str | None:
     if answered.verdict is not None:
         sick = watch.judge_unhealthy(cycle, seen, deciding=True)
         if sick:
+            outbound.judge_unhealthy(cycle, sick)
             return _settle_watch(cycle, Cycle.Status.UNVALIDATED, sick, None, now)
         return _settle_watch(cycle, answered.verdict, answered.reason, answered.record, now)
     if closing:
