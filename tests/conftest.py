@@ -16,6 +16,15 @@ pytest_plugins = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _notify_destinations_read_afresh() -> None:
+    """A test starts with no destination: the process's cached read (``singularity.notify.events``) is set so,
+    since a rolled-back test sends no signal (a destination the test saves drops it again)."""
+    from singularity.notify.events import prime
+
+    prime([])
+
+
 @pytest.fixture
 def alice(db) -> User:
     return User.objects.create_superuser("alice", "alice@example.org", "alice-password")

@@ -35,6 +35,9 @@ class DestinationAdmin(admin.ModelAdmin):
     list_display = ["name", "kind", "source", "active"]
     list_filter = ["kind", "source", "active"]
 
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # switched off instead: a process may still hold it for CACHE_SECS, and its log stays
+
 
 @admin.register(Delivery)
 class DeliveryAdmin(admin.ModelAdmin):

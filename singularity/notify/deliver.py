@@ -73,6 +73,8 @@ def send_one(delivery_id: Any, *, now: datetime | None = None) -> bool:
     delivery = Delivery.objects.select_related("destination").get(pk=delivery_id)
     attempts = delivery.attempts + 1
     try:
+        if not delivery.destination.active:
+            raise transport.SendError(f"{delivery.destination.name} is switched off", permanent=True)
         answer = _send(delivery)
     except transport.SendError as exc:
         _failed(delivery, attempts, exc, timezone.now())

@@ -7,6 +7,7 @@ Only what a person would read on the dashboard leaves: a title, the engine's own
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from django.conf import settings
@@ -43,6 +44,31 @@ NOTICE_EVENTS = {
 
 TASK = "singularity.notify.tasks.send"
 
+#: How long a process trusts the destinations it read: an event costs no statement while none changed here, and a
+#: destination added or switched off in another process is seen within this many seconds.
+CACHE_SECS = 30.0
+_cached: tuple[float, list[Destination]] | None = None
+
+
+def forget(**_: Any) -> None:
+    """Drop the destinations read (a destination saved in this process; ``post_save`` calls it)."""
+    global _cached
+    _cached = None
+
+
+def prime(destinations: list[Destination]) -> None:
+    """Set the destinations read, as a process that knows them (a test starting on an empty database)."""
+    global _cached
+    _cached = (time.monotonic(), destinations)
+
+
+def _destinations() -> list[Destination]:
+    global _cached
+    now = time.monotonic()
+    if _cached is None or now - _cached[0] > CACHE_SECS:
+        _cached = (now, list(Destination.objects.filter(active=True)))
+    return _cached[1]
+
 
 def absolute(path: str) -> str:
     """A dashboard path as an address people can open (the public URL before it when one is set)."""
@@ -60,7 +86,7 @@ def emit(event: str, *, key: str, title: str, text: str = "", url: str = "", **f
         raise ValueError(f"event: {event!r} is not one of {', '.join(EVENTS)}")
     made: list[Delivery] = []
     payload = {"text": text, "url": absolute(url), **{k: v for k, v in facts.items() if v not in (None, "")}}
-    for destination in Destination.objects.filter(active=True):
+    for destination in _destinations():
         if not destination.wants(event):
             continue
         try:

@@ -33,7 +33,7 @@ from typing import Any
 
 from django.db import transaction
 
-from singularity.notify.events import EVENTS
+from singularity.notify.events import EVENTS, forget
 from singularity.notify.models import AlertRule, Destination
 
 LABEL = "constitution/MANIFEST.yaml"
@@ -204,3 +204,4 @@ def sync(manifest: dict[str, Any] | None, brain_errors: list[str] = ()) -> None:
         for name, values in alerts.items():
             AlertRule.objects.update_or_create(name=name, defaults={**values, "source": source, "active": True})
         AlertRule.objects.filter(source=source).exclude(name__in=alerts).update(active=False)
+    forget()  # ``update`` sends no post_save
