@@ -64,3 +64,7 @@ from evolution.api import backtest as api_backtest  # noqa: E402
 urlpatterns += [
     path("loop/backtest/", api_backtest.LoopBacktest.as_view(), name="api-loop-backtest"),
 ]
+
+from evolution.api import check_pr as api_check_pr  # noqa: E402 - issue 35, kept apart from the others' lines
+
+urlpatterns += [path("loop/check-pr/", api_check_pr.LoopCheckPr.as_view(), name="api-loop-check-pr")]
