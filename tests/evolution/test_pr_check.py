@@ -4,10 +4,8 @@ API and the PR page's button run the cycle's check on it and answer on the PR.""
 from __future__ import annotations
 
 from io import StringIO
-from pathlib import Path
 
 import pytest
-from django.conf import settings as django_settings
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.test import Client
@@ -17,41 +15,11 @@ from evolution.forges.base import VALIDATION
 from evolution.forges.local import LocalForge
 from evolution.models import PullCheck, PullRequest
 from grading.demo import TRIAGE_PATH
-from grading.models import Grade
-from singularity.brain.git import clone, git
 from singularity.models import ApiToken
-from tests.evolution.demo_helpers import person_commits, run, tickets, triage
+from tests.evolution.demo_helpers import person_commits
+from tests.evolution.prcheck_helpers import BROKEN, FIXED, graded_history, person_opens_pr, triage_with
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
-
-FIXED = (
-    "- refund, charged twice, invoice, payment -> billing\n- crash, crashes, error, bug -> technical\n"
-    "- otherwise -> general\n"
-)
-BROKEN = "- otherwise -> general\n"
-
-
-def triage_with(rules: str) -> str:
-    text = (Path(django_settings.BRAIN_CHECKOUT) / TRIAGE_PATH).read_text()
-    head, sep, _ = text.partition("## Rules")
-    return head + sep + "\n\n" + rules
-
-
-def person_opens_pr(tmp_path: Path, branch: str, files: dict[str, str]) -> int:
-    """A person pushes ``branch`` with ``files`` changed and opens a PR of it into main; return its number."""
-    work = clone(str(Path(django_settings.VAR_DIR) / "brain.git"), tmp_path / f"pr-{branch.replace('/', '-')}")
-    git("checkout", "--quiet", "-b", branch, cwd=work.path)
-    for rel, text in files.items():
-        (work.path / rel).write_text(text)
-    git("commit", "--quiet", "-am", f"A person's change: {branch}", cwd=work.path)
-    git("push", "--quiet", "origin", branch, cwd=work.path)
-    return LocalForge().open_pull(head=branch, base="main", title=branch, body="").number
-
-
-def graded_history(count: int = 6) -> None:
-    for ticket in tickets()[:count]:
-        run(ticket)
-    assert Grade.objects.filter(entity=triage(), status=Grade.Status.GRADED).exists()
 
 
 def test_a_persons_pr_that_breaks_the_triage_rules_is_answered_regressed_with_its_pairs(embedded, tmp_path, alice):

@@ -1,0 +1,39 @@
+"""The pre-merge check for a person's pull request on the fake GitHub (issue 35): the API answers, the PR's head gets
+singularity/validation and the PR a comment with the pairs, through real PyGithub."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from evolution.forges import get_forge
+from evolution.forges.base import VALIDATION
+from grading.demo import TRIAGE_PATH
+from tests.evolution.github_helpers import push
+from tests.evolution.prcheck_helpers import BROKEN, FIXED, graded_history, triage_with
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+def person_opens(on_github, tmp_path, branch: str, rules: str) -> tuple[int, str]:
+    head = push(on_github, tmp_path, branch, {TRIAGE_PATH: triage_with(rules)}, message=f"A person: {branch}")
+    return get_forge().open_pull(head=branch, base="main", title=branch, body="By hand.").number, head
+
+
+def test_a_persons_pr_on_github_is_answered_regressed_then_a_fix_validated(on_github, tmp_path, alice):
+    graded_history()
+    api = APIClient()
+    api.force_authenticate(alice)
+    broken, broken_head = person_opens(on_github, tmp_path, "person/fewer-rules", BROKEN)
+    answer = api.post("/api/loop/check-pr/", {"number": broken}, format="json").json()
+    assert answer["verdict"] == "regressed", answer
+    assert on_github.statuses(broken_head)[VALIDATION] == "failure"
+    pull = on_github.pull(broken)
+    assert pull.state == "open"  # never closed: a person decides
+    (comment,) = pull.comments
+    assert comment["body"].startswith("**The pre-merge check: regressed**") and "| frozen input |" in comment["body"]
+
+    fixed, fixed_head = person_opens(on_github, tmp_path, "person/more-keywords", FIXED)
+    answer = api.post("/api/loop/check-pr/", {"number": fixed}, format="json").json()
+    assert answer["verdict"] == "validated", answer
+    assert on_github.statuses(fixed_head)[VALIDATION] == "success"
