@@ -23,7 +23,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from evolution.core import cycles, due
+from evolution.core import cycles, due, pull_checks
 from evolution.core import notify as outbound
 from evolution.core.cycles import Opened
 from evolution.core.polling import LEASE
@@ -516,14 +516,14 @@ def open_watch(cycle: Cycle, now: datetime, *, evaluated_at: datetime | None = N
 
 
 def _evaluate_locked(cycle: Cycle, now: datetime, closing: bool) -> str | None:
-    edit = watch.edit_confound(cycle)
+    edit = pull_checks.named(watch.edit_confound(cycle))  # a person's PR checked before it merged is named
     if edit is not None:
         Cycle.objects.filter(pk=cycle.pk).update(confounded_by_edit=edit)
         cycle.confounded_by_edit = edit
         reason = (
             f"confounded: commit {edit['sha'][:12]} by {edit['author']} ({edit['subject']}) changed "
-            f"{', '.join(edit['files'])} during the watch; no cycle shipped it, so the watch cannot say which "
-            "change did what — nothing is undone"
+            f"{', '.join(edit['files'])} during the watch{pull_checks.words(edit)}; no cycle shipped it, so the "
+            "watch cannot say which change did what — nothing is undone"
         )
         return _settle(cycle, Cycle.Status.UNVALIDATED, reason=reason, now=now)
     seen = watch.observe(cycle, now)

@@ -4,6 +4,7 @@ API and the PR page's button run the cycle's check on it and answer on the PR.""
 from __future__ import annotations
 
 from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
@@ -11,12 +12,14 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from rest_framework.test import APIClient
 
+from evolution import prcheck
 from evolution.forges.base import VALIDATION
 from evolution.forges.local import LocalForge
-from evolution.models import PullCheck, PullRequest
+from evolution.models import Cycle, PullCheck, PullRequest
 from grading.demo import TRIAGE_PATH
+from grading.sync import sync_brain
 from singularity.models import ApiToken
-from tests.evolution.demo_helpers import person_commits
+from tests.evolution.demo_helpers import person_commits, run
 from tests.evolution.prcheck_helpers import BROKEN, FIXED, graded_history, person_opens_pr, triage_with
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -84,3 +87,21 @@ def test_the_command_checks_a_pr_changing_no_loop_entity_and_says_so(embedded, t
     assert PullCheck.objects.get(number=number).entities == []
     with pytest.raises(CommandError, match="PR #99"):
         call_command("loop", "check-pr", "99")
+
+
+def test_a_checked_persons_pr_merged_during_a_watch_is_named_with_its_check(embedded, alice, tmp_path):
+    from tests.evolution.test_confounded_edits import _watching
+
+    cycle, failed = _watching(embedded, alice)
+    definition = (Path(embedded.BRAIN_CHECKOUT) / TRIAGE_PATH).read_text()
+    hotfix = definition.replace("- otherwise -> general", "- password -> technical\n- otherwise -> general")
+    number = person_opens_pr(tmp_path, "person/passwords", {TRIAGE_PATH: hotfix})
+    checked = prcheck.check_pr(number, by="bob")
+    embedded.LOCAL_FORGE_REQUIRED_STATUSES = []  # the person merges it whatever its check said
+    LocalForge().merge_pull(number, by="bob")
+    sync_brain()
+    run(failed[0])  # a grade lands: the watch reads the brain's history
+    cycle.refresh_from_db()
+    assert cycle.status == Cycle.Status.UNVALIDATED and cycle.reason.startswith("confounded:"), cycle.reason
+    assert f"(PR #{number}, checked {checked.verdict} before its merge)" in cycle.reason
+    assert cycle.confounded_by_edit["check"]["number"] == number
