@@ -31,6 +31,7 @@ from evolution.presets import pairs as P
 from grading.models import Entity, Execution, Grade
 from grading.pin import comparable
 from singularity.errors import ConfigError
+from singularity.notify.events import emit
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +183,7 @@ def check_pr(number: int, *, by: str, now: datetime | None = None) -> PullCheck:
         },
     )
     forge.comment(number, fit(body, rest=""), by=by)
-    return PullCheck.objects.create(
+    checked = PullCheck.objects.create(
         number=number,
         head_sha=pull.head_sha,
         base_sha=base,
@@ -195,6 +196,16 @@ def check_pr(number: int, *, by: str, now: datetime | None = None) -> PullCheck:
         ],
         created_at=now,
     )
+    emit(
+        "check.answered",
+        key=f"pr:{checked.pk}",
+        title=f"PR #{number}: the pre-merge check answered {verdict}",
+        text=reason,
+        url=pull.url,
+        pr=number,
+        verdict=verdict,
+    )
+    return checked
 
 
 def _words(side: dict[str, Any]) -> str:

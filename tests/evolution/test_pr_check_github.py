@@ -9,8 +9,10 @@ from rest_framework.test import APIClient
 from evolution.forges import get_forge
 from evolution.forges.base import VALIDATION
 from grading.demo import TRIAGE_PATH
+from singularity.notify import deliver
 from tests.evolution.github_helpers import push
 from tests.evolution.prcheck_helpers import BROKEN, FIXED, graded_history, triage_with
+from tests.notify.helpers import webhook_destination
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -20,7 +22,8 @@ def person_opens(on_github, tmp_path, branch: str, rules: str) -> tuple[int, str
     return get_forge().open_pull(head=branch, base="main", title=branch, body="By hand.").number, head
 
 
-def test_a_persons_pr_on_github_is_answered_regressed_then_a_fix_validated(on_github, tmp_path, alice):
+def test_a_persons_pr_on_github_is_answered_regressed_then_a_fix_validated(on_github, tmp_path, alice, fake_webhook):
+    webhook_destination(fake_webhook.url, events=["check.answered"])
     graded_history()
     api = APIClient()
     api.force_authenticate(alice)
@@ -37,3 +40,8 @@ def test_a_persons_pr_on_github_is_answered_regressed_then_a_fix_validated(on_gi
     answer = api.post("/api/loop/check-pr/", {"number": fixed}, format="json").json()
     assert answer["verdict"] == "validated", answer
     assert on_github.statuses(fixed_head)[VALIDATION] == "success"
+    deliver.sweep()  # each answer went out as a signed webhook too
+    assert [(r.json()["pr"], r.json()["verdict"]) for r in fake_webhook.received] == [
+        (broken, "regressed"),
+        (fixed, "validated"),
+    ]
