@@ -226,5 +226,16 @@ def _section(answer: EntityAnswer) -> dict[str, Any]:
     }
 
 
+def check_if_persons(number: int) -> str:
+    """What a pull request event asks (``LOOP_CHECK_PULLS``): the check of a PR the loop did not open; the verdict."""
+    from django.db.models import Q
+
+    from evolution.models import Round
+
+    if Round.objects.filter(Q(pr_number=number) | Q(revert_pr_number=number)).exists():
+        return "the loop's own: its cycle checks it"
+    return check_pr(number, by="a pull_request event").verdict
+
+
 def latest(number: int) -> PullCheck | None:
     return PullCheck.objects.filter(number=number).order_by("-created_at").first()

@@ -4,10 +4,12 @@ singularity/validation and the PR a comment with the pairs, through real PyGithu
 from __future__ import annotations
 
 import pytest
+from django.test import Client
 from rest_framework.test import APIClient
 
 from evolution.forges import get_forge
 from evolution.forges.base import VALIDATION
+from evolution.models import PullCheck
 from grading.demo import TRIAGE_PATH
 from singularity.notify import deliver
 from tests.evolution.github_helpers import push
@@ -45,3 +47,18 @@ def test_a_persons_pr_on_github_is_answered_regressed_then_a_fix_validated(on_gi
         (broken, "regressed"),
         (fixed, "validated"),
     ]
+
+
+def test_opted_in_a_persons_pr_opened_on_github_is_checked_by_its_event(on_github, tmp_path, settings):
+    settings.LOOP_CHECK_PULLS = True
+    graded_history()
+    number, head = person_opens(on_github, tmp_path, "person/fewer-rules", BROKEN)
+    on_github.deliver(Client())  # GitHub's pull_request "opened", signed, to /github/webhook/
+    assert on_github.statuses(head)[VALIDATION] == "failure"
+    assert PullCheck.objects.get(number=number).requested_by == "a pull_request event"
+
+
+def test_without_the_opt_in_an_event_checks_nothing(on_github, tmp_path):
+    number, head = person_opens(on_github, tmp_path, "person/fewer-rules", BROKEN)
+    on_github.deliver(Client())
+    assert VALIDATION not in on_github.statuses(head) and not PullCheck.objects.exists()
