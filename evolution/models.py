@@ -630,6 +630,9 @@ class PullCheck(models.Model):
     verdict = models.CharField(max_length=12, help_text="validated, regressed, unvalidated, or none (no entity).")
     reason = models.TextField(blank=True, default="")
     entities = models.JSONField(default=list, blank=True)
+    #: " scenario:triage heartbeat:pulse ": the entities checked, for an entity's page (a substring match on both
+    #: databases, where a JSON containment on a list of objects is not).
+    touched = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -194,6 +194,7 @@ def check_pr(number: int, *, by: str, now: datetime | None = None) -> PullCheck:
             {"entity": f"{a.entity.target_kind}:{a.entity.slug}", "name": a.entity.name or a.entity.slug, **a.record}
             for a in answers
         ],
+        touched=" " + " ".join(f"{a.entity.target_kind}:{a.entity.slug}" for a in answers) + " ",
         created_at=now,
     )
     emit(

@@ -43,3 +43,9 @@ def words(edit: dict[str, Any]) -> str:
     """ " (PR #12, checked regressed before its merge)", or "" for a commit no check covered."""
     check = edit.get("check")
     return f" (PR #{check['number']}, checked {check['verdict']} before its merge)" if check else ""
+
+
+def of_entity(entity: Any, *, limit: int = 5) -> list[PullCheck]:
+    """The newest checks of pull requests that changed ``entity``'s files (its page's story), newest first."""
+    key = f" {entity.target_kind}:{entity.slug} "
+    return list(PullCheck.objects.filter(touched__contains=key).order_by("-created_at")[:limit])

@@ -51,6 +51,8 @@ def test_a_persons_pr_that_breaks_the_triage_rules_is_answered_regressed_with_it
     page = client.get(f"/evolution/pulls/{number}/").content.decode()
     assert 'id="pull-check"' in page and "The pre-merge check: regressed" in page and "frozen input" in page
     assert 'id="check-button"' in page
+    story = client.get("/evolution/entities/scenario/triage/cycles/").content.decode()  # the entity's loop story
+    assert 'id="pull-checks"' in story and f"PR #{number}</a>" in story and "regressed" in story
 
 
 def test_the_api_refuses_a_number_that_is_not_one_and_a_pr_that_is_not_there(embedded, alice):
