@@ -136,3 +136,18 @@ def test_the_admin_sends_a_delivery_again_under_a_new_id(
     first, again = fake_webhook.received
     assert json.loads(first.body)["id"] == str(made.pk) != json.loads(again.body)["id"]
     assert Delivery.objects.filter(status=Delivery.Status.SENT).count() == 2
+
+
+def test_the_notifications_page_lists_each_destination_with_its_counts_in_peoples_words(fake_webhook, client, alice):
+    webhook_destination(fake_webhook.url)
+    fake_webhook.fail_next(500, "down")
+    emit("pr.opened", key="a", title="opened")
+    emit("pr.merged", key="b", title="merged")
+    deliver.sweep()
+    client.force_login(alice)
+    page = client.get(reverse("notify-destinations")).content.decode()
+    assert 'href="/notifications/ci/"' in page and "Signed webhook" in page and "The admin" in page
+    assert "<td>1</td><td>1</td><td>0</td>" in page  # one delivered, one waiting to retry, none given up
+    assert "pr.opened" not in page  # events in words on the destination's own page, never their internal names
+    log = client.get(reverse("notify-destination", args=["ci"])).content.decode()
+    assert "the loop opened a pull request" in log and "Retrying" in log and "HTTP 500: down" in log
