@@ -750,3 +750,30 @@ class AaReport(models.Model):
 
     def __str__(self) -> str:
         return f"A/A report {self.pk} of {self.entity} ({self.status})"
+
+
+class PullCheck(models.Model):
+    """The pre-merge check run on a pull request anyone opened against the brain (issue 35): one per request.
+
+    ``entities`` holds each loop entity the PR changes with the check's record (the same shape as
+    ``Round.check_verdict``); ``verdict`` is the worst of them. A merged PR's check is what a watch it confounds
+    names (``evolution.prcheck.for_commit``).
+    """
+
+    number = models.PositiveIntegerField(db_index=True)
+    head_sha = models.CharField(max_length=40, db_index=True)
+    base_sha = models.CharField(max_length=40)
+    requested_by = models.CharField(max_length=200)
+    verdict = models.CharField(max_length=12, help_text="validated, regressed, unvalidated, or none (no entity).")
+    reason = models.TextField(blank=True, default="")
+    entities = models.JSONField(default=list, blank=True)
+    #: " scenario:triage heartbeat:pulse ": the entities checked, for an entity's page (a substring match on both
+    #: databases, where a JSON containment on a list of objects is not).
+    touched = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"PR #{self.number} at {self.head_sha[:12]}: {self.verdict}"

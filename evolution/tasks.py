@@ -106,3 +106,11 @@ def needs_you_digest() -> bool:
     from evolution.steering import needs_you
 
     return needs_you.digest() is not None
+
+
+@shared_task(ignore_result=True, soft_time_limit=1800)
+def check_person_pr(number: int) -> str:
+    """The pre-merge check of a PR a pull request event announced (``LOOP_CHECK_PULLS``); return its verdict."""
+    from evolution.prcheck import check_if_persons
+
+    return check_if_persons(number)

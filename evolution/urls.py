@@ -14,6 +14,7 @@ urlpatterns += [
     path("pulls/<int:number>/", views_pulls.pull_detail, name="pull"),
     path("pulls/<int:number>/merge/", views_pulls.pull_merge, name="pull-merge"),
     path("pulls/<int:number>/close/", views_pulls.pull_close, name="pull-close"),
+    path("pulls/<int:number>/check/", views_pulls.pull_check, name="pull-check"),
 ]
 
 # --- The fleet, an entity's cycles and lessons, a cycle's story (evolution.views) ---

@@ -34,5 +34,9 @@ class GradingConfig(AppConfig):
 
         startup.register("brain sync", sync_before_up)
 
+        from grading import alert_measures
+
+        alert_measures.connect()
+
         # Grading, the rating cards and the chat enqueue their tasks by name (singularity.queue): import them.
         import grading.tasks  # noqa: F401

@@ -26,6 +26,7 @@ from grading.models import Entity
 from singularity.brain.git import Checkout, clone, init_bare_from
 from singularity.brain.loader import BrainSnapshot, EntityDefinition, load_brain
 from singularity.errors import ConfigError
+from singularity.notify import manifest as notify_manifest
 from singularity.startup import StepReport
 
 #: The row fields a load decides; a sync that would change none of them leaves the entity "unchanged".
@@ -170,6 +171,7 @@ def write_snapshot(snapshot: BrainSnapshot) -> SyncReport:
     """Write the snapshot's entities as rows; mark the rows whose file is gone ``present=False``."""
     report = SyncReport(commit=snapshot.commit, errors=list(snapshot.errors))
     report.method_errors = [m.error for m in snapshot.methods.values() if m.error]
+    notify_manifest.sync(snapshot.manifest, snapshot.errors)  # the notify: block (left as it was while refused)
     now = timezone.now()
     with transaction.atomic():
         existing = {(e.target_kind, e.slug): e for e in Entity.objects.select_for_update().order_by("pk")}

@@ -23,6 +23,7 @@ from hitl import registry
 from hitl.channels import enabled_channels
 from hitl.models import Card, Delivery, Notice
 from singularity.errors import ConfigError
+from singularity.notify import events as notify_events
 from singularity.queue import enqueue
 
 logger = logging.getLogger(__name__)
@@ -131,6 +132,7 @@ def open_card(
                 payload=payload or {},
             )
             _enqueue_deliveries(card=card)
+            notify_events.from_card(card)  # the outbound destinations (Slack, webhooks), after commit
     except IntegrityError:
         # Another process opened the same key between our read and our insert.
         opened = Card.objects.filter(key=key).first()
@@ -162,6 +164,7 @@ def post_notice(
             subject=subject,
         )
         _enqueue_deliveries(notice=notice)
+        notify_events.from_notice(notice)  # the outbound destinations (Slack, webhooks), after commit
     return notice
 
 

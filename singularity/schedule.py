@@ -38,6 +38,16 @@ BEAT_SCHEDULE = {
         "schedule": 30.0,
         "options": {"expires": 25},
     },
+    "notify-sweep": {
+        "task": "singularity.notify.tasks.sweep",
+        "schedule": 30.0,
+        "options": {"expires": 25},
+    },
+    "notify-evaluate-alerts": {
+        "task": "singularity.notify.tasks.evaluate_alerts",
+        "schedule": env_float("NOTIFY_ALERT_SECS", 60.0),
+        "options": {"expires": env_float("NOTIFY_ALERT_SECS", 60.0)},
+    },
     "chat-close-idle-episodes": {
         "task": "grading.tasks.chat.close_idle_episodes",
         "schedule": 60.0,

@@ -83,6 +83,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "django_celery_beat",
     "singularity",
+    "singularity.notify",
     "hitl",
     "grading",
     "evolution",
@@ -367,6 +368,9 @@ _forge = read_forge()
 LOOP_FORGE: str = _forge["LOOP_FORGE"]
 GITHUB_API_URL: str = _forge["GITHUB_API_URL"]
 GITHUB_REPOSITORY: str = _forge["GITHUB_REPOSITORY"]
+#: Opt-in (issue 35): a pull request opened, pushed to or reopened on GitHub that the loop did not open starts the
+#: pre-merge check (evolution.forges.github_pr_check); off, a person asks (button, API, manage.py loop check-pr).
+LOOP_CHECK_PULLS: bool = env_bool("LOOP_CHECK_PULLS", False)
 GITHUB_TOKEN: str = _forge["GITHUB_TOKEN"]
 #: Which variable the token came from (GITHUB_TOKEN, else GH_TOKEN): how messages name the credential.
 GITHUB_TOKEN_VAR: str = _forge["GITHUB_TOKEN_VAR"]

@@ -15,6 +15,7 @@ urlpatterns = [
     path("readyz", ops.readyz, name="readyz"),
     path("metrics", ops.metrics_view, name="metrics"),
     path("", include("singularity.web_urls")),
+    path("", include("singularity.notify.urls")),
     path("evolution/", include("evolution.urls")),
     path("evolution/", include("grading.urls")),
     path("", include("hitl.urls")),

@@ -10,9 +10,19 @@ pytest_plugins = [
     "tests.fakes.mcp_fixtures",
     "tests.fakes.telegram_fixtures",
     "tests.fakes.github_fixtures",
+    "tests.fakes.outbound_fixtures",
     "tests.evolution.demo_helpers",
     "tests.crawl_helpers",
 ]
+
+
+@pytest.fixture(autouse=True)
+def _notify_destinations_read_afresh() -> None:
+    """A test starts with no destination: the process's cached read (``singularity.notify.events``) is set so,
+    since a rolled-back test sends no signal (a destination the test saves drops it again)."""
+    from singularity.notify.events import prime
+
+    prime([])
 
 
 @pytest.fixture

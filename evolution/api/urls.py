@@ -84,3 +84,7 @@ urlpatterns += [
     path("loop/aa/", api_aa.LoopAa.as_view(), name="api-loop-aa"),
     path("loop/aa/<int:pk>/", api_aa.LoopAaReport.as_view(), name="api-loop-aa-report"),
 ]
+
+from evolution.api import check_pr as api_check_pr  # noqa: E402 - issue 35, kept apart from the others' lines
+
+urlpatterns += [path("loop/check-pr/", api_check_pr.LoopCheckPr.as_view(), name="api-loop-check-pr")]

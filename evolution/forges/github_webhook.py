@@ -30,7 +30,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from evolution.forges import github_shape
+from evolution.forges import github_pr_check, github_shape
 from evolution.models import GitHubDelivery
 
 log = logging.getLogger(__name__)
@@ -108,6 +108,7 @@ def receive(headers: Any, body: bytes) -> Answer:
             )
             if number is not None:
                 transaction.on_commit(lambda: wake(number))
+            github_pr_check.on_delivery(event, action, payload)  # opt-in: a person's PR starts the check
     except IntegrityError:
         return Answer(200, f"delivery {delivery} was handled already: nothing done")
     GitHubDelivery.objects.filter(received_at__lt=timezone.now() - KEEP).delete()

@@ -41,6 +41,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from evolution.core import notify as outbound
 from evolution.core.polling import FIRST_INTERVAL_S, back_off, read_or_wait, wait_out
 from evolution.forges import rate_limit
 from evolution.forges.base import STATUS_FIX, fit
@@ -538,6 +539,7 @@ def answer(cycle: Cycle, rnd: Round, verdict: P.Verdict, pairs: list[P.Pair], no
     log.info(
         "loop: cycle %s round %s: the check answered %s: %s", cycle.pk, rnd.number, verdict.verdict, verdict.reason
     )
+    outbound.check_answered(cycle, rnd, verdict.verdict, verdict.reason)
     if verdict.verdict == REGRESSED:
         _status(rnd, "failure", f"Regressed: {verdict.reason}")
         closed = _close(rnd, cycle)

@@ -23,7 +23,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from evolution.core import cycles, due
+from evolution.core import cycles, due, pull_checks
+from evolution.core import notify as outbound
 from evolution.core.cycles import Opened
 from evolution.core.polling import LEASE
 from evolution.core.polling import take as take_poll
@@ -553,19 +554,20 @@ def open_watch(cycle: Cycle, now: datetime, *, evaluated_at: datetime | None = N
 
 
 def _evaluate_locked(cycle: Cycle, now: datetime, closing: bool) -> str | None:
-    edit = watch.edit_confound(cycle)
+    edit = pull_checks.named(watch.edit_confound(cycle))  # a person's PR checked before it merged is named
     if edit is not None:
         Cycle.objects.filter(pk=cycle.pk).update(confounded_by_edit=edit)
         cycle.confounded_by_edit = edit
         reason = (
             f"confounded: commit {edit['sha'][:12]} by {edit['author']} ({edit['subject']}) changed "
-            f"{', '.join(edit['files'])} during the watch; no cycle shipped it, so the watch cannot say which "
-            "change did what — nothing is undone"
+            f"{', '.join(edit['files'])} during the watch{pull_checks.words(edit)}; no cycle shipped it, so the "
+            "watch cannot say which change did what — nothing is undone"
         )
         return _settle(cycle, Cycle.Status.UNVALIDATED, reason=reason, now=now)
     seen = watch.observe(cycle, now)
     sick = watch.judge_unhealthy(cycle, seen, deciding=closing)
     if sick:
+        outbound.judge_unhealthy(cycle, sick)
         return _settle_watch(cycle, Cycle.Status.UNVALIDATED, sick, None, now)
     try:
         which, function = verdict.comparator(cycle.entity)
@@ -576,6 +578,7 @@ def _evaluate_locked(cycle: Cycle, now: datetime, closing: bool) -> str | None:
     if answered.verdict is not None:
         sick = watch.judge_unhealthy(cycle, seen, deciding=True)
         if sick:
+            outbound.judge_unhealthy(cycle, sick)
             return _settle_watch(cycle, Cycle.Status.UNVALIDATED, sick, None, now)
         return _settle_watch(cycle, answered.verdict, answered.reason, answered.record, now)
     if closing:

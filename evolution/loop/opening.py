@@ -18,6 +18,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from evolution.core import notify as outbound
 from evolution.core.cycles import (
     EXEMPT_ORIGINS,
     UNREAD,
@@ -78,7 +79,9 @@ def refusals_many(
         why = held.get(entity.pk) or grouped.get(entity.pk)
         if not why and (loop_terms(entity).get("proposer") or {}).get("pipeline"):
             why = proposer_refusal(entity)
-        answers[entity.pk] = why or ceilings.get(entity.pk) or monthly.get(entity.pk)
+        answers[entity.pk] = (
+            why or ceilings.get(entity.pk) or outbound.month_reached(entity, monthly.get(entity.pk), now)
+        )
     return answers
 
 
@@ -105,7 +108,7 @@ def refusal(entity: Entity, *, origin: str, now: datetime, holder: Cycle | None 
         if ceiling:
             return ceiling
     # loop.budget.maxUsdPerMonth (issue 16): a spend ceiling, so no origin is exempt from it (as maxUsdPerRun).
-    return month_refusal(entity, now=now)
+    return outbound.month_reached(entity, month_refusal(entity, now=now), now)
 
 
 def kind_of(reason: str) -> str:

@@ -25,6 +25,7 @@ from django.conf import settings
 from django.db import transaction
 
 from evolution.core import cycles
+from evolution.core import notify as outbound
 from evolution.core.polling import FIRST_INTERVAL_S, back_off, deadline_hours, read_or_wait
 from evolution.forges import get_forge
 from evolution.forges.base import DIFF_GATE, VALIDATION, ForgeError, PullInfo, fit
@@ -259,6 +260,7 @@ def poll(cycle: Cycle, now: datetime) -> str:
     if pull is None:
         return "open"
     if pull.state == "merged":
+        outbound.reverted(cycle, round)
         return _ended(cycle, round, "merged", revert_merged_at=pull.merged_at or now)
     if pull.state == "closed":
         return _ended(cycle, round, "closed")

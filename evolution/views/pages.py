@@ -21,6 +21,7 @@ from django.urls import reverse
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_POST
 
+from evolution.core import pull_checks
 from evolution.core.diffs import file_diffs
 from evolution.models import Cycle, Lesson
 from evolution.reads import fleet as fleet_reads
@@ -208,6 +209,7 @@ def entity_cycles_context(entity: Entity) -> dict[str, Any]:
         "groups": groups.overview(entity),
         "cannot_analyze": cannot_analyze(entity, paused=rearm if entity.present else None, held=held),
         "spend": spend_context(entity),
+        "pull_checks": pull_checks.of_entity(entity),
     }
 
 

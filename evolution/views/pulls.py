@@ -20,7 +20,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from evolution import pulls
+from evolution import prcheck, pulls
 from evolution.forges import get_forge
 from evolution.forges.local import LocalForge
 from evolution.models import PullRequest
@@ -88,6 +88,7 @@ def pull_detail(request: HttpRequest, number: int) -> HttpResponse:
         "problem": problem,
         "can_act": request.user.is_staff and pull.state == PullRequest.State.OPEN,
         "unproven": _unproven(number),
+        "checked": prcheck.latest(number),
     }
     return render(request, "evolution/pull_detail.html", context)
 
@@ -118,6 +119,20 @@ def pull_merge(request: HttpRequest, number: int) -> HttpResponse:
     messages.success(request, f"Merged PR #{number} as {moved.info.merge_sha[:12]}.")
     for problem in moved.problems:
         messages.warning(request, problem)
+    return redirect("evolution:pull", number=number)
+
+
+@login_required
+@require_POST
+def pull_check(request: HttpRequest, number: int) -> HttpResponse:
+    """Run the pre-merge check on the request ("Check this PR"); its answer is shown on the page and posted on it."""
+    get_object_or_404(PullRequest, number=number)
+    try:
+        checked = prcheck.check_pr(number, by=request.user.get_username())
+    except SingularityError as exc:  # not open, the forge or git unreachable
+        messages.error(request, f"Not checked: {exc}")
+        return redirect("evolution:pull", number=number)
+    messages.success(request, f"The pre-merge check answered {checked.verdict}: {checked.reason}")
     return redirect("evolution:pull", number=number)
 
 

@@ -22,6 +22,7 @@ from singularity.brain import frontmatter
 from singularity.brain.git import Checkout, TreeEntry
 from singularity.brain.terms import MANIFEST_LABEL, TermsError, check_manifest, resolve_terms
 from singularity.errors import ConfigError
+from singularity.notify import manifest as notify_manifest
 
 MANIFEST_PATH = MANIFEST_LABEL
 METHODS_DIR = "constitution/Evaluation/Methods"
@@ -168,7 +169,7 @@ def _load_manifest(checkout: Checkout, commit: str, present: Mapping[str, TreeEn
         snapshot.errors.append(f"{MANIFEST_PATH}: must be a mapping of keys")
         return False
     snapshot.manifest = data
-    refusals = check_manifest(data)
+    refusals = check_manifest(data) + notify_manifest.refusals(data)
     snapshot.errors.extend(refusals)
     return not refusals
 

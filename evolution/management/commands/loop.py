@@ -51,8 +51,16 @@ class Command(BaseCommand):
         calibration.add_argument("entity", help="<kind>:<id>, e.g. scenario:triage")
         calibration.add_argument("--trials", type=int, default=20, help="Freshly frozen sets to check (default 20).")
         calibration.add_argument("--json", action="store_true", help="Print the report as JSON.")
+        check_pr = sub.add_parser(
+            "check-pr", help="Run the pre-merge check on an open pull request against the brain (exit 1: regressed)."
+        )
+        check_pr.add_argument("number", type=int, help="The pull request's number.")
+        check_pr.add_argument("--by", default="manage.py loop check-pr", help="Who asks (named on the PR's comment).")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["action"] == "check-pr":
+            self.check_pr(options["number"], options["by"])
+            return
         if options["action"] == "backtest":
             self.backtest(options)
             return
@@ -88,6 +96,20 @@ class Command(BaseCommand):
                 broken.append(verdict.words(total))
         if broken:
             raise CommandError("; ".join(broken))
+
+    def check_pr(self, number: int, by: str) -> None:
+        """Check PR ``number`` and print each entity's answer; CommandError (exit 1) when it regressed."""
+        from evolution.prcheck import PullCheckError, check_pr
+
+        try:
+            checked = check_pr(number, by=by)
+        except PullCheckError as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(f"PR #{number} at {checked.head_sha[:12]}: {checked.verdict} — {checked.reason}")
+        for entity in checked.entities:
+            self.stdout.write(f"  {entity['entity']}: {entity['verdict']} — {entity['reason']}")
+        if checked.verdict == "regressed":
+            raise CommandError(f"PR #{number} regressed")
 
     def backtest(self, options: dict[str, Any]) -> None:
         """Backtest today's policy (and the one the --set changes make) and print both reports."""
