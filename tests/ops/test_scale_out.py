@@ -80,7 +80,7 @@ def test_two_worker_processes_share_the_grading_and_every_grade_lands_once(postg
         entity = Entity.objects.get(slug="judged")
         with grading_workers(env, ["alpha", "beta"]) as workers, TaskEvents(celery_app) as events:
             report(entity, 40)
-            seen = wait_settled(entity, 25, timeout=120)
+            seen = wait_settled(entity, 40, timeout=120)
             time.sleep(1)  # the last task-succeeded events on their way
             hostnames = {worker.hostname() for worker in workers}
     assert seen == {"graded": 40}
