@@ -125,6 +125,7 @@ class Worker:
 
     def __init__(self, env: dict[str, str], name: str, concurrency: int) -> None:
         self.name = name
+        Path(env["SINGULARITY_VAR_DIR"]).mkdir(parents=True, exist_ok=True)
         self.log = Path(env["SINGULARITY_VAR_DIR"]) / f"worker-{name}.log"
         command = [
             sys.executable, "-m", "celery", "-A", "singularity", "--quiet", "worker", "-Q", "grading",
