@@ -14,6 +14,8 @@ job sent to the ``grading`` queue in Redis — and times until every grade has s
     .venv/bin/python bench/scale_out.py --pg-url postgres://postgres@127.0.0.1:5432/scale_out \\
         --redis redis://127.0.0.1:6379/6 --runs 1000 --backlog 10000
 
+With ``--runs 300`` it took 11 minutes on the shared 2-core machine (load average 8–17), the backlog 466 s of it.
+
 ``--phase pages`` times the dashboard **over HTTP through gunicorn** (started as ``manage.py up`` starts it,
 ``WEB_CONCURRENCY`` 2 × 4 threads) while grades land at ``--rate`` (500) a second, on the data set of
 ``bench/dashboard_scale.py`` (1,000 entities in the loop, ``--runs-each`` 1,000 graded runs each: 1M runs and
@@ -403,7 +405,7 @@ def main() -> None:
     from grading.models import Entity
 
     entity = Entity.objects.get(slug="judged")
-    results: list[tuple[str, int, float, dict[str, int]]] = []
+    results: list[tuple[str, int, float, float]] = []  # label, runs, seconds, the 1-minute load average at its end
     done = 0
     for workers_n in (1, 2):
         since = time.time()
@@ -413,7 +415,7 @@ def main() -> None:
         seconds, _ = drain(entity, done + args.runs)
         done += args.runs
         stop(workers)
-        results.append((f"{workers_n} worker(s) × {args.threads} threads", args.runs, seconds, counts(entity)))
+        results.append((f"{workers_n} worker(s) × {args.threads} threads", args.runs, seconds, os.getloadavg()[0]))
 
     report(entity, args.backlog)  # no worker: every job waits in the queue
     print(f"backlog queued: {args.backlog} runs; the grading queue holds", end=" ")
@@ -426,14 +428,16 @@ def main() -> None:
     seconds, sweeps = drain(entity, done + args.backlog, sweep_every=5.0, grace_s=5.0)
     stop(workers)
     final = counts(entity)
-    results.append((f"backlog, 2 workers × {args.threads} threads, {sweeps} sweeps", args.backlog, seconds, final))
+    results.append(
+        (f"backlog, 2 workers × {args.threads} threads, {sweeps} sweeps", args.backlog, seconds, os.getloadavg()[0])
+    )
     judge.stop()
 
     print(f"\njudge: {args.judge_ms:.0f} ms a call; Postgres {args.pg_url.rsplit('/', 1)[-1]}, Redis {args.redis}")
-    print("| phase | runs | seconds | grades/s |")
-    print("|---|---:|---:|---:|")
-    for label, runs, seconds, _ in results:
-        print(f"| {label} | {runs} | {seconds:.1f} | {runs / seconds:.1f} |")
+    print("| phase | runs | seconds | grades/s | load average at its end |")
+    print("|---|---:|---:|---:|---:|")
+    for label, runs, seconds, load in results:
+        print(f"| {label} | {runs} | {seconds:.1f} | {runs / seconds:.1f} | {load:.1f} |")
     print(f"\nfinal grade states: {final}")
     if final.get("lost", 0) or final.get("failed", 0):
         raise SystemExit(f"FAILED: {final.get('lost', 0)} lost, {final.get('failed', 0)} failed")
