@@ -42,7 +42,7 @@ def eventually(read, timeout: float = 90.0, what=lambda: "it"):
 @pytest.mark.django_db(transaction=True)
 def test_flower_against_the_broker_lists_the_worker_and_its_task(redis_broker, tmp_path):
     if connection.vendor != "postgresql":
-        pytest.skip("the worker process reads the test's database: Postgres (a SQLite test file is this process's)")
+        pytest.skip("needs Postgres: the worker process is handed the test database as a Postgres URL")
     env = worker_env(tmp_path / "var", URL, judged_brain(tmp_path), "http://127.0.0.1:9/v1")
     port = free_port()
     flower = subprocess.Popen(
