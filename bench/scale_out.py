@@ -14,7 +14,21 @@ job sent to the ``grading`` queue in Redis — and times until every grade has s
     .venv/bin/python bench/scale_out.py --pg-url postgres://postgres@127.0.0.1:5432/scale_out \\
         --redis redis://127.0.0.1:6379/6 --runs 1000 --backlog 10000
 
-Not measured here: the dashboard's pages over HTTP while grades land at 500/s (see docs/performance.md).
+With ``--runs 300`` it took 11 minutes on the shared 2-core machine (load average 8–17), the backlog 466 s of it.
+
+``--phase pages`` times the dashboard **over HTTP through gunicorn** (started as ``manage.py up`` starts it,
+``WEB_CONCURRENCY`` 2 × 4 threads) while grades land at ``--rate`` (500) a second, on the data set of
+``bench/dashboard_scale.py`` (1,000 entities in the loop, ``--runs-each`` 1,000 graded runs each: 1M runs and
+grades, five settled cycles an entity, 100 live, 10,080 cards; built set-based in SQL in some 2–3 minutes when the
+database is empty, then reused). The grades land from a second process as ``bench/fleet_while_landing.py`` lands
+them (graded runs on random entities, two in five bad, handed to the loop's trigger in batches of 100, after a
+warm-up of 10,000). A logged-in session (a cookie, as a browser sends it) requests every dashboard page and read
+API — a warm-up of 3, then ``--requests`` (20) timed, p50 and p95 — and the login page (which reads no data) in the
+same run as the floor, with the load average at each page. What the lander added is deleted at the end.
+
+    .venv/bin/python bench/scale_out.py --phase pages --pages-pg-url postgres://postgres@127.0.0.1:5432/dash_1m
+
+It took 2 minutes on the 2-core machine at load average 2–3 once the data set was built (8.5 at load 12).
 """
 
 from __future__ import annotations
@@ -213,8 +227,151 @@ def drain(entity: Any, total: int, *, sweep_every: float | None = None, grace_s:
         time.sleep(0.5)
 
 
+# --- The pages over HTTP while grades land ---------------------------------------------------------------------
+
+
+def session_key() -> str:
+    """A logged-in session of the data set's user (``alice``), saved in the database: its key for the cookie."""
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+    from django.contrib.sessions.backends.db import SessionStore
+
+    user = get_user_model().objects.get(username="alice")
+    session = SessionStore()
+    session[SESSION_KEY], session[BACKEND_SESSION_KEY] = str(user.pk), "django.contrib.auth.backends.ModelBackend"
+    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    session.save()
+    return str(session.session_key)
+
+
+def start_gunicorn(pg_url: str, port: int) -> subprocess.Popen[bytes]:
+    """gunicorn as ``manage.py up`` starts it, on the data set; returns once the login page answers."""
+    import urllib.request
+
+    from singularity.management.commands.up import web_command
+
+    var = tempfile.mkdtemp(prefix="pages-var-")
+    env = {
+        **os.environ,
+        "DATABASE_URL": pg_url,
+        "SINGULARITY_VAR_DIR": var,
+        "CELERY_BROKER_URL": "memory://localhost/",
+        "LOG_LEVEL": "WARNING",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "PROMETHEUS_MULTIPROC_DIR": var,
+    }
+    log = open(f"{var}/gunicorn.log", "ab")  # noqa: SIM115
+    server = subprocess.Popen(web_command(sys.executable, "127.0.0.1", port, dev=False), cwd=ROOT, env=env,
+                              stdout=log, stderr=log)  # fmt: skip
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/accounts/login/", timeout=2).read()
+            return server
+        except OSError:
+            time.sleep(0.2)
+    server.terminate()
+    raise SystemExit(f"gunicorn did not answer within 60 s (see {var}/gunicorn.log)")
+
+
+def time_over_http(port: int, session: str, path: str, headers: dict[str, str], requests: int) -> dict[str, Any]:
+    """Warm up (3), then time ``requests`` GETs of ``path`` over HTTP, a new connection each as a browser's first."""
+    import urllib.request
+
+    cookie = {} if path.startswith("/accounts/login/") else {"Cookie": f"sessionid={session}"}
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={**cookie, **headers})
+    for _ in range(3):
+        urllib.request.urlopen(request, timeout=120).read()
+    spent, status = [], 0
+    for _ in range(requests):
+        began = time.perf_counter()
+        with urllib.request.urlopen(request, timeout=120) as response:
+            response.read()
+            status = response.status
+        spent.append((time.perf_counter() - began) * 1000)
+    spent.sort()
+    p95 = spent[min(len(spent) - 1, round(0.95 * len(spent)) - 1)]
+    return {"p50": spent[len(spent) // 2], "p95": p95, "status": status, "load": os.getloadavg()[0]}
+
+
+def pages_phase(args: argparse.Namespace) -> None:
+    import multiprocessing
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import dashboard_scale
+    import fleet_while_landing
+
+    dashboard_scale.configure("postgres", args.pages_pg_url, "", False)
+    from django.db import connection
+    from django.db.models import Max
+
+    from evolution.models import Cycle
+    from grading.models import Entity, Grade
+
+    if not Entity.objects.filter(slug="bench-0000").exists():
+        dashboard_scale.build(args.entities, args.runs_each)
+    print(
+        f"data set: {Entity.objects.filter(loop_enabled=True).count():,} entities in the loop, "
+        f"{Grade.objects.count():,} grades; load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
+    pages = [
+        (label, path, {k[5:].replace("_", "-").title(): v for k, v in headers.items()})
+        for label, path, headers in dashboard_scale.pages()
+        if not args.only or args.only in label or label.startswith("login")
+    ]
+    session = session_key()
+    first_cycle = (Cycle.objects.aggregate(top=Max("pk"))["top"] or 0) + 1
+    connection.close()
+    server = start_gunicorn(args.pages_pg_url, args.port)
+    lander_args = argparse.Namespace(db="postgres", pg_url=args.pages_pg_url, sqlite_path="", seed=7, warm=args.warm,
+                                     batch=100, rate=args.rate)  # fmt: skip
+    ctx = multiprocessing.get_context("spawn")
+    ready, stop_landing, landed_q = ctx.Event(), ctx.Event(), ctx.Queue()
+    lander = ctx.Process(target=fleet_while_landing.land, args=(lander_args, ready, stop_landing, landed_q))
+    started = time.monotonic()
+    lander.start()
+    timed: dict[str, dict[str, Any]] = {}
+    try:
+        if not ready.wait(timeout=1800):
+            raise SystemExit("the lander did not finish its warm-up in 30 minutes")
+        time.sleep(2)
+        for label, path, headers in pages:
+            timed[label] = time_over_http(args.port, session, path, headers, args.requests)
+            print(f"   {label}: p95 {timed[label]['p95']:.0f} ms (load {timed[label]['load']:.1f})", flush=True)
+    finally:
+        stop_landing.set()
+        landed = landed_q.get(timeout=120)
+        lander.join(timeout=60)
+        server.terminate()
+        server.wait(timeout=60)
+    removed = fleet_while_landing.clean_up(first_cycle, landed["ids"])
+    floor = timed["login page (floor)"]
+    rate = landed["landed"] / landed["seconds"]
+    print(f"\ngunicorn, {len(pages)} pages × {args.requests} requests; grades landing at {rate:.0f}/s "
+          f"(aimed at {args.rate:.0f}/s, {landed['landed']:,} landed while timed); whole phase "
+          f"{time.monotonic() - started:.0f} s; load average at the end "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")  # fmt: skip
+    print(f"cleaned up: {removed['runs']:,} rows of runs and grades, {removed['cycles']:,} of cycles")
+    print("| page | p50 ms | p95 ms | p95 above the floor | load average | status |")
+    print("|---|---:|---:|---:|---:|---:|")
+    over = []
+    for label, m in timed.items():
+        above = m["p95"] - floor["p95"]
+        if above > 100:
+            over.append(label)
+        print(f"| {label} | {m['p50']:.1f} | {m['p95']:.1f} | {above:+.0f} ms | {m['load']:.1f} | {m['status']} |")
+    print(f"\nover the goal (p95 more than 100 ms above the floor's): {', '.join(over) or 'none'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--phase", choices=["grading", "pages"], default="grading")
+    parser.add_argument("--pages-pg-url", default="postgres://postgres@127.0.0.1:5432/dash_1m")
+    parser.add_argument("--entities", type=int, default=1000, help="pages: entities of the data set when built")
+    parser.add_argument("--runs-each", type=int, default=1000, help="pages: graded runs an entity when built")
+    parser.add_argument("--rate", type=float, default=500, help="pages: grades landing a second while timed")
+    parser.add_argument("--warm", type=int, default=10000, help="pages: grades landed before the timing starts")
+    parser.add_argument("--requests", type=int, default=20, help="pages: timed requests a page")
+    parser.add_argument("--only", default="", help="pages: time only the pages whose label contains this")
+    parser.add_argument("--port", type=int, default=8771)
     parser.add_argument("--pg-url", default="postgres://postgres@127.0.0.1:5432/scale_out")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/6")
     parser.add_argument("--runs", type=int, default=1000, help="runs per throughput phase")
@@ -222,6 +379,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=8, help="threads per worker process")
     parser.add_argument("--judge-ms", type=float, default=200.0)
     args = parser.parse_args()
+    if args.phase == "pages":
+        pages_phase(args)
+        return
 
     judge = judge_server(args.judge_ms / 1000)
     var = tempfile.mkdtemp(prefix="scale-var-")
@@ -245,7 +405,7 @@ def main() -> None:
     from grading.models import Entity
 
     entity = Entity.objects.get(slug="judged")
-    results: list[tuple[str, int, float, dict[str, int]]] = []
+    results: list[tuple[str, int, float, float]] = []  # label, runs, seconds, the 1-minute load average at its end
     done = 0
     for workers_n in (1, 2):
         since = time.time()
@@ -255,7 +415,7 @@ def main() -> None:
         seconds, _ = drain(entity, done + args.runs)
         done += args.runs
         stop(workers)
-        results.append((f"{workers_n} worker(s) × {args.threads} threads", args.runs, seconds, counts(entity)))
+        results.append((f"{workers_n} worker(s) × {args.threads} threads", args.runs, seconds, os.getloadavg()[0]))
 
     report(entity, args.backlog)  # no worker: every job waits in the queue
     print(f"backlog queued: {args.backlog} runs; the grading queue holds", end=" ")
@@ -268,14 +428,16 @@ def main() -> None:
     seconds, sweeps = drain(entity, done + args.backlog, sweep_every=5.0, grace_s=5.0)
     stop(workers)
     final = counts(entity)
-    results.append((f"backlog, 2 workers × {args.threads} threads, {sweeps} sweeps", args.backlog, seconds, final))
+    results.append(
+        (f"backlog, 2 workers × {args.threads} threads, {sweeps} sweeps", args.backlog, seconds, os.getloadavg()[0])
+    )
     judge.stop()
 
     print(f"\njudge: {args.judge_ms:.0f} ms a call; Postgres {args.pg_url.rsplit('/', 1)[-1]}, Redis {args.redis}")
-    print("| phase | runs | seconds | grades/s |")
-    print("|---|---:|---:|---:|")
-    for label, runs, seconds, _ in results:
-        print(f"| {label} | {runs} | {seconds:.1f} | {runs / seconds:.1f} |")
+    print("| phase | runs | seconds | grades/s | load average at its end |")
+    print("|---|---:|---:|---:|---:|")
+    for label, runs, seconds, load in results:
+        print(f"| {label} | {runs} | {seconds:.1f} | {runs / seconds:.1f} | {load:.1f} |")
     print(f"\nfinal grade states: {final}")
     if final.get("lost", 0) or final.get("failed", 0):
         raise SystemExit(f"FAILED: {final.get('lost', 0)} lost, {final.get('failed', 0)} failed")

@@ -282,6 +282,14 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
     }
     for _folder in ("queue", "processed", "control"):
         (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
+elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    # A message a worker took and had not started when it died stays in Redis' ``unacked`` hash until this many
+    # seconds after it was taken, then goes back to its queue for another worker (Celery's default is an hour).
+    # A message waiting longer than this in a live worker's prefetch is delivered twice: harmless (a grade is
+    # claimed once), so keep it above the longest a task waits behind the others a worker took.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_SECS", 3600, minimum=1),
+    }
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)

@@ -379,13 +379,13 @@ def rated_metrics(entities: list[Entity]) -> dict[int, list[str]]:
     if not entities:
         return {}
     wanted = {e.pk for e in entities}
-    blocks = Entity.objects.filter(evaluation_enabled=True, load_error="").values_list(
+    blocks = Entity.objects.filter(pk__in=wanted, evaluation_enabled=True, load_error="").values_list(
         "pk", "terms__evaluation__metrics"
     )
     return {
         pk: [metric_id for metric_id, spec in metrics.items() if _rated_spec(spec)]
         for pk, metrics in blocks
-        if pk in wanted and isinstance(metrics, dict)
+        if isinstance(metrics, dict)
     }
 
 

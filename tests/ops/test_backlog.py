@@ -3,62 +3,23 @@ one whose message the broker no longer holds is sent again (issue 37). Real Redi
 
 from __future__ import annotations
 
-import os
-import socket
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import time_machine
-from kombu import pools
 
 from grading.booking import on_terminal, sweep_lost
 from grading.models import Grade
 from singularity.celery import app as celery_app
 from singularity.queues import depth
 from tests.grading.grading_helpers import make_entity, make_run
+from tests.ops.broker import needs_redis
 
 NO_JUDGE = {"method": "none", "metrics": {"cost_usd": {"role": "guard", "floor": 1}}}
 T0 = datetime(2026, 5, 5, 9, 0, tzinfo=UTC)
-URL = (
-    os.environ.get("CELERY_BROKER_URL", "")
-    if os.environ.get("CELERY_BROKER_URL", "").startswith("redis://")
-    else ("redis://127.0.0.1:6379/6")
-)
 
 
-def redis_answers() -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", 6379), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
-@pytest.fixture
-def redis_broker(settings):
-    """Celery and the settings pointed at Redis db 6, emptied before and after."""
-    import redis
-
-    client = redis.Redis.from_url(URL)
-    client.flushdb()
-    before = celery_app.conf.broker_url
-
-    def fresh_pools() -> None:
-        """Forget the connection and producer pools made for the other broker (Celery makes them lazily again)."""
-        pools.reset()  # kombu's pools, by connection: closed and forgotten
-        celery_app._pool = None
-        celery_app.amqp._producer_pool = None
-
-    fresh_pools()
-    celery_app.conf.broker_url = URL
-    settings.CELERY_BROKER_URL = URL
-    yield client
-    fresh_pools()
-    celery_app.conf.broker_url = before
-    client.flushdb()
-
-
-@pytest.mark.skipif(not redis_answers(), reason="needs Redis on 127.0.0.1:6379")
+@needs_redis
 @pytest.mark.django_db
 def test_a_grade_merely_queued_past_15_minutes_is_not_failed_and_one_the_broker_lost_is_sent_again(
     redis_broker, django_capture_on_commit_callbacks
@@ -84,7 +45,7 @@ def test_a_grade_merely_queued_past_15_minutes_is_not_failed_and_one_the_broker_
     assert depth("grading") == 1  # sent again
 
 
-@pytest.mark.skipif(not redis_answers(), reason="needs Redis on 127.0.0.1:6379")
+@needs_redis
 @pytest.mark.django_db
 def test_a_grade_a_worker_has_taken_but_not_finished_counts_as_queued_not_lost(
     redis_broker, django_capture_on_commit_callbacks

@@ -380,3 +380,13 @@ def test_a_billion_tokens_is_still_accepted(fake_gateway: FakeGateway) -> None:
     block = {"prompt_tokens": 10**9, "completion_tokens": 0, "total_tokens": 10**9}
     fake_gateway.script(Reply(content="x", usage=block))
     assert complete(fake_gateway.gateway()).usage.prompt_tokens == 10**9
+
+
+def test_every_gateway_of_a_process_shares_one_tls_context_that_still_verifies() -> None:
+    # Building one loads the CA bundle: some 100 ms of CPU, once a grade when each grade made its own (issue 37).
+    import ssl
+
+    first, second = Gateway("https://gateway.example/v1", "key"), Gateway("https://other.example/v1", "")
+    contexts = [gateway._http._transport._pool._ssl_context for gateway in (first, second)]
+    assert contexts[0] is contexts[1]
+    assert contexts[0].verify_mode == ssl.CERT_REQUIRED and contexts[0].check_hostname
