@@ -11,6 +11,7 @@ from evolution.forges import get_forge
 from evolution.forges.base import VALIDATION
 from evolution.models import PullCheck
 from grading.demo import TRIAGE_PATH
+from grading.sync import sync_brain
 from singularity.notify import deliver
 from tests.evolution.github_helpers import push
 from tests.evolution.prcheck_helpers import BROKEN, FIXED, graded_history, triage_with
@@ -38,6 +39,12 @@ def test_a_persons_pr_on_github_is_answered_regressed_then_a_fix_validated(on_gi
     (comment,) = pull.comments
     assert comment["body"].startswith("**The pre-merge check: regressed**") and "| frozen input |" in comment["body"]
 
+    # A person merges the broken rules anyway; the fix's PR then repairs more than the check's band asks of the
+    # demo's three frozen tickets (a fix of the demo's own rules gains a third: issue 31's power says it cannot).
+    on_github.protection = []
+    on_github.merge(broken, by="alice")
+    sync_brain()
+    graded_history()
     fixed, fixed_head = person_opens(on_github, tmp_path, "person/more-keywords", FIXED)
     answer = api.post("/api/loop/check-pr/", {"number": fixed}, format="json").json()
     assert answer["verdict"] == "validated", answer

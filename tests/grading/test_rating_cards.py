@@ -211,7 +211,9 @@ def test_until_calibrated_then_cards_only_the_spot_check_share_by_the_run_id(car
     runs = [make_run(entity) for _ in range(400)]
     decisions = {run.pk: decide(run)[0] for run in runs}
     assert decisions == {run.pk: spot_checked(run.pk, 0.1) for run in runs}
-    assert 0.05 <= sum(decisions.values()) / len(runs) <= 0.15
+    # Random run ids: the share of 400 draws at 0.1 lies within five standard deviations (±0.075) but once in
+    # millions of runs (±0.05 failed about once in ten thousand: 63 of 400 was seen).
+    assert 0.025 <= sum(decisions.values()) / len(runs) <= 0.175
     assert {run.pk: decide(run)[0] for run in runs} == decisions, "the same run id decides the same"
     inside = next(run for run in runs if decisions[run.pk])
     outside = next(run for run in runs if not decisions[run.pk])

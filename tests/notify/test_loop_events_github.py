@@ -31,7 +31,7 @@ def test_a_reverted_change_on_github_is_told_to_slack_step_by_step(on_github, tm
     rnd = cycle.rounds.get(number=1)
     on_github.post_status(rnd.head_sha, CI, "success")
     on_github.deliver(Client())
-    for ticket in [t for t in tickets() if t["_expected"] == "billing"][:2]:
+    for ticket in [t for t in tickets() if t["_expected"] == "billing"][:7]:  # the demo watch regresses at 7 bad
         assert wrong(run(ticket))
     rnd.refresh_from_db()
     on_github.post_status(on_github.pull(rnd.revert_pr_number).head_sha, CI, "success")
