@@ -31,6 +31,7 @@ from grading.serializers import (
     GradeSerializer,
     RateAnswerSerializer,
     RateRequestSerializer,
+    RatingRowSerializer,
     RunDetailSerializer,
     RunReportSerializer,
     RunSerializer,
@@ -312,7 +313,44 @@ class GradeList(FilteredList):
         return grades
 
 
-class Ratings(APIView):
+class NewestRatings(_Cursor):
+    """Ratings newest first, a cursor page at a time: ``?limit=`` 1 to 200, 50 by default."""
+
+    ordering = ("-updated_at", "-id")
+    page_size = 50
+    max_page_size = 200
+
+
+@extend_schema_view(
+    get=extend_schema(
+        summary="List people's ratings, newest first",
+        parameters=[
+            ENTITY_PARAM,
+            OpenApiParameter("run_id", OpenApiTypes.UUID, description="Only this run's ratings."),
+            OpenApiParameter("metric_id", OpenApiTypes.STR, description="Only this metric's."),
+        ],
+        responses={200: RatingRowSerializer(many=True), 400: INVALID},
+    )
+)
+class Ratings(FilteredList):
+    """GET lists ratings (issue 36); POST is the one door that rates."""
+
+    serializer_class = RatingRowSerializer
+    pagination_class = NewestRatings
+
+    def get_queryset(self) -> QuerySet[Rating]:
+        ratings = Rating.objects.select_related("entity", "user").order_by("-updated_at", "-id")
+        if entity := _entity_param(self.request):
+            ratings = ratings.filter(entity=entity)
+        if raw := self.request.query_params.get("run_id", ""):
+            try:
+                ratings = ratings.filter(execution_id=uuid.UUID(raw))
+            except ValueError:
+                raise BadFilter(f"run_id: {raw[:60]!r} is not a run id (a UUID)") from None
+        if metric := self.request.query_params.get("metric_id", ""):
+            ratings = ratings.filter(metric_id=metric)
+        return ratings
+
     @extend_schema(
         summary="Rate a run (the one door, op eval.rate; an agent's rating waits on a person's card)",
         description=(

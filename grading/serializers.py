@@ -228,6 +228,16 @@ class RunReportSerializer(serializers.Serializer):
     error = serializers.CharField(allow_blank=True)
 
 
+class RatingRowSerializer(RatingSerializer):
+    """A rating as GET /api/ratings/ lists it: the run's rating (``RatingSerializer``) with its run and entity."""
+
+    run_id = serializers.UUIDField(source="execution_id", read_only=True)
+    entity = EntityKeyField()
+
+    class Meta(RatingSerializer.Meta):
+        fields = ["run_id", "entity", *RatingSerializer.Meta.fields]
+
+
 class RatingItemSerializer(serializers.Serializer):
     metric_id = serializers.CharField()
     value = serializers.JSONField(help_text="A number (or decimal string) on the metric's own scale.")
