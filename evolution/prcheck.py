@@ -126,25 +126,8 @@ def check_entity(entity: Entity, *, number: int, head: str, ref: str, base: str,
         value = slot.get("input") or {}
         for trial in range(1, trials + 1):
             candidate = _side(*_replayed(entity, value, head, ref, number, now), cycle.judge)
-            score = slot.get("score")
-            if score is not None:
-                state = P.VIABLE if score.get("passed") else P.FAILED
-                baseline = P.Side(state, vector=dict(score.get("vector") or {}), run_id=slot.get("runId"), frozen=True)
-            else:
-                baseline = _side(*_replayed(entity, value, base, "", number, now), cycle.judge)
-            pairs.append(
-                P.Pair(
-                    slot=index,
-                    trial=trial,
-                    source=f"run {slot['runId']}" if slot.get("runId") else f"case {slot.get('caseId')}",
-                    label=str(slot.get("label") or ""),
-                    held_out=bool(slot.get("heldOut")),
-                    golden=slot.get("kind") == "case",
-                    input=slot.get("input"),
-                    baseline=baseline,
-                    candidate=candidate,
-                )
-            )
+            baseline = check.frozen_side(slot) or _side(*_replayed(entity, value, base, "", number, now), cycle.judge)
+            pairs.append(check.slot_pair(slot, index, trial, baseline, candidate))
     verdict = check.judge_pairs(cycle, pairs)
     record = check.record(cycle, SimpleNamespace(checked_sha=head), pairs, verdict, now)
     return EntityAnswer(entity, verdict.verdict, verdict.reason, record)

@@ -238,23 +238,11 @@ def replay_pairs(cycle: Cycle, commit: str, judge: dict[str, Any], *, now: datet
             grade = _graded(execution, cycle_note=f"aa:{entity.pk}", grade_now=grade_now)
         cost += Decimal(execution.cost_usd or 0) + Decimal(grade.cost_usd if grade is not None else 0)
         sides[(side, i, t)] = check._side(execution, grade, judge)
-    pairs = []
-    for index, slot in enumerate(slots):
-        for trial in range(1, trials + 1):
-            source = f"run {slot['runId']}" if slot.get("runId") else f"case {slot.get('caseId')}"
-            pairs.append(
-                P.Pair(
-                    slot=index,
-                    trial=trial,
-                    source=source,
-                    label=str(slot.get("label") or ""),
-                    held_out=bool(slot.get("heldOut")),
-                    golden=slot.get("kind") == "case",
-                    input=slot.get("input"),
-                    baseline=sides[("b", index, trial)],
-                    candidate=sides[("c", index, trial)],
-                )
-            )
+    pairs = [
+        check.slot_pair(slot, index, trial, sides[("b", index, trial)], sides[("c", index, trial)])
+        for index, slot in enumerate(slots)
+        for trial in range(1, trials + 1)
+    ]
     return pairs, cost
 
 

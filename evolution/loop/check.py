@@ -309,27 +309,33 @@ def read_pairs(cycle: Cycle, rnd: Round) -> list[P.Pair]:
     for index, slot in enumerate(slots):
         for trial in range(1, trials_of(cycle) + 1):
             candidate = sides.get((Replay.Side.CANDIDATE, index, trial), P.Side(P.UNFINISHED))
-            score = slot.get("score")
-            if score is not None:
-                state = P.VIABLE if score.get("passed") else P.FAILED
-                baseline = P.Side(state, vector=dict(score.get("vector") or {}), run_id=slot.get("runId"), frozen=True)
-            else:
-                baseline = sides.get((Replay.Side.INCUMBENT, index, trial), P.Side(P.UNFINISHED))
-            source = f"run {slot['runId']}" if slot.get("runId") else f"case {slot.get('caseId')}"
-            pairs.append(
-                P.Pair(
-                    slot=index,
-                    trial=trial,
-                    source=source,
-                    label=str(slot.get("label") or ""),
-                    held_out=bool(slot.get("heldOut")),
-                    golden=slot.get("kind") == "case",
-                    input=slot.get("input"),
-                    baseline=baseline,
-                    candidate=candidate,
-                )
-            )
+            baseline = frozen_side(slot) or sides.get((Replay.Side.INCUMBENT, index, trial), P.Side(P.UNFINISHED))
+            pairs.append(slot_pair(slot, index, trial, baseline, candidate))
     return pairs
+
+
+def frozen_side(slot: dict[str, Any]) -> P.Side | None:
+    """The incumbent's side a frozen slot already holds (its recorded score), or None: the incumbent is replayed."""
+    score = slot.get("score")
+    if score is None:
+        return None
+    state = P.VIABLE if score.get("passed") else P.FAILED
+    return P.Side(state, vector=dict(score.get("vector") or {}), run_id=slot.get("runId"), frozen=True)
+
+
+def slot_pair(slot: dict[str, Any], index: int, trial: int, baseline: P.Side, candidate: P.Side) -> P.Pair:
+    """The pair of frozen slot ``index``'s trial: its two sides, named and labelled as the slot says."""
+    return P.Pair(
+        slot=index,
+        trial=trial,
+        source=f"run {slot['runId']}" if slot.get("runId") else f"case {slot.get('caseId')}",
+        label=str(slot.get("label") or ""),
+        held_out=bool(slot.get("heldOut")),
+        golden=slot.get("kind") == "case",
+        input=slot.get("input"),
+        baseline=baseline,
+        candidate=candidate,
+    )
 
 
 # --- 2b. The verdict --------------------------------------------------------------------------------
