@@ -81,27 +81,10 @@ def make_brain() -> Path:
 def judge_server(delay_s: float) -> Any:
     """A loopback chat-completions server answering every call with a passing verdict after ``delay_s``."""
     from singularity.demo_model import ChatCompletionsServer, Reply
+    from tests.ops.workers import VERDICT
 
-    verdict = {
-        "criteria": [
-            {
-                "criterion": "The answer names the ticket's category",
-                "scope": "run",
-                "passed": True,
-                "score": 0.9,
-                "reasoning": "It does.",
-                "evidence": "billing",
-            }
-        ],
-        "overall_score": 0.9,
-        "passed": True,
-        "failure_category": "",
-        "feedback": "",
-        "metrics": {},
-        "tasks": [],
-    }
     reply = Reply(
-        content=json.dumps(verdict),
+        content=json.dumps(VERDICT),
         usage={"prompt_tokens": 1000, "completion_tokens": 200, "total_tokens": 1200},
         delay_s=delay_s,
     )
@@ -178,27 +161,9 @@ def stop(workers: list[subprocess.Popen[bytes]]) -> None:
 
 
 def report(entity: Any, n: int, batch: int = 200) -> None:
-    from django.utils import timezone
+    from tests.ops.workers import report_runs
 
-    from grading.executions import report_many
-
-    for start in range(0, n, batch):
-        end = timezone.now()
-        rows = [
-            (
-                entity,
-                {
-                    "status": "succeeded",
-                    "started_at": (end - timedelta(seconds=2)).isoformat(),
-                    "completed_at": end.isoformat(),
-                    "cost_usd": "0.000125",
-                    "input": {"text": f"ticket {start + i}"},
-                    "output": {"result": "billing"},
-                },
-            )
-            for i in range(min(batch, n - start))
-        ]
-        report_many(rows, user=None)
+    report_runs(entity, n, batch)
 
 
 def counts(entity: Any) -> dict[str, int]:

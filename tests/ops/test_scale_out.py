@@ -20,37 +20,24 @@ from django.db.models import Count
 from django.utils import timezone
 
 from grading.booking import LOST, sweep_lost
-from grading.executions import report_many
 from grading.models import Entity, Grade
 from singularity.celery import app as celery_app
 from tests.ops.broker import URL, needs_redis
-from tests.ops.workers import TaskEvents, grading_workers, judged_brain, loopback_judge, sync_brain, worker_env
+from tests.ops.workers import (
+    TaskEvents,
+    grading_workers,
+    judged_brain,
+    loopback_judge,
+    report_runs,
+    sync_brain,
+    worker_env,
+)
 
 
 @pytest.fixture
 def postgres_only():
     if connection.vendor != "postgresql":
         pytest.skip("worker processes sharing the grading need Postgres (SQLite serialises every writer)")
-
-
-def report(entity: Entity, n: int, batch: int = 100) -> None:
-    end = timezone.now()
-    for start in range(0, n, batch):
-        rows = [
-            (
-                entity,
-                {
-                    "status": "succeeded",
-                    "started_at": (end - timedelta(seconds=2)).isoformat(),
-                    "completed_at": end.isoformat(),
-                    "cost_usd": "0.000125",
-                    "input": {"text": f"ticket {start + i}"},
-                    "output": {"result": "billing"},
-                },
-            )
-            for i in range(min(batch, n - start))
-        ]
-        report_many(rows, user=None)
 
 
 def states(entity: Entity) -> dict[str, int]:
@@ -79,7 +66,7 @@ def test_two_worker_processes_share_the_grading_and_every_grade_lands_once(postg
         sync_brain(env)
         entity = Entity.objects.get(slug="judged")
         with grading_workers(env, ["alpha", "beta"]) as workers, TaskEvents(celery_app) as events:
-            report(entity, 40)
+            report_runs(entity, 40)
             seen = wait_settled(entity, 40, timeout=120)
             time.sleep(1)  # the last task-succeeded events on their way
             hostnames = {worker.hostname() for worker in workers}
@@ -103,7 +90,7 @@ def test_a_backlog_loses_no_grade_and_a_dead_workers_grade_is_run_again(postgres
         )
         sync_brain(env)
         entity = Entity.objects.get(slug="judged")
-        report(entity, 100)  # the backlog: queued before any worker runs
+        report_runs(entity, 100)  # the backlog: queued before any worker runs
         assert states(entity) == {"booked": 100}
         with grading_workers(env, ["survivor", "victim"], concurrency=4) as (survivor, victim):
             wait_settled(entity, 25, timeout=120)

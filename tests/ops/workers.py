@@ -218,3 +218,31 @@ class TaskEvents:
             if result == "True" and task_id in self.args:
                 found.setdefault(str(self.args[task_id]), []).append(hostname)
         return found
+
+
+def report_runs(entity: Any, n: int, batch: int = 100) -> None:
+    """Report ``n`` finished runs of ``entity`` through the engine's own report path, ``batch`` at a time (each
+    is then sampled and booked for grading like any reported run)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from grading.executions import report_many
+
+    end = timezone.now()
+    for start in range(0, n, batch):
+        rows = [
+            (
+                entity,
+                {
+                    "status": "succeeded",
+                    "started_at": (end - timedelta(seconds=2)).isoformat(),
+                    "completed_at": end.isoformat(),
+                    "cost_usd": "0.000125",
+                    "input": {"text": f"ticket {start + i}"},
+                    "output": {"result": "billing"},
+                },
+            )
+            for i in range(min(batch, n - start))
+        ]
+        report_many(rows, user=None)
