@@ -153,3 +153,22 @@ def changed_lines(before: str, after: str) -> tuple[list[str], list[str]]:
             lost += old[i1:i2]
             added += new[j1:j2]
     return lost, added
+
+
+def client_for(user: Any, *, agent: bool = False) -> Any:
+    """An API client holding a fresh token of ``user``'s: an agent's ("bot") or a person's script's ("script")."""
+    from rest_framework.test import APIClient
+
+    from singularity.models import ApiToken
+
+    _, key = ApiToken.issue(user, "bot" if agent else "script", is_agent=agent)
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    return api
+
+
+def sha(text: str) -> str:
+    """The SHA-256 a brain file's write swaps against."""
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()

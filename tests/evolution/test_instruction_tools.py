@@ -4,17 +4,14 @@ and a brain copy with a placeholder the loop does not fill refused at write and 
 
 from __future__ import annotations
 
-import hashlib
-
 import pytest
 from rest_framework.test import APIClient
 
 from evolution.loop.brief import BriefError, build_brief
 from evolution.models import ActionLog, Cycle
 from singularity.brain.git import GitError
-from singularity.models import ApiToken
 from tests.evolution.loop_helpers import looped
-from tests.evolution.settings_helpers import MANIFEST, settings_brain
+from tests.evolution.settings_helpers import MANIFEST, client_for, settings_brain, sha
 from tests.evolution.test_brief import cycle_of, first_round, run
 from tests.grading.grading_helpers import brain_repo
 
@@ -22,17 +19,6 @@ pytestmark = pytest.mark.django_db
 
 WORKFLOW = "constitution/Loop/proposer/workflow.md"
 OURS = "# Our brief for {{entity}}\n\n{{runs}}\n\nKeep it under {{maxChangedLines}} lines.\n"
-
-
-def client_for(user, *, agent: bool = False) -> APIClient:
-    _, key = ApiToken.issue(user, "bot" if agent else "script", is_agent=agent)
-    api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
-    return api
-
-
-def sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @pytest.fixture

@@ -7,32 +7,18 @@ naming what is wrong and where.
 
 from __future__ import annotations
 
-import hashlib
-
 import pytest
 from rest_framework.test import APIClient
 
 from evolution.models import ActionLog
 from singularity.brain.git import GitError
-from singularity.models import ApiToken
-from tests.evolution.settings_helpers import settings_brain
+from tests.evolution.settings_helpers import client_for, settings_brain, sha
 
 pytestmark = pytest.mark.django_db
 
 METHODS = "constitution/Evaluation/Methods"
 TERSE = "---\nname: terse\ndescription: 'Judge: briefly'\n---\n# Run Evaluation\n\nOne line per criterion.\n"
 RUBRIC = "# Run Evaluation\n\nScore against the rubric.\n"
-
-
-def client_for(user, *, agent: bool = False) -> APIClient:
-    _, key = ApiToken.issue(user, "bot" if agent else "script", is_agent=agent)
-    api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
-    return api
-
-
-def sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @pytest.fixture
