@@ -43,6 +43,15 @@ def documented(view_class: type, method: str) -> frozenset[str] | None:
     return _TAKES.get((view_class, method.upper()))
 
 
+def warm() -> int:
+    """Read the schema now (gunicorn's master calls it before forking, so no worker's first request pays for it).
+
+    Returns how many operations were read.
+    """
+    documented(object, "GET")
+    return len(_TAKES or {})
+
+
 def unknown(view_func: Any, method: str, names: list[str], path: str) -> str:
     """ "<name>: not a parameter of GET /api/runs/ (it takes cursor, limit)" for the first name the operation does
     not document; "" when every name is documented or the view is not an API operation."""
