@@ -1,4 +1,4 @@
-"""The demo brain's own proposer: the fixer pipeline reads the triage's bad runs and really raises its accuracy."""
+"""The demo brain's proposers: the demo model as the agent (triage, urgency) and the fixer pipeline, both really raising accuracy."""
 
 from __future__ import annotations
 
@@ -79,10 +79,11 @@ def graded_demo_runs(count: int) -> list[Grade]:
 # --- The brain ---------------------------------------------------------------------------------------
 
 
-def test_triage_names_the_fixer_and_the_fixer_is_served_but_neither_graded_nor_looped(demo):
+def test_triage_names_the_agent_and_the_fixer_is_served_but_neither_graded_nor_looped(demo):
     triage = Entity.objects.get(path=TRIAGE_PATH)
-    assert triage.terms["loop"]["proposer"]["pipeline"] == "fixer"
-    assert refusal(triage) is None
+    assert triage.terms["loop"]["proposer"]["pipeline"] is None  # the proposer agent (the demo model offline)
+    triage.terms["loop"]["proposer"] = {"pipeline": "fixer"}
+    assert refusal(triage) is None  # an entity that names the fixer has it served
     fixer_row = Entity.objects.get(slug="fixer")
     assert fixer_row.kind == "pipeline" and fixer_row.pipeline_path == "features/loop/fixer/fixer.pipeline.py"
     assert fixer_row.load_error == ""
@@ -123,6 +124,8 @@ def test_a_round_on_the_demo_triage_is_written_by_the_fixer_and_raises_its_accur
     # The fixer's careful mode: its hasty one runs only under the demo driver, on every third cycle by id, and
     # Postgres does not reset ids between tests (tests/evolution/test_check_end_to_end.py tests the hasty mode).
     demo.DEMO_DRIVER = False
+    triage.terms["loop"]["proposer"] = {"pipeline": "fixer"}  # the entity hands its changes to the fixer
+    triage.save(update_fields=["terms"])
     proposal = propose(cycle, rnd, brief, checkout=checkout)
 
     assert proposal is not None and proposal.author == "pipeline:fixer"
@@ -311,8 +314,7 @@ def test_an_idea_cycle_on_the_demo_triage_hands_the_idea_to_the_fixer_and_the_pr
 def test_the_demo_model_as_the_proposer_agent_reads_the_rules_and_queries_the_bad_runs_before_proposing(demo):
     grades = graded_demo_runs(10)
     triage = Entity.objects.get(path=TRIAGE_PATH)
-    triage.terms["loop"]["proposer"] = {"pipeline": None}  # the entity takes the agent back (R8.21)
-    triage.save(update_fields=["terms"])
+    demo.DEMO_DRIVER = False  # the careful words (the hasty every third proposal is the driver's)
     bad = [g for g in grades if g.passed is False]
     cycle = Cycle.objects.create(
         entity=triage,
@@ -330,7 +332,8 @@ def test_the_demo_model_as_the_proposer_agent_reads_the_rules_and_queries_the_ba
     assert [(r["turn"], r["tool"]) for r in proposal.reads] == [(1, "file_list"), (1, "file_read"), (2, "db_query")]
     assert proposal.reads[1]["arguments"] == {"path": TRIAGE_PATH} and not proposal.reads[1]["refused"]
     assert "ro_grades" in proposal.reads[2]["arguments"]["sql"] and not proposal.reads[2]["refused"]
-    assert f"from the {len(bad)} bad run(s) the query found" in proposal.summary
+    assert proposal.summary.startswith("Teach the triage rules ")
+    assert f"the 10 graded run(s) the query found, {len(bad)} bad." in proposal.summary
     [changed] = proposal.files
     before = (BRAIN / TRIAGE_PATH).read_text()
     assert split(changed["content"])[0] == split(before)[0]  # the measurement blocks byte for byte
@@ -364,3 +367,30 @@ def test_the_demo_urgency_is_changed_by_the_agent_and_its_story_lists_what_it_re
     story = page[page.index('id="chapter-hypothesize"') :]
     assert story.index("Read features/support/urgency/urgency.scenario.md") < story.index("Summary")
     assert story.index("Queried the database") < story.index("Summary")
+
+
+@pytest.mark.django_db(transaction=True)  # as make run: every run committed, graded and acted on by the worker
+def test_on_make_run_the_first_triage_cycles_analysis_lists_a_file_read_and_a_query_before_its_proposal(
+    demo, client, alice
+):
+    from tests.evolution.demo_helpers import celery_eager_on
+
+    with celery_eager_on(), time_machine.travel(timezone.now(), tick=False) as clock:
+        for _ in range(15):  # the driver's beat, every 20 seconds; each run graded, the trigger read
+            drive_demo()
+            clock.shift(timedelta(seconds=DEMO_EVERY_SECS))
+            if Cycle.objects.filter(entity__path=TRIAGE_PATH).exists():
+                break
+    cycle = Cycle.objects.filter(entity__path=TRIAGE_PATH).earliest("started_at")
+    assert cycle.origin == Cycle.Origin.GRADE
+    rnd = cycle.rounds.get(number=1)
+    assert rnd.author == "agent:demo-model", (rnd.status, rnd.error)
+    assert [r["tool"] for r in rnd.reads] == ["file_list", "file_read", "db_query"]
+    assert not any(r["refused"] for r in rnd.reads), rnd.reads
+
+    client.force_login(alice)
+    page = client.get(f"/evolution/cycles/{cycle.pk}/").content.decode()
+    analysis = page[page.index('id="chapter-hypothesize"') :]
+    assert analysis.index(f"Read {TRIAGE_PATH}") < analysis.index("Summary")
+    assert analysis.index("Queried the database") < analysis.index("Summary")
+    assert "Teach the triage rules" in analysis[analysis.index("Summary") :]
