@@ -352,6 +352,9 @@ BRAIN_PIPELINE_DEADLINE_SECS = env_float("BRAIN_PIPELINE_DEADLINE_SECS", 900.0, 
 LOOP_PIPELINE_DEADLINE_SECS = env_float("LOOP_PIPELINE_DEADLINE_SECS", 900.0, minimum=0.001)
 #: The proposer agent's turns (model calls) in one round; the last is asked to answer without tools (issue 33).
 LOOP_PROPOSER_MAX_TURNS = env_int("LOOP_PROPOSER_MAX_TURNS", 12, minimum=1, maximum=100)
+#: How often, during one of the proposer agent's model calls, the kill switch and the holds are read: one thrown
+#: abandons the call in flight within about this long (R7.22).
+LOOP_PROPOSER_POLL_SECS = env_float("LOOP_PROPOSER_POLL_SECS", 1.0, minimum=0.05)
 #: The proposer's db_query: its statement deadline and the most rows one query hands back.
 LOOP_READ_STATEMENT_TIMEOUT_MS = env_int("LOOP_READ_STATEMENT_TIMEOUT_MS", 5000, minimum=10)
 LOOP_READ_MAX_ROWS = env_int("LOOP_READ_MAX_ROWS", 200, minimum=1, maximum=10000)
