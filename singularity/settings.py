@@ -358,8 +358,8 @@ LOOP_PROPOSER_POLL_SECS = env_float("LOOP_PROPOSER_POLL_SECS", 1.0, minimum=0.05
 #: The proposer's db_query: its statement deadline and the most rows one query hands back.
 LOOP_READ_STATEMENT_TIMEOUT_MS = env_int("LOOP_READ_STATEMENT_TIMEOUT_MS", 5000, minimum=10)
 LOOP_READ_MAX_ROWS = env_int("LOOP_READ_MAX_ROWS", 200, minimum=1, maximum=10000)
-#: On Postgres, the role the proposer's queries log in as (made by evolution's migration 0017, SELECT on the
-#: ro_* views only) and its password, if the server asks for one (``ALTER ROLE singularity_proposer PASSWORD``).
+#: On Postgres, the role the proposer's queries log in as (made by evolution's migration 0020, SELECT on the
+#: ro_* views only) and its password; empty: one derived from SECRET_KEY, which ``migrate`` gives the role.
 LOOP_READ_DB_USER = env_str("LOOP_READ_DB_USER", "singularity_proposer")
 LOOP_READ_DB_PASSWORD = env_secret("LOOP_READ_DB_PASSWORD", "")
 #: How long a worker holds a round's apply before the due-step sweep hands it to another (its worker died).
