@@ -152,6 +152,39 @@ def test_a_write_or_a_shell_is_no_tool_of_the_proposer(agent):
     assert all("no such tool" in a["refused"] and "only reads" in a["refused"] for a in answers)
 
 
+@pytest.mark.django_db(transaction=True)  # db_query reads through a connection of its own: committed rows
+def test_the_agents_query_outside_the_views_and_its_writes_are_refused_and_the_proposal_still_comes(agent):
+    from django.contrib.auth.models import User
+    from django.db import connection
+
+    User.objects.create_user("alice", password="secret-pass")
+    entity = looped(commit=agent.commit)
+    graded(entity, bad=True)
+    agent.script(
+        calls(("db_query", {"sql": "SELECT run_id, passed FROM ro_grades"})),
+        calls(
+            ("db_query", {"sql": "SELECT username, password FROM auth_user"}),
+            ("db_query", {"sql": "INSERT INTO evolution_lesson (summary) VALUES ('x')"}),
+            ("db_query", {"sql": "UPDATE grading_entity SET loop_enabled = false"}),
+            ("db_query", {"sql": "CREATE TABLE loot AS SELECT * FROM auth_user"}),
+        ),
+        final(),
+    )
+    cycle, rnd = a_round(entity)
+
+    proposal = proposer.propose(cycle, rnd, brief())
+
+    assert proposal is not None and proposal.files == ANSWER["files"]  # the proposal still comes
+    [rows] = tool_answers(agent.requests[1].json)
+    assert [row["passed"] for row in rows["rows"]] in ([False], [0])  # the views read
+    outside, insert, update, create = tool_answers(agent.requests[2].json)[1:]
+    assert "only the ro_* views" in outside["refused"] and "secret" not in json.dumps(outside)
+    assert all("only SELECT" in answer["refused"] for answer in (insert, update, create))
+    assert [bool(r["refused"]) for r in proposal.reads] == [False, True, True, True, True]
+    entity.refresh_from_db()
+    assert entity.loop_enabled and "loot" not in connection.introspection.table_names()
+
+
 def test_the_last_turn_is_offered_no_tools_and_asked_to_answer(agent, settings):
     settings.LOOP_PROPOSER_MAX_TURNS = 2
     agent.script(calls(("file_read", {"path": PATH})), final())
