@@ -84,8 +84,8 @@ def loop_proposer_reads_section(ctx: DoctorContext) -> Iterator[Check]:
         yield Check(
             WARN,
             f"the proposer's db_query cannot be used: {problem}. On Postgres it logs in as the role "
-            f"{settings.LOOP_READ_DB_USER}, which `manage.py migrate` makes, grants SELECT on the ro_* views and "
-            "gives a password derived from SECRET_KEY when its database user may (CREATEROLE); else a person "
-            "makes it (CREATE ROLE … LOGIN, GRANT SELECT ON the ro_* views) and sets LOOP_READ_DB_PASSWORD. "
-            "Until then the proposer reads files only",
+            f"{settings.LOOP_READ_DB_USER} (LOOP_READ_DB_USER); `manage.py migrate` makes singularity_proposer, "
+            "grants it SELECT on the ro_* views and gives it a password derived from SECRET_KEY when its database "
+            "user may (CREATEROLE); else a person makes the role (CREATE ROLE … LOGIN, GRANT SELECT ON the ro_* "
+            "views) and sets LOOP_READ_DB_PASSWORD. Until then the proposer reads files only",
         )
