@@ -8,8 +8,8 @@ the read-only tools offered), it answers in turns:
 3. it proposes the change the demo brain's rule fixer (``features/loop/fixer/fixer.pipeline.py``, bundled with
    the engine) writes from what it read — the file, the queried runs — and from the brief's idea, a person's
    reply and the lessons: a person's words first, one distinctive word of each bad ticket otherwise, never a
-   word a person turned down; while the demo driver runs, every third proposal is hasty (so the pre-merge
-   check has a harmful change to close). With nothing to teach it declines (an empty ``files`` and why).
+   word a person turned down; while the demo driver runs, every third cycle's proposal is hasty (so the
+   pre-merge check has a harmful change to close). With nothing to teach it declines (an empty ``files`` and why).
 
 A request that is not the proposer's gets None, and the demo model answers as it otherwise would.
 """
@@ -105,7 +105,7 @@ def _runs(rows: list[Any]) -> list[dict[str, Any]]:
 def _document(brief: str, name: str) -> str | None:
     """The text of the brief's document ``name`` (``lessons.json``, ``idea.md``…) as the prompt fences it; None."""
     found = re.search(
-        rf"^{re.escape(name)} — [^\n]*\n\n(?P<fence>`{{3,4}})(?:json|markdown)\n(?P<body>.*?)\n(?P=fence)",
+        rf"^{re.escape(name)} — (?:(?!\n\n).)*\n\n(?P<fence>`{{3,4}})(?:json|markdown)\n(?P<body>.*?)\n(?P=fence)",
         brief,
         re.MULTILINE | re.DOTALL,
     )
@@ -150,6 +150,16 @@ def _fixer() -> Any:
     return module_from_source(_FIXER_PATH, _FIXER_FILE.read_bytes())[0]
 
 
+def _cycle_id(proposals: Any) -> int:
+    """The cycle's id as the brief lets it be seen (the fixer's hasty turn is every third cycle by id): the newest
+    earlier round's cycle while that one is live (this is its retry), the next one once it ended; 1 at first."""
+    newest = proposals[0] if isinstance(proposals, list) and proposals and isinstance(proposals[0], dict) else {}
+    cycle = newest.get("cycle")
+    if not isinstance(cycle, int):
+        return 1
+    return cycle if str(newest.get("ended") or "").startswith("live") else cycle + 1
+
+
 def _propose(path: str, text: str, rows: list[Any], brief: str) -> Reply:
     """Propose from what was read: the file, the queried runs, and the brief's idea, reply and lessons.
 
@@ -165,8 +175,7 @@ def _propose(path: str, text: str, rows: list[Any], brief: str) -> Reply:
         "lessons": _json_document(brief, "lessons.json") or [],
         "idea": {"text": _idea_text(brief)} if _document(brief, "idea.md") else None,
         "refinement": _document(brief, "refinement.md"),
-        # The fixer's "every third": this entity's proposals so far, this one included.
-        "cycle": {"id": (len(proposals) if isinstance(proposals, list) else 0) + 1},
+        "cycle": {"id": _cycle_id(proposals)},
     }
     answer = _fixer().run(_Ctx(), data)
     if not answer:

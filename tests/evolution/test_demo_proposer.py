@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -14,7 +15,7 @@ from django.conf import settings as django_settings
 from django.utils import timezone
 from pytest_django.fixtures import Settings
 
-from evolution.loop.brief import build_brief
+from evolution.loop.brief import build_brief, fill
 from evolution.loop.pipelines import refusal
 from evolution.loop.proposer import propose
 from evolution.models import Cycle, Round
@@ -394,3 +395,70 @@ def test_on_make_run_the_first_triage_cycles_analysis_lists_a_file_read_and_a_qu
     assert analysis.index(f"Read {TRIAGE_PATH}") < analysis.index("Summary")
     assert analysis.index("Queried the database") < analysis.index("Summary")
     assert "Teach the triage rules" in analysis[analysis.index("Summary") :]
+
+
+def agent_turn(brief_text: str, rules: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The demo model's answer as the proposer agent once it has listed, read ``rules`` and queried ``rows``."""
+    from singularity.demo_proposer import ROLE_OPENING, proposer_reply
+
+    def asked(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+    messages = [
+        {"role": "system", "content": ROLE_OPENING + " (the engine's role)"},
+        {"role": "user", "content": brief_text},
+        {"role": "assistant", "content": None, "tool_calls": [asked("a", "file_read", {"path": TRIAGE_PATH})]},
+        {"role": "tool", "tool_call_id": "a", "content": json.dumps({"path": TRIAGE_PATH, "content": rules})},
+        {"role": "assistant", "content": None, "tool_calls": [asked("b", "db_query", {"sql": "SELECT …"})]},
+        {"role": "tool", "tool_call_id": "b", "content": json.dumps({"columns": ["input", "passed"], "rows": rows})},
+    ]
+    tools = [{"type": "function", "function": {"name": n}} for n in ("file_list", "file_read", "db_query")]
+    return json.loads(proposer_reply({"model": "demo-model", "messages": messages, "tools": tools}).content or "")
+
+
+def brief_prompt(rules: str, proposals: list[Any] | None = None, lessons: list[Any] | None = None) -> str:
+    """The engine's own workflow prompt, filled as the brief fills it (the documents fenced after their labels)."""
+
+    def fenced(value: list[Any] | None) -> str | None:
+        return None if value is None else f"\n\n```json\n{json.dumps(value, indent=2)}\n```"
+
+    template = (Path(django_settings.BASE_DIR) / "evolution/prompts/proposer/workflow.md").read_text()
+    return fill(
+        template,
+        {
+            "entity": "scenario triage",
+            "definition": f"\n\n### {TRIAGE_PATH}\n\n```markdown\n{rules}\n```",
+            "proposals": fenced(proposals),
+            "lessons": fenced(lessons),
+            **dict.fromkeys(("runs", "window", "grade", "metrics", "failures", "refinement")),
+        },
+    )
+
+
+def queried(rules: str, count: int = 10) -> list[dict[str, Any]]:
+    """What the demo's db_query answers: the first ``count`` tickets, passed or not under ``rules``."""
+    return [{"input": json.dumps(t), "passed": label(split(rules)[1], t) == t["_expected"]} for t in TICKETS[:count]]
+
+
+@pytest.mark.parametrize(("driver", "hasty"), [(True, True), (False, False)])
+def test_the_demo_agents_third_cycle_is_hasty_only_while_the_driver_runs_as_the_fixers_is(settings, driver, hasty):
+    settings.DEMO_DRIVER = driver
+    rules = (BRAIN / TRIAGE_PATH).read_text()
+    earlier = [{"cycle": 2, "number": 1, "ended": "validated", "summary": "Teach the triage rules 1 keyword."}]
+
+    answer = agent_turn(brief_prompt(rules, proposals=earlier), rules, queried(rules))
+
+    assert ("in haste" in answer["summary"]) is hasty, answer["summary"]
+    assert answer["files"][0]["path"] == TRIAGE_PATH and "10 graded run(s) the query found" in answer["summary"]
+
+
+def test_the_demo_agent_never_teaches_a_word_a_person_turned_down_and_cites_that_lesson(settings):
+    settings.DEMO_DRIVER = False
+    rules = (BRAIN / TRIAGE_PATH).read_text()
+    first = agent_turn(brief_prompt(rules), rules, queried(rules))
+    word = re.search(r"'([^']+)' →", first["summary"])[1]
+    no = {"id": 7, "outcome": "skipped", "rejection": {"kind": "human"}, "summary": f"Teach '{word}' → billing."}
+
+    again = agent_turn(brief_prompt(rules, lessons=[no]), rules, queried(rules))
+
+    assert f"'{word}'" not in again["summary"] and 7 in again["citedLessons"]
