@@ -198,14 +198,18 @@ class _AbortableBackend(httpcore.SyncBackend):
             stream.shut()
 
 
-def _abortable_transport(backend: _AbortableBackend) -> httpx.HTTPTransport:
-    """httpx's transport over ``backend``; where httpcore's pool hides its backend elsewhere, a plain transport
-    (its calls then run to their end when abandoned: tests/singularity/test_gateway_abort.py says if so)."""
-    transport = httpx.HTTPTransport(verify=_tls_context())
-    pool = getattr(transport, "_pool", None)
-    if pool is not None and hasattr(pool, "_network_backend"):
-        pool._network_backend = backend
-    return transport
+def _make_abortable(client: httpx.Client, backend: _AbortableBackend) -> None:
+    """Put ``backend`` under every transport of ``client`` (the direct one, and any proxy the environment mounts).
+
+    httpcore's pool keeps its network backend as ``_network_backend``; should a release name it otherwise, the
+    gateway still works and an abandoned call runs on to its end in its thread (tests/singularity/
+    test_gateway_abort.py says so first).
+    """
+    transports = [getattr(client, "_transport", None), *getattr(client, "_mounts", {}).values()]
+    for transport in transports:
+        pool = getattr(transport, "_pool", None)
+        if pool is not None and hasattr(pool, "_network_backend"):
+            pool._network_backend = backend
 
 
 class Gateway:
@@ -229,12 +233,9 @@ class Gateway:
             request_hooks.append(_drop_authorization)
         if hmac_secret:
             request_hooks.append(_Signer(hmac_secret, agent_id))
+        self._http = httpx.Client(timeout=timeout, verify=_tls_context(), event_hooks={"request": request_hooks})
         self._network = _AbortableBackend()
-        self._http = httpx.Client(
-            timeout=timeout,
-            transport=_abortable_transport(self._network),
-            event_hooks={"request": request_hooks},
-        )
+        _make_abortable(self._http, self._network)
         #: (monotonic time fetched, model names) of the last ``GET /v1/models``.
         self._models: tuple[float, list[str]] | None = None
         self._client = openai.OpenAI(
