@@ -12,7 +12,8 @@ names (read live, with the round's other terms):
   read-only tools (``evolution.investigate``: the brain at the base commit,
   the ro_* views, loop_history, a chat role's episodes) until it answers JSON,
   each turn priced exactly and counted against ``budget.maxUsdPerRun``, the
-  kill switch and the holds read before every turn; what it read is kept.
+  kill switch and the holds read before every turn and every second of its
+  model call (which one thrown cuts, unpaid); what it read is kept.
 
 The answer is ``{summary, hypothesis, files: [{path, content}], citedLessons}``
 with whole new file contents (``content`` null deletes), each path once and
@@ -476,7 +477,9 @@ def propose_by_agent(
 
     Each turn is one completion, priced after it and counted against the run's budget (an API turn is not
     capped: one that overshoots the remainder is recorded whole, R7.14); before each turn the kill switch and
-    the holds are read (``Stopped``) and the budget's remainder (nothing left: ProposalFailed "over budget").
+    the holds are read (``Stopped``) and the budget's remainder (nothing left: ProposalFailed "over budget");
+    during a turn's model call the switch and the holds are read again every ``LOOP_PROPOSER_POLL_SECS``, and one
+    thrown cuts the call in flight (``watched_call``: ``Stopped`` naming it, the call unpaid, R7.22).
     The last of ``LOOP_PROPOSER_MAX_TURNS`` turns is offered no tools. An empty ``files`` is the decline.
     """
     from singularity.gateway import GatewayError, get_gateway
