@@ -29,7 +29,7 @@ from evolution.api.serializers import (
     represent,
 )
 from evolution.reads import fleet, history, status, story
-from singularity.apikit.pagination import CURSOR_HELP, LIMIT_HELP, MAX_PAGE, PAGE_SIZE
+from singularity.apikit.pagination import PAGING
 from singularity.auth import is_agent
 from singularity.serializers import ErrorSerializer
 
@@ -38,15 +38,6 @@ NOT_FOUND = OpenApiResponse(ErrorSerializer, description="not_found: the entity 
 TARGET = [
     OpenApiParameter("targetKind", OpenApiTypes.STR, description="scenario, heartbeat or role (with targetId)."),
     OpenApiParameter("targetId", OpenApiTypes.STR, description="The entity's slug (with targetKind)."),
-]
-
-#: The paging of the loop's reads: every list's cursor and limit (singularity.apikit.pagination), the seed's
-#: nextCursor in the answer.
-PAGING = [
-    OpenApiParameter("cursor", OpenApiTypes.STR, description=CURSOR_HELP),
-    OpenApiParameter(
-        "limit", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": PAGE_SIZE}, description=LIMIT_HELP
-    ),
 ]
 
 

@@ -22,6 +22,8 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db.models import Q, QuerySet
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter
 from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 
@@ -34,6 +36,14 @@ PAGE_SIZE = 20
 CURSOR_HELP = "A previous answer's nextCursor (opaque): the page after it. Absent: the first page."
 LIMIT_HELP = f"Rows per page: 1 to {MAX_PAGE}, default {PAGE_SIZE}."
 NEXT_HELP = "Pass it back as cursor for the next page; null on the last page."
+#: ``cursor`` and ``limit`` as a view that pages by hand (the loop's reads, answering the seed's list key and
+#: ``nextCursor``) documents them: as every list does.
+PAGING = [
+    OpenApiParameter("cursor", OpenApiTypes.STR, description=CURSOR_HELP),
+    OpenApiParameter(
+        "limit", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": PAGE_SIZE}, description=LIMIT_HELP
+    ),
+]
 
 
 def parse_count(raw: Any, *, name: str, default: int, low: int, high: int) -> int:
@@ -71,12 +81,81 @@ def _plain(value: Any) -> Any:
     return value
 
 
-class Cursor(CursorPagination):
-    """The API's pagination (``DEFAULT_PAGINATION_CLASS``): keyset pages over the list's own ordering.
+def keys(queryset: QuerySet[Any]) -> list[tuple[str, bool]]:
+    """The list's order as (field's attribute name, descending); ImproperlyConfigured when it cannot page.
 
-    The order is the queryset's ``order_by``: plain, non-null fields of its model, the last of them unique (the
-    primary key, say), so the rows after a cursor are exactly the ones not yet answered. A list whose queryset
-    is not ordered so is a programming error (ImproperlyConfigured), never a page that repeats.
+    The order is the queryset's ``order_by`` (else its model's): plain, non-null fields of its model, the last
+    of them unique (the primary key, say), so the rows after a cursor are exactly the ones not yet answered.
+    """
+    model = queryset.model
+    query = queryset.query
+    order = list(query.order_by) or (list(model._meta.ordering) if query.default_ordering else [])
+    found: list[tuple[str, bool]] = []
+    for item in order:
+        if not isinstance(item, str) or "__" in item or item.lstrip("-") == "?":
+            raise ImproperlyConfigured(f"{model.__name__}: cursor pages need plain ordering fields, not {item!r}")
+        name = item.lstrip("-")
+        field = model._meta.pk if name == "pk" else model._meta.get_field(name)
+        if field.null:
+            raise ImproperlyConfigured(f"{model.__name__}.{name}: a nullable field cannot order cursor pages")
+        found.append((field.attname, item.startswith("-")))
+    if not found or not model._meta.get_field(found[-1][0]).unique:
+        raise ImproperlyConfigured(
+            f"{model.__name__}: a cursor-paged list must be ordered ending in a unique field (e.g. -id), not {order!r}"
+        )
+    return found
+
+
+def _after(fields: list[tuple[str, bool]], values: list[Any]) -> Q:
+    """The rows after ``values`` in the order ``fields``: (a, b) after (x, y) is a past x, or a = x and b past y."""
+    after = Q()
+    for index in reversed(range(len(fields))):
+        name, descending = fields[index]
+        step = Q(**{f"{name}__{'lt' if descending else 'gt'}": values[index]})
+        after = step if index == len(fields) - 1 else step | (Q(**{name: values[index]}) & after)
+    return after
+
+
+def _encode(row: Any, fields: list[tuple[str, bool]]) -> str:
+    text = json.dumps([_plain(getattr(row, name)) for name, _ in fields], separators=(",", ":"))
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def _decode(raw: str, queryset: QuerySet[Any], fields: list[tuple[str, bool]]) -> list[Any]:
+    meta = queryset.model._meta
+    try:
+        text = base64.urlsafe_b64decode((raw + "=" * (-len(raw) % 4)).encode()).decode()
+        values = json.loads(text)
+        if not isinstance(values, list) or len(values) != len(fields):
+            raise ValueError("not this list's cursor")
+        decoded = []
+        for (name, _), value in zip(fields, values, strict=True):
+            field = meta.get_field(name)
+            decoded.append(field.to_python(value))
+            field.run_validators(decoded[-1])  # an integer past the database's range, say
+        return decoded
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError, ValidationError):
+        raise BadParameter(
+            f"cursor: {raw[:40]!r} is not a page of this list (pass a previous answer's nextCursor back)"
+        ) from None
+
+
+def page_of(queryset: QuerySet[Any], cursor: str | None, size: int) -> tuple[list[Any], str | None]:
+    """The ``size`` rows of ``queryset`` after ``cursor`` (from the first when none) and the cursor after them
+    (None on the last page). BadParameter naming ``cursor`` when it is none this list gave."""
+    fields = keys(queryset)
+    if cursor not in (None, ""):
+        queryset = queryset.filter(_after(fields, _decode(str(cursor), queryset, fields)))
+    rows = list(queryset[: size + 1])
+    page = rows[:size]
+    return page, (_encode(page[-1], fields) if len(rows) > size else None)
+
+
+class Cursor(CursorPagination):
+    """The API's pagination (``DEFAULT_PAGINATION_CLASS``): keyset pages over the list's own ordering (``page_of``).
+
+    A list whose queryset is not ordered as ``keys`` needs is a programming error (ImproperlyConfigured), never
+    a page that repeats.
     """
 
     cursor_query_param = "cursor"
@@ -88,69 +167,8 @@ class Cursor(CursorPagination):
     def paginate_queryset(self, queryset: QuerySet[Any], request: Any, view: Any = None) -> list[Any]:
         self.request = request
         size = parse_limit(request.query_params.get(self.page_size_query_param), default=self.page_size)
-        fields = self.keys(queryset)
-        raw = request.query_params.get(self.cursor_query_param)
-        if raw not in (None, ""):
-            queryset = queryset.filter(self._after(fields, self._decode(str(raw), queryset, fields)))
-        rows = list(queryset[: size + 1])
-        page = rows[:size]
-        self.next_cursor = self._encode(page[-1], fields) if len(rows) > size else None
+        page, self.next_cursor = page_of(queryset, request.query_params.get(self.cursor_query_param), size)
         return page
-
-    @staticmethod
-    def keys(queryset: QuerySet[Any]) -> list[tuple[str, bool]]:
-        """The list's order as (field's attribute name, descending); ImproperlyConfigured when it cannot page."""
-        model = queryset.model
-        query = queryset.query
-        order = list(query.order_by) or (list(model._meta.ordering) if query.default_ordering else [])
-        keys: list[tuple[str, bool]] = []
-        for item in order:
-            if not isinstance(item, str) or "__" in item or item.lstrip("-") == "?":
-                raise ImproperlyConfigured(f"{model.__name__}: cursor pages need plain ordering fields, not {item!r}")
-            name = item.lstrip("-")
-            field = model._meta.pk if name == "pk" else model._meta.get_field(name)
-            if field.null:
-                raise ImproperlyConfigured(f"{model.__name__}.{name}: a nullable field cannot order cursor pages")
-            keys.append((field.attname, item.startswith("-")))
-        if not keys or not model._meta.get_field(keys[-1][0]).unique:
-            raise ImproperlyConfigured(
-                f"{model.__name__}: a cursor-paged list must be ordered ending in a unique field (e.g. -id), "
-                f"not {order!r}"
-            )
-        return keys
-
-    @staticmethod
-    def _after(fields: list[tuple[str, bool]], values: list[Any]) -> Q:
-        """The rows after ``values`` in the order ``fields``: (a, b) after (x, y) is a past x, or a = x and b past y."""
-        after = Q()
-        for index in reversed(range(len(fields))):
-            name, descending = fields[index]
-            step = Q(**{f"{name}__{'lt' if descending else 'gt'}": values[index]})
-            after = step if index == len(fields) - 1 else step | (Q(**{name: values[index]}) & after)
-        return after
-
-    @staticmethod
-    def _encode(row: Any, fields: list[tuple[str, bool]]) -> str:
-        text = json.dumps([_plain(getattr(row, name)) for name, _ in fields], separators=(",", ":"))
-        return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
-
-    def _decode(self, raw: str, queryset: QuerySet[Any], fields: list[tuple[str, bool]]) -> list[Any]:
-        meta = queryset.model._meta
-        try:
-            text = base64.urlsafe_b64decode((raw + "=" * (-len(raw) % 4)).encode()).decode()
-            values = json.loads(text)
-            if not isinstance(values, list) or len(values) != len(fields):
-                raise ValueError("not this list's cursor")
-            decoded = []
-            for (name, _), value in zip(fields, values, strict=True):
-                field = meta.get_field(name)
-                decoded.append(field.to_python(value))
-                field.run_validators(decoded[-1])  # an integer past the database's range, say
-            return decoded
-        except (ValueError, TypeError, binascii.Error, UnicodeDecodeError, ValidationError):
-            raise BadParameter(
-                f"cursor: {raw[:40]!r} is not a page of this list (pass a previous answer's nextCursor back)"
-            ) from None
 
     def get_paginated_response(self, data: Any) -> Response:
         return Response({"results": data, "nextCursor": self.next_cursor})

@@ -76,7 +76,7 @@ def test_a_limit_that_is_no_page_size_is_refused(person, url, limit):
     assert refusal(response)[:2] == (400, "invalid") and refusal(response)[2].startswith("limit: ")
 
 
-@pytest.mark.parametrize("url", [u for u in LISTS if "supervision" not in u])
+@pytest.mark.parametrize("url", LISTS)
 def test_an_offset_past_any_row_is_refused_naming_offset(person, url):
     status, error, detail = refusal(person.get(with_param(url, f"offset={2**70}")))
     assert (status, error) == (400, "invalid") and detail.startswith("offset: ")
