@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
@@ -23,7 +24,7 @@ from rest_framework.test import APIClient
 from evolution.models import Cycle, Supervision
 from grading.models import Episode, Execution, Rating
 from hitl.models import Notice
-from singularity.apikit.pagination import MAX_PAGE, PAGE_SIZE
+from singularity.apikit.pagination import MAX_PAGE, PAGE_SIZE, keys
 from singularity.being.actions import create_being
 from singularity.models import Cycle as BeingCycle
 from singularity.models import Event
@@ -266,6 +267,21 @@ def test_a_list_refuses_a_cursor_it_never_gave_naming_it(api, world, path):
     body = response.json()
     assert response.status_code == 400 and body["error"] == "invalid", body
     assert body["detail"].startswith("cursor: "), body
+
+
+@pytest.mark.parametrize(
+    "order,why",
+    [
+        ((), "ordered ending in a unique field"),
+        (("-started_at",), "ordered ending in a unique field"),
+        (("-completed_at", "-id"), "a nullable field"),
+        (("-entity__slug", "-id"), "plain ordering fields"),
+    ],
+)
+def test_a_list_whose_order_cannot_page_is_a_programming_error(order, why):
+    runs = Execution.objects.order_by(*order) if order else Execution.objects.order_by()
+    with pytest.raises(ImproperlyConfigured, match=why):
+        keys(runs)
 
 
 def test_a_cursor_is_read_by_every_field_of_the_order_so_equal_instants_neither_repeat_nor_vanish(api, world):
