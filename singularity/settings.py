@@ -204,8 +204,8 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "singularity.apikit.schema.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "singularity.apikit.pagination.LimitOffset",
-    "PAGE_SIZE": 50,
+    "DEFAULT_PAGINATION_CLASS": "singularity.apikit.pagination.Cursor",
+    "PAGE_SIZE": 20,  # singularity.apikit.pagination.PAGE_SIZE: every list, its cursor and limit
     # The API is for scripts: JSON bodies only, read within bounds.
     "DEFAULT_PARSER_CLASSES": ["singularity.apikit.parsers.StrictJSONParser"],
     "EXCEPTION_HANDLER": "singularity.apikit.errors.exception_handler",

@@ -202,7 +202,7 @@ def test_loop_history_is_the_seeds_read_of_this_entity(agent):
     proposer.propose(cycle, rnd, brief())
     answer, refused = tool_answers(agent.requests[1].json)
     assert [(row["id"], row["targetId"]) for row in answer["cycles"]] == [(cycle.pk, "triage")]
-    assert refused == {"error": "limit: 500 is outside 1-100"}
+    assert refused == {"error": "limit: '500' is not a whole number from 1 to 100"}
 
 
 # --- The budget and the kill switch, through the machine --------------------------------------------------
