@@ -323,9 +323,14 @@ def stored_span(raw: bytes, trace_id: str) -> dict[str, Any]:
     """
     span = Span.FromString(raw)
     stored = _stored(span, f"trace {trace_id} (span {span.span_id.hex()})")
-    if len(raw) * _JSON_PER_BYTE + _JSON_ROOM <= spans.max_span_bytes():
+    if most_stored_bytes(raw) <= spans.max_span_bytes():
         return stored
     return spans.fit(stored)
+
+
+def most_stored_bytes(raw: bytes) -> int:
+    """The most bytes the stored form of a span kept as ``raw`` can take (``grading.spans.span_bytes``)."""
+    return len(raw) * _JSON_PER_BYTE + _JSON_ROOM
 
 
 def _stored(span: Any, where: str) -> dict[str, Any]:
