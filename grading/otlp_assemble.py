@@ -23,7 +23,6 @@ lost. The run's cost is the sum of every span's ``singularity.cost_usd``.
 
 from __future__ import annotations
 
-import json
 import logging
 from datetime import datetime, timedelta
 from typing import Any
@@ -38,7 +37,7 @@ from grading import spans
 from grading.executions import report_many, validate_report
 from grading.grade import json_rows, recordset
 from grading.models import Entity, OtlpSpan, OtlpTrace
-from grading.otlp_decode import INPUT_VALUE, OUTPUT_VALUE, most_stored_bytes, stored_span
+from grading.otlp_decode import INPUT_VALUE, OUTPUT_VALUE, json_or_text, most_stored_bytes, stored_span
 from grading.otlp_ingest import tree_span
 from grading.spans import TraceRefused
 from singularity.errors import ConfigError
@@ -69,13 +68,7 @@ def _value(attributes: dict[str, Any], messages: str, value: str) -> Any:
     if messages in attributes:
         return {"messages": attributes[messages]}
     if value in attributes:
-        raw = attributes[value]
-        if isinstance(raw, str):
-            try:
-                return json.loads(raw)
-            except json.JSONDecodeError:
-                return raw
-        return raw
+        return json_or_text(attributes[value])
     return None
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import zlib
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -183,8 +184,12 @@ def _list(data: Any, key: str, where: str) -> list[Any]:
 # --- one span onto ours -------------------------------------------------------------------------
 
 
+#: A double JSON cannot hold, as the protobuf JSON mapping (and so OTLP/JSON) writes it.
+_NOT_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
 def value_of(value: AnyValue) -> Any:
-    """Return an OTLP attribute value as plain data (bytes as hex)."""
+    """Return an OTLP attribute value as plain data (bytes as hex, a double JSON cannot hold as OTLP/JSON's text)."""
     which = value.WhichOneof("value")
     if which is None:
         return None
@@ -194,6 +199,8 @@ def value_of(value: AnyValue) -> Any:
         return {item.key: value_of(item.value) for item in value.kvlist_value.values}
     if which == "bytes_value":
         return value.bytes_value.hex()
+    if which == "double_value" and not math.isfinite(value.double_value):
+        return _NOT_FINITE[str(value.double_value)]  # JSON has no such number: as OTLP/JSON writes it
     return getattr(value, which)
 
 
@@ -213,18 +220,23 @@ def kind_of(attributes: dict[str, Any]) -> str:
     return spans.OTHER
 
 
-def _parsed(text: Any) -> Any:
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is no JSON number")
+
+
+def json_or_text(text: Any) -> Any:
+    """Return the value a text attribute holds as JSON, else the text itself (NaN and Infinity are no JSON: text)."""
     if isinstance(text, str):
         try:
-            return json.loads(text)
-        except json.JSONDecodeError:
+            return json.loads(text, parse_constant=_no_constant)
+        except ValueError:  # JSONDecodeError too
             return text
     return text
 
 
 def _messages(value: Any, role: str) -> list[dict[str, Any]]:
     """Return messages as the schema holds them: a list of ``{role, parts}``; anything else as one text message."""
-    parsed = _parsed(value)
+    parsed = json_or_text(value)
     if isinstance(parsed, list) and all(
         isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("parts", []), list) for m in parsed
     ):
@@ -241,7 +253,7 @@ def _shaped(attributes: dict[str, Any]) -> dict[str, Any]:
             shaped[ours] = shaped[name]
     for name in _JSON_ATTRIBUTES:
         if name in shaped:
-            shaped[name] = _parsed(shaped[name])
+            shaped[name] = json_or_text(shaped[name])
     if spans.INPUT_MESSAGES in shaped:
         shaped[spans.INPUT_MESSAGES] = _messages(shaped[spans.INPUT_MESSAGES], "user")
     if spans.OUTPUT_MESSAGES in shaped:
@@ -260,13 +272,17 @@ _LAST_NANOS = (
 _FIELD_OF = {"startTimeUnixNano": "start_time_unix_nano", "endTimeUnixNano": "end_time_unix_nano"}
 
 
+#: 1970 in UTC, naive: an OTLP time (unsigned nanoseconds) is never before it, so its ISO text has four-digit years.
+_EPOCH = datetime(1970, 1, 1)
+
+
 def _instant(nanos: int, where: str) -> str:
-    seconds, rest = divmod(nanos, 1_000_000_000)
+    """``grading.spans.instant_text`` of an OTLP time, for a third of its cost (no time zone, no ``strftime``)."""
     try:
-        moment = datetime.fromtimestamp(seconds, UTC) + timedelta(microseconds=rest // 1000)
+        moment = _EPOCH + timedelta(microseconds=nanos // 1000)
     except (OverflowError, ValueError, OSError):
         raise TraceRefused(f"{where}: {nanos} nanoseconds since 1970 is no time this server can hold") from None
-    return spans.instant_text(moment)
+    return moment.isoformat(timespec="microseconds") + "Z"
 
 
 def _check_ids_and_times(span: Any, where: str) -> None:

@@ -373,6 +373,27 @@ def test_the_sweep_keeps_a_trace_as_the_report_path_would_store_it_and_refuses_a
     assert looped.cost_usd == Decimal("0.004")
 
 
+def test_a_number_json_cannot_hold_is_kept_as_otlp_json_writes_it_and_stops_no_sweep(key, triage):
+    # Issue 30: a double attribute NaN or ±Infinity was written as JSON's non-standard NaN, which PostgreSQL's jsonb
+    # refuses: the sweep's batch failed on every pass, and every trace behind it waited. Kept as the protobuf JSON
+    # mapping writes it (OTLP/JSON's own form): "NaN", "Infinity", "-Infinity".
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(encoded(agent_spans()))
+    span = request.resource_spans[0].scope_spans[0].spans[0]
+    for name, value in (("score", float("nan")), ("upper", float("inf")), ("lower", float("-inf"))):
+        span.attributes.add(key=name).value.double_value = value
+    # Python's JSON reads NaN and Infinity in a text too: such a text is kept as the text it is.
+    span.attributes.add(key="gen_ai.tool.call.result").value.string_value = "[1, NaN]"
+    root = request.resource_spans[0].scope_spans[0].spans[3]
+    next(item for item in root.attributes if item.key == "output.value").value.string_value = '{"accuracy": Infinity}'
+    send_in_process(key, request.SerializeToString())
+    assert assemble() == 1
+    run = the_run()
+    attributes = run.trace[0]["attributes"]
+    assert (attributes["score"], attributes["upper"], attributes["lower"]) == ("NaN", "Infinity", "-Infinity")
+    assert attributes["gen_ai.tool.call.result"] == "[1, NaN]" and run.output == '{"accuracy": Infinity}'
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_two_sweeps_at_once_make_each_trace_one_run(key, triage):
@@ -542,6 +563,13 @@ def test_a_kept_span_read_at_assembly_is_cut_to_its_limit_as_convert_cuts_it(siz
     assert (spans.span_bytes(stored) <= spans.max_span_bytes()) and (
         ("singularity.cut" in stored["attributes"]) == (size > 9_000)
     )
+
+
+@pytest.mark.parametrize("nanos", [0, 1, 999, 1_000, 1_765_000_000_123_456_789, FAR, 253_402_300_799_999_999_999])
+def test_an_otlp_time_reads_as_the_stored_instant_text(nanos):
+    from grading.otlp_decode import _instant
+
+    assert _instant(nanos, "x") == spans.instant_text(EPOCH + timedelta(microseconds=nanos // 1000))
 
 
 def test_an_export_request_is_a_handful_of_statements_whatever_its_spans(key, triage):
