@@ -313,16 +313,23 @@ def check(span: Any, where: str) -> None:
     ``grading.spans`` checks (tokens, text, finish reasons, cost), read from
     the protobuf without building the span (no JSON parsed or written).
     """
+    _check(span, {item.key: item.value for item in span.attributes}, where)
+
+
+def _check(span: Any, values: dict[str, AnyValue], where: str) -> None:
+    """``check`` with the span's attribute values by key (a repeated key: its last) read already."""
     _check_ids_and_times(span, where)
     if span.end_time_unix_nano >= _LAST_NANOS:  # end ≥ start: a start past it is refused here too, as _instant would
         late = "startTimeUnixNano" if span.start_time_unix_nano >= _LAST_NANOS else "endTimeUnixNano"
         _instant(getattr(span, _FIELD_OF[late]), f"{where}.{late}")
-    values = {item.key: item.value for item in span.attributes}
-    values.pop(ENTITY_ATTRIBUTE, None)
-    checked = {key: value_of(value) if key in _CHECKED else None for key, value in values.items()}
-    for key in spans.MESSAGE_ATTRIBUTES:
-        checked.pop(key, None)
-    spans.check_attributes(_shaped(checked), where)
+    # In their order, the values checked and the keys out of range: any other is refused for nothing.
+    checked = {
+        key: value_of(value) if key in _CHECKED else None
+        for key, value in values.items()
+        if key in _CHECKED or not 0 < len(key) <= spans.MAX_KEY_CHARS
+    }
+    if checked:
+        spans.check_attributes(_shaped(checked), where)
 
 
 #: A span's stored JSON is at most this many times its protobuf bytes, plus ``_JSON_ROOM`` (a control character, one
@@ -371,6 +378,15 @@ def convert(span: Any, where: str) -> dict[str, Any]:
     return spans.fit(spans.validate_span(_stored(span, where), where))
 
 
+def _refusal(span: Any, values: dict[str, AnyValue], where: str) -> str:
+    """Why ``_check`` refuses a span it has refused, in words that say where the span is."""
+    try:
+        _check(span, values, where)
+    except TraceRefused as exc:
+        return str(exc)
+    raise AssertionError(f"{where}: refused once, then not")
+
+
 def received_spans(request: ExportTraceServiceRequest) -> tuple[list[Received], list[Rejected]]:
     """Return every span of a request read onto our schema, and those refused with the reason."""
     received: list[Received] = []
@@ -381,17 +397,20 @@ def received_spans(request: ExportTraceServiceRequest) -> tuple[list[Received], 
         service = str(resource.get(SERVICE_NAME) or "")
         for s, scope_spans in enumerate(resource_spans.scope_spans):
             for n, span in enumerate(scope_spans.spans):
-                where = f"resourceSpans[{r}].scopeSpans[{s}].spans[{n}]"
-                if span.span_id:
-                    where += f" (span {span.span_id.hex()})"
                 trace_id = span.trace_id.hex()
+                values = {item.key: item.value for item in span.attributes}
                 try:
-                    check(span, where)
-                except TraceRefused as exc:
-                    rejected.append(Rejected(trace_id, str(exc)))
+                    _check(span, values, "")  # where it is only matters to a refusal: said then
+                except TraceRefused:
+                    where = f"resourceSpans[{r}].scopeSpans[{s}].spans[{n}]"
+                    if span.span_id:
+                        where += f" (span {span.span_id.hex()})"
+                    rejected.append(Rejected(trace_id, _refusal(span, values, where)))
                     continue
-                named = next((kv.value for kv in span.attributes if kv.key == ENTITY_ATTRIBUTE), None)
-                entity = str(value_of(named) or "") if named is not None else resource_entity
+                entity = resource_entity
+                if ENTITY_ATTRIBUTE in values:  # a repeated key: its first
+                    named = next(kv.value for kv in span.attributes if kv.key == ENTITY_ATTRIBUTE)
+                    entity = str(value_of(named) or "")
                 parent = span.parent_span_id.hex() or None
                 raw = span.SerializeToString()
                 received.append(Received(trace_id, span.span_id.hex(), parent, raw, entity, service))

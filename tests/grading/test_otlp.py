@@ -295,9 +295,13 @@ def test_a_span_with_bad_times_or_ids_is_refused_alone_with_the_reason(live_serv
     assert response.status_code == 200
     partial = answer(response).partial_success
     assert partial.rejected_spans == 3
-    assert "endTimeUnixNano: before startTimeUnixNano" in partial.error_message
+    first = spans[0].span_id.hex()
+    assert f"resourceSpans[0].scopeSpans[0].spans[0] (span {first}).endTimeUnixNano: before startTimeUnixNano" in (
+        partial.error_message
+    )
+    assert "resourceSpans[0].scopeSpans[0].spans[1] (span " in partial.error_message
     assert "startTimeUnixNano: missing" in partial.error_message
-    assert "spanId: 3 bytes, expected 8 (16 hex digits)" in partial.error_message
+    assert "resourceSpans[0].scopeSpans[0].spans[2] (span 010203).spanId: 3 bytes, expected 8" in partial.error_message
     assemble()
     assert the_run().trace == []  # the root alone was kept: the run, with no children
 
