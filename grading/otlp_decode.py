@@ -224,11 +224,15 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is no JSON number")
 
 
+#: One decoder for every text (``json.loads`` with an option builds one a call, most of its cost on a short text).
+_STRICT_JSON = json.JSONDecoder(parse_constant=_no_constant)
+
+
 def json_or_text(text: Any) -> Any:
     """Return the value a text attribute holds as JSON, else the text itself (NaN and Infinity are no JSON: text)."""
     if isinstance(text, str):
         try:
-            return json.loads(text, parse_constant=_no_constant)
+            return _STRICT_JSON.decode(text)
         except ValueError:  # JSONDecodeError too
             return text
     return text
