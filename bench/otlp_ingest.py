@@ -4,9 +4,11 @@
 Each trace has 6 spans (an ``invoke_agent`` root, 3 model calls with messages and usage, 2 tool calls) made by
 the SDK's tracer and sent by its ``BatchSpanProcessor`` + OTLP/HTTP protobuf exporter, gzip, from ``--procs``
 processes into the project's server (gunicorn as ``manage.py up`` runs it; ``--server runserver`` for the old one) on
-Postgres, with the pool of connections on. Every export request is timed inside the exporter. Then the beat's
-sweep (``grading.otlp_assemble.sweep``) makes the runs and grades them under ``method: none`` in one process,
-timed apart. It prints: export requests p50/p95, spans/s and traces/s accepted (from the first span made to the
+Postgres, with the pool of connections on. Every export request is timed inside the exporter. The exporters make
+their traces flat out, or ``--rate`` traces a second together (an agent waits on its model: the export's p95 at a
+given rate, not only at the most the machine takes). Then the beat's sweep (``grading.otlp_assemble.sweep``) makes
+the runs and grades them under ``method: none`` in one process (``--sweeps N``: N at once, as overlapping beat tasks
+on workers do; they share the traces by ``SKIP LOCKED``), timed apart. It prints: export requests p50/p95, spans/s and traces/s accepted (from the first span made to the
 last export answered), runs assembled-and-graded/s, the CPU time a trace cost the web server's processes and
 the database's backends while the exporters ran and a run cost the sweep's process (figures a busy machine does
 not change much, unlike the rates), the floor (one single-row INSERT + COMMIT on the same database), and queries
@@ -45,22 +47,29 @@ print(ApiToken.issue(user, "bench", is_agent=True)[1])
 """
 
 SWEEP = """
-import json, time
+import json, sys, time
 import django; django.setup()
 from datetime import timedelta
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from grading import otlp_assemble
-from grading.models import Execution, Grade, OtlpTrace
-pending = OtlpTrace.objects.filter(assembled_at=None).count()
-started, cpu = time.perf_counter(), time.process_time()
+now = timezone.now() + timedelta(hours=1)
+connection.ensure_connection()
+time.sleep(max(0.0, float(sys.argv[1]) - time.time()))  # the sweeps of one bench start together
+started, cpu = time.time(), time.process_time()
 with CaptureQueriesContext(connection) as queries:
-    runs = otlp_assemble.sweep(now=timezone.now() + timedelta(hours=1))
-took, cpu = time.perf_counter() - started, time.process_time() - cpu
+    runs = otlp_assemble.sweep(now=now)
+ended, cpu = time.time(), time.process_time() - cpu
+print(json.dumps({"runs": runs, "started": started, "ended": ended, "cpu": cpu, "queries": len(queries)}))
+"""
+
+COUNTS = """
+import json
+import django; django.setup()
+from grading.models import Execution, Grade
 graded = Grade.objects.filter(status=Grade.Status.GRADED).count()
-print(json.dumps({"pending": pending, "runs": runs, "took": took, "cpu": cpu, "queries": len(queries),
-                  "executions": Execution.objects.count(), "graded": graded}))
+print(json.dumps({"executions": Execution.objects.count(), "graded": graded}))
 """
 
 REQUEST_QUERIES = """
@@ -88,8 +97,11 @@ print(json.dumps({"traces": 85, "spans": len(spans), "queries": len(queries)}))
 MESSAGE = "My card was charged twice for the March invoice; please refund the second charge. " * 4
 
 
-def make_traces(count: int, *, memory: bool = False, provider: Any = None) -> Any:
-    """Make ``count`` traces of 6 spans with the SDK (into ``provider``, or kept in memory and returned)."""
+def make_traces(count: int, *, memory: bool = False, provider: Any = None, rate: float = 0.0) -> Any:
+    """Make ``count`` traces of 6 spans with the SDK (into ``provider``, or kept in memory and returned).
+
+    With ``rate``, at most that many traces a second (an agent waits on its model; the default makes them flat out).
+    """
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -102,7 +114,10 @@ def make_traces(count: int, *, memory: bool = False, provider: Any = None) -> An
     tracer = provider.get_tracer("bench-agent")
     messages = json.dumps([{"role": "user", "parts": [{"type": "text", "content": MESSAGE}]}])
     answer = json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "billing"}]}])
+    started = time.monotonic()
     for n in range(count):
+        if rate:
+            time.sleep(max(0.0, started + n / rate - time.monotonic()))
         with tracer.start_as_current_span("invoke_agent triage") as root:
             root.set_attribute("gen_ai.operation.name", "invoke_agent")
             root.set_attribute("input.value", json.dumps({"ticket": MESSAGE, "_label": "billing", "n": n}))
@@ -125,7 +140,7 @@ def make_traces(count: int, *, memory: bool = False, provider: Any = None) -> An
     return kept.get_finished_spans() if kept is not None else None
 
 
-def exporter_process(url: str, key: str, count: int, out: Any) -> None:
+def exporter_process(url: str, key: str, count: int, out: Any, rate: float = 0.0) -> None:
     """Export ``count`` traces through the SDK's batch processor; put (export durations, failures, start, end)."""
     from opentelemetry.exporter.otlp.proto.http import Compression
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -161,7 +176,7 @@ def exporter_process(url: str, key: str, count: int, out: Any) -> None:
         BatchSpanProcessor(Timed(), max_queue_size=count * 6 + 1, max_export_batch_size=512, schedule_delay_millis=200)
     )
     started = time.time()
-    make_traces(count, provider=provider)
+    make_traces(count, provider=provider, rate=rate)
     provider.force_flush(timeout_millis=600_000)
     ended = time.time()
     provider.shutdown()
@@ -172,6 +187,28 @@ def django_script(script: str, env: dict[str, str]) -> str:
     return subprocess.run(
         [sys.executable, "-c", script], cwd=ROOT, env=env, check=True, capture_output=True, text=True
     ).stdout.strip()
+
+
+def sweeps(count: int, env: dict[str, str]) -> dict[str, Any]:
+    """Run ``count`` sweeps at once, each its own process (as beat tasks on workers); their runs, span and CPU."""
+    start = time.time() + 5  # each process loads Django first
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", SWEEP, str(start)], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(count)
+    ]
+    done = [json.loads(process.communicate()[0].strip().splitlines()[-1]) for process in processes]
+    if any(process.returncode for process in processes):
+        raise SystemExit("a sweep failed")
+    return {
+        "runs": sum(d["runs"] for d in done),
+        "took": max(d["ended"] for d in done) - min(d["started"] for d in done),
+        "cpu": sum(d["cpu"] for d in done),
+        "queries": sum(d["queries"] for d in done),
+        "each": [d["runs"] for d in done],
+        **json.loads(django_script(COUNTS, env).splitlines()[-1]),
+    }
 
 
 def floor_ms(pg_url: str, rounds: int = 200) -> float:
@@ -243,6 +280,11 @@ def main() -> None:
         "--server", choices=["gunicorn", "runserver"], default="gunicorn", help="the production server (as up runs it)"
     )
     parser.add_argument("--web-concurrency", type=int, default=2, help="gunicorn's worker processes")
+    parser.add_argument("--web-threads", type=int, default=4, help="gunicorn's threads a worker")
+    parser.add_argument(
+        "--rate", type=float, default=0.0, help="traces a second offered, all processes together (0: flat out)"
+    )
+    parser.add_argument("--sweeps", type=int, default=1, help="sweeps at once, each its own process (SKIP LOCKED)")
     args = parser.parse_args()
 
     fresh_database(args.pg_url)
@@ -269,7 +311,7 @@ def main() -> None:
         command = [sys.executable, "-m", "gunicorn", "singularity.wsgi:application", "--config",
                    "python:singularity.gunicorn_conf", "--bind", f"127.0.0.1:{args.port}"]  # fmt: skip
     server = subprocess.Popen(
-        command, cwd=ROOT, env={**env, "WEB_CONCURRENCY": str(args.web_concurrency)},
+        command, cwd=ROOT, env={**env, "WEB_CONCURRENCY": str(args.web_concurrency), "WEB_THREADS": str(args.web_threads)},
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     url = f"http://127.0.0.1:{args.port}"
@@ -285,7 +327,8 @@ def main() -> None:
         context = multiprocessing.get_context("spawn")
         out = context.Queue()
         workers = [
-            context.Process(target=exporter_process, args=(url, key, args.traces, out)) for _ in range(args.procs)
+            context.Process(target=exporter_process, args=(url, key, args.traces, out, args.rate / args.procs))
+            for _ in range(args.procs)
         ]
         for worker in workers:
             worker.start()
@@ -302,13 +345,16 @@ def main() -> None:
     failed = sum(result[1] for result in results)
     wall = max(result[3] for result in results) - min(result[2] for result in results)
     traces = args.traces * args.procs
-    sweep = json.loads(django_script(SWEEP, env).splitlines()[-1])
-    print(f"traces: {traces:,} of 6 spans from {args.procs} processes; spans not accepted: {failed:,}")
+    sweep = sweeps(args.sweeps, env)
+    offered = f"offered at {args.rate:,.0f} traces/s" if args.rate else "made flat out"
+    print(f"traces: {traces:,} of 6 spans from {args.procs} processes, {offered}, into {args.server} "
+          f"({args.web_concurrency} workers × {args.web_threads} threads); spans not accepted: {failed:,}")  # fmt: skip
     print(f"export requests: {len(durations):,}, p50 {percentile(durations, 0.5) * 1000:.0f} ms, "
           f"p95 {percentile(durations, 0.95) * 1000:.0f} ms")  # fmt: skip
     print(f"accepted: {traces / wall:,.0f} traces/s, {traces * 6 / wall:,.0f} spans/s over {wall:.1f} s")
     print(f"assembled and graded: {sweep['runs']:,} runs in {sweep['took']:.1f} s = "
-          f"{sweep['runs'] / sweep['took']:,.0f} runs/s ({sweep['graded']:,} graded, {sweep['executions']:,} runs)")  # fmt: skip
+          f"{sweep['runs'] / sweep['took']:,.0f} runs/s ({sweep['graded']:,} graded, {sweep['executions']:,} runs; "
+          f"{args.sweeps} sweep(s) at once took {sweep['each']})")  # fmt: skip
     print(f"CPU a trace at export (load-independent): web server {web_cpu / traces * 1000:.2f} ms, "
           f"database {database_cpu / traces * 1000:.2f} ms; the sweep {sweep['cpu'] / sweep['runs'] * 1000:.2f} ms "
           "a run (its process)")  # fmt: skip

@@ -21,7 +21,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from grading.models import Entity, Execution
-from grading.spans import COST, ERROR, TOOL, totals, validate_trace
+from grading.spans import COST, ERROR, TOOL, trace_cost, validate_trace
 from singularity.errors import ConfigError, StateError
 from singularity.fields import check_storable
 from singularity.money import MoneyError, parse_money, quantize
@@ -177,7 +177,7 @@ def _instant(data: dict[str, Any], name: str, where: str) -> datetime:
     return parsed
 
 
-def validate_report(data: Any, *, where: str = "") -> dict[str, Any]:
+def validate_report(data: Any, *, where: str = "", trace_checked: bool = False) -> dict[str, Any]:
     """Return the model fields of one reported run, or raise ``ConfigError`` naming the field at fault.
 
     Required: ``status`` (succeeded|failed), ``started_at`` and ``completed_at``
@@ -186,7 +186,8 @@ def validate_report(data: Any, *, where: str = "") -> dict[str, Any]:
     ``tool_failures`` (an integer ≥ 0), ``input`` (a JSON object), ``output``
     (any JSON), ``error`` (text), ``trace`` (a list of spans, ``grading.spans``;
     refused over its limits). Without ``cost_usd`` the run costs what its spans
-    cost; without ``tool_failures`` it counts its failed tool spans.
+    cost; without ``tool_failures`` it counts its failed tool spans. With ``trace_checked`` the trace is taken
+    as it is: stored spans its caller has checked already (``grading.otlp_assemble``).
     """
     if not isinstance(data, dict):
         raise ConfigError(f"{where or 'run'}: expected a JSON object, got {type(data).__name__}")
@@ -224,9 +225,12 @@ def validate_report(data: Any, *, where: str = "") -> dict[str, Any]:
     error = data.get("error", "")
     if not isinstance(error, str):
         raise ConfigError(f"{_field(where, 'error')}: expected text, got {type(error).__name__}")
-    trace = validate_trace(data.get("trace"), where=_field(where, "trace"))
+    if trace_checked:
+        trace = data.get("trace") or []
+    else:
+        trace = validate_trace(data.get("trace"), where=_field(where, "trace"))
     if "cost_usd" not in data:
-        spent = totals(trace)["cost_usd"]
+        spent = trace_cost(trace)
         if spent is not None:
             try:
                 check_storable(spent, what=_field(where, "trace"))
@@ -274,7 +278,9 @@ def report_execution(entity: Entity, data: dict[str, Any], *, user: Any) -> Exec
     return execution
 
 
-def report_many(entity_rows: Iterable[tuple[Entity, dict[str, Any]]], *, user: Any) -> list[Execution]:
+def report_many(
+    entity_rows: Iterable[tuple[Entity, dict[str, Any]]], *, user: Any, trace_checked: bool = False
+) -> list[Execution]:
     """Validate a batch of reported runs, record them in one transaction, book them together on commit.
 
     ``entity_rows`` is ``(entity, data)`` pairs. Every row is validated
@@ -283,10 +289,11 @@ def report_many(entity_rows: Iterable[tuple[Entity, dict[str, Any]]], *, user: A
     ``bulk_create`` (on PostgreSQL one ``INSERT … SELECT`` of a JSON
     parameter, ``grading.grade.insert_rows``): the number of queries does not grow with the rows
     (beyond the database's own limit on parameters per statement). Once it
-    commits the batch is booked in one pass (``grading.booking.on_terminal_many``).
+    commits the batch is booked in one pass (``grading.booking.on_terminal_many``). ``trace_checked``: the
+    rows' traces are checked already (``validate_report``).
     """
     executions = [
-        _reported(entity, validate_report(data, where=f"runs[{index}]"), user)
+        _reported(entity, validate_report(data, where=f"runs[{index}]", trace_checked=trace_checked), user)
         for index, (entity, data) in enumerate(entity_rows)
     ]
     if not executions:

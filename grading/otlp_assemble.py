@@ -23,7 +23,6 @@ lost. The run's cost is the sum of every span's ``singularity.cost_usd``.
 
 from __future__ import annotations
 
-import json
 import logging
 from datetime import datetime, timedelta
 from typing import Any
@@ -38,10 +37,11 @@ from grading import spans
 from grading.executions import report_many, validate_report
 from grading.grade import json_rows, recordset
 from grading.models import Entity, OtlpSpan, OtlpTrace
-from grading.otlp_decode import INPUT_VALUE, OUTPUT_VALUE, stored_span
+from grading.otlp_decode import INPUT_VALUE, OUTPUT_VALUE, json_or_text, most_stored_bytes, stored_span
 from grading.otlp_ingest import tree_span
 from grading.spans import TraceRefused
 from singularity.errors import ConfigError
+from singularity.longlived import collector_paused
 
 logger = logging.getLogger("grading.otlp")
 
@@ -68,13 +68,7 @@ def _value(attributes: dict[str, Any], messages: str, value: str) -> Any:
     if messages in attributes:
         return {"messages": attributes[messages]}
     if value in attributes:
-        raw = attributes[value]
-        if isinstance(raw, str):
-            try:
-                return json.loads(raw)
-            except json.JSONDecodeError:
-                return raw
-        return raw
+        return json_or_text(attributes[value])
     return None
 
 
@@ -84,7 +78,7 @@ def run_of(trace: OtlpTrace, received: list[dict[str, Any]]) -> dict[str, Any]:
     kept = [span for span in received if span is not root or root["kind"] != spans.OTHER]
     ids = {span["spanId"] for span in kept}
     tree = sorted((tree_span(span, ids) for span in kept), key=lambda span: (span["startTime"], span["spanId"]))
-    cost = spans.totals(received)["cost_usd"]
+    cost = spans.trace_cost(received)
     if root is None:
         run: dict[str, Any] = {
             "status": "failed",
@@ -154,11 +148,27 @@ def _read(raw: bytes, trace_id: str) -> dict[str, Any] | None:
 
 
 def _report(rows: list[tuple[Any, dict[str, Any]]], user: Any) -> list[Any]:
-    """``report_many`` of the rows; when it refuses one, every row is checked first (nothing was written)."""
+    """``report_many`` of the rows, their traces checked (``_assembled``); when it refuses one, every row is
+    checked first (nothing was written)."""
     try:
-        return report_many(rows, user=user)
+        return report_many(rows, user=user, trace_checked=True)
     except ConfigError:
-        return report_many([(entity, checked(run)) for entity, run in rows], user=user)
+        return report_many([(entity, checked(run)) for entity, run in rows], user=user, trace_checked=True)
+
+
+def _assembled(trace: OtlpTrace, received: list[dict[str, Any]], most_bytes: int) -> dict[str, Any]:
+    """The trace's run (``run_of``), its trace checked whole (``grading.spans.check_assembled``), else ``checked``.
+
+    Each span was checked at its export as the report path checks it
+    (``grading.otlp_decode.check``), so only what the whole can break is
+    checked again; ``most_bytes`` bounds the size of its spans as stored.
+    """
+    run = run_of(trace, received)
+    try:
+        spans.check_assembled(run["trace"], most_bytes=most_bytes)
+    except TraceRefused:
+        return checked(run)
+    return run
 
 
 def _mark_assembled(traces: list[OtlpTrace], now: datetime) -> None:
@@ -188,7 +198,8 @@ def _due(now: datetime) -> Q:
 def sweep_once(*, now: datetime | None = None, limit: int = BATCH) -> int:
     """Assemble up to ``limit`` due traces into runs in one transaction; return how many were taken."""
     now = now or timezone.now()
-    with transaction.atomic():
+    # A batch's objects live until it ends: the collector would walk them again and again for nothing.
+    with collector_paused(), transaction.atomic():
         traces = list(
             OtlpTrace.objects.select_for_update(skip_locked=True, of=("self",))
             .filter(_due(now))
@@ -200,15 +211,19 @@ def sweep_once(*, now: datetime | None = None, limit: int = BATCH) -> int:
         entities = Entity.objects.in_bulk({trace.entity_id for trace in traces})
         people = get_user_model().objects.in_bulk({trace.started_by_id for trace in traces} - {None})
         received: dict[int, list[dict[str, Any]]] = {trace.pk: [] for trace in traces}
+        most_bytes = dict.fromkeys(received, 0)
         trace_ids = {trace.pk: trace.trace_id for trace in traces}
         pending = OtlpSpan.objects.filter(trace_id__in=list(received)).values_list("trace_id", "span", "raw")
         for trace_pk, span, raw in pending:
             if raw is not None:
                 span = _read(bytes(raw), trace_ids[trace_pk])
+                most_bytes[trace_pk] += most_stored_bytes(raw)
+            elif span is not None:  # kept as JSON (before migration 0015)
+                most_bytes[trace_pk] += spans.span_bytes(span)
             if span is not None:
                 received[trace_pk].append(span)
         traces = [trace for trace in traces if received[trace.pk]]
-        rows = [(entities[trace.entity_id], run_of(trace, received[trace.pk])) for trace in traces]
+        rows = [(entities[t.entity_id], _assembled(t, received[t.pk], most_bytes[t.pk])) for t in traces]
         by_user: dict[Any, list[int]] = {}
         for index, trace in enumerate(traces):
             by_user.setdefault(people.get(trace.started_by_id), []).append(index)

@@ -330,6 +330,30 @@ def validate_trace(trace: Any, *, where: str = "trace") -> list[dict[str, Any]]:
     return spans
 
 
+def check_assembled(trace: list[dict[str, Any]], *, where: str = "trace", most_bytes: int | None = None) -> None:
+    """Refuse, in ``validate_trace``'s words, a trace of stored spans each already checked, for what only the whole
+    can break: more than ``TRACE_MAX_SPANS`` spans, a repeated id, a parent no span of it, a loop of parents, or
+    over ``TRACE_MAX_BYTES``, measured only when ``most_bytes`` (what its spans' sizes cannot pass) is not within it.
+
+    For the spans an OTLP export checked one by one (``grading.otlp_decode.check``) and its sweep read back in the
+    stored form: ``validate_trace`` would rebuild and measure each span again for nothing.
+    """
+    if len(trace) > max_spans():
+        raise TraceRefused(
+            f"{where}: {len(trace):,} spans, over the limit of {max_spans():,} spans a run (TRACE_MAX_SPANS)"
+        )
+    if most_bytes is None or most_bytes > max_trace_bytes():
+        total = 0
+        for index, span in enumerate(trace):
+            total += span_bytes(span)
+            if total > max_trace_bytes():
+                raise TraceRefused(
+                    f"{where}: over the limit of {max_trace_bytes():,} bytes a trace (TRACE_MAX_BYTES) at "
+                    f"{_label(where, index, span['spanId'])}"
+                )
+    _check_tree(trace, where)
+
+
 # --- reading what is stored -----------------------------------------------------------------
 
 
@@ -426,6 +450,12 @@ def span_cost(span: dict[str, Any]) -> Decimal | None:
         return None
 
 
+def trace_cost(spans: list[dict[str, Any]]) -> Decimal | None:
+    """Return the sum of the spans' ``singularity.cost_usd``, or None when none has one readable."""
+    costs = [cost for cost in (span_cost(span) for span in spans) if cost is not None]
+    return sum(costs, Decimal(0)) if costs else None
+
+
 def totals(spans: list[dict[str, Any]]) -> dict[str, Any]:
     """Return the trace's totals: tokens in and out, cost, wall time, and how many spans of each kind and failed."""
     starts = [parse_instant(span.get("startTime")) for span in spans]
@@ -433,7 +463,6 @@ def totals(spans: list[dict[str, Any]]) -> dict[str, Any]:
     timed_starts = [moment for moment in starts if moment is not None]
     timed_ends = [moment for moment in ends if moment is not None]
     wall = (max(timed_ends) - min(timed_starts)).total_seconds() * 1000 if timed_starts and timed_ends else None
-    costs = [cost for cost in (span_cost(span) for span in spans) if cost is not None]
     return {
         "spans": len(spans),
         "llm_calls": sum(1 for span in spans if span.get("kind") == LLM),
@@ -441,7 +470,7 @@ def totals(spans: list[dict[str, Any]]) -> dict[str, Any]:
         "errors": sum(1 for span in spans if span.get("status") == ERROR),
         "input_tokens": sum(_int((span.get("attributes") or {}).get(INPUT_TOKENS)) for span in spans),
         "output_tokens": sum(_int((span.get("attributes") or {}).get(OUTPUT_TOKENS)) for span in spans),
-        "cost_usd": sum(costs, Decimal(0)) if costs else None,
+        "cost_usd": trace_cost(spans),
         "wall_ms": wall,
     }
 

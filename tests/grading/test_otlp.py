@@ -91,6 +91,25 @@ def assemble() -> int:
     return otlp_assemble.sweep(now=timezone.now() + timedelta(hours=1))
 
 
+def send_in_process(key: str, body: bytes) -> None:
+    """One export request of ``body`` (protobuf) to the view in this process."""
+    from django.test import RequestFactory
+
+    from grading.api_otlp import export_traces
+
+    request = RequestFactory().post(
+        "/v1/traces", data=body, content_type="application/x-protobuf", HTTP_AUTHORIZATION=f"Bearer {key}"
+    )
+    response = export_traces(request)
+    assert response.status_code == 200 and not answer_of(response).partial_success.rejected_spans
+
+
+def answer_of(response: object) -> ExportTraceServiceResponse:
+    message = ExportTraceServiceResponse()
+    message.ParseFromString(response.content)  # type: ignore[attr-defined]
+    return message
+
+
 def the_run() -> Execution:
     (execution,) = Execution.objects.all()
     return execution
@@ -276,9 +295,13 @@ def test_a_span_with_bad_times_or_ids_is_refused_alone_with_the_reason(live_serv
     assert response.status_code == 200
     partial = answer(response).partial_success
     assert partial.rejected_spans == 3
-    assert "endTimeUnixNano: before startTimeUnixNano" in partial.error_message
+    first = spans[0].span_id.hex()
+    assert f"resourceSpans[0].scopeSpans[0].spans[0] (span {first}).endTimeUnixNano: before startTimeUnixNano" in (
+        partial.error_message
+    )
+    assert "resourceSpans[0].scopeSpans[0].spans[1] (span " in partial.error_message
     assert "startTimeUnixNano: missing" in partial.error_message
-    assert "spanId: 3 bytes, expected 8 (16 hex digits)" in partial.error_message
+    assert "resourceSpans[0].scopeSpans[0].spans[2] (span 010203).spanId: 3 bytes, expected 8" in partial.error_message
     assemble()
     assert the_run().trace == []  # the root alone was kept: the run, with no children
 
@@ -337,6 +360,77 @@ def test_a_run_the_report_would_refuse_is_kept_saying_what_was_dropped_and_the_s
     assert large.cost_usd == Decimal("0.004")
     assert "is in the future" in ahead.error and "its times were not kept" in ahead.error
     assert len(ahead.trace) == 3 and ahead.completed_at <= timezone.now()
+
+
+def test_the_sweep_keeps_a_trace_as_the_report_path_would_store_it_and_refuses_a_loop_of_parents(key, triage):
+    # Issue 30: the sweep checks only what the whole trace can break (each span was checked at its export); the run
+    # it stores is what the report path's full check makes of it, and a loop of parents still costs the run its spans.
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(encoded(agent_spans()))
+    first, tool, second, _root = request.resource_spans[0].scope_spans[0].spans
+    first.parent_span_id, tool.parent_span_id = tool.span_id, first.span_id  # each the other's parent
+    send_in_process(key, encoded(agent_spans()) + request.SerializeToString())  # two requests' bodies: two traces
+    assert assemble() == 2
+    kept, looped = sorted(Execution.objects.all(), key=lambda run: bool(run.error))
+    assert len(kept.trace) == 3 and spans.validate_trace(kept.trace) == kept.trace
+    assert looped.trace == [] and "the parents loop back" in looped.error and "its spans were not kept" in looped.error
+    assert looped.cost_usd == Decimal("0.004")
+
+
+def test_a_number_json_cannot_hold_is_kept_as_otlp_json_writes_it_and_stops_no_sweep(key, triage):
+    # Issue 30: a double attribute NaN or ±Infinity was written as JSON's non-standard NaN, which PostgreSQL's jsonb
+    # refuses: the sweep's batch failed on every pass, and every trace behind it waited. Kept as the protobuf JSON
+    # mapping writes it (OTLP/JSON's own form): "NaN", "Infinity", "-Infinity".
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(encoded(agent_spans()))
+    span = request.resource_spans[0].scope_spans[0].spans[0]
+    for name, value in (("score", float("nan")), ("upper", float("inf")), ("lower", float("-inf"))):
+        span.attributes.add(key=name).value.double_value = value
+    # Python's JSON reads NaN and Infinity in a text too: such a text is kept as the text it is.
+    span.attributes.add(key="gen_ai.tool.call.result").value.string_value = "[1, NaN]"
+    root = request.resource_spans[0].scope_spans[0].spans[3]
+    next(item for item in root.attributes if item.key == "output.value").value.string_value = '{"accuracy": Infinity}'
+    send_in_process(key, request.SerializeToString())
+    assert assemble() == 1
+    run = the_run()
+    attributes = run.trace[0]["attributes"]
+    assert (attributes["score"], attributes["upper"], attributes["lower"]) == ("NaN", "Infinity", "-Infinity")
+    assert attributes["gen_ai.tool.call.result"] == "[1, NaN]" and run.output == '{"accuracy": Infinity}'
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_sweeps_at_once_make_each_trace_one_run(key, triage):
+    # Issue 30: the beat's sweeps may overlap (a batch past the 5 s beat, two workers): each takes its batch under a
+    # row lock the other skips, so every trace becomes exactly one run, whoever took it.
+    import threading
+
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("two sweeps at once need Postgres's SKIP LOCKED")
+    body = encoded([span for _ in range(60) for span in agent_spans()])
+    send_in_process(key, body)
+    later = timezone.now() + timedelta(hours=1)
+    barrier = threading.Barrier(2)
+    taken: list[int] = []
+
+    def sweep() -> None:
+        try:
+            barrier.wait()
+            taken.append(otlp_assemble.sweep(now=later, limit=7))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=sweep) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(taken) == 60 and Execution.objects.count() == 60
+    runs = list(OtlpTrace.objects.values_list("execution_id", flat=True))
+    assert len(runs) == 60 and None not in runs and len(set(runs)) == 60
+    assert Grade.objects.filter(status=Grade.Status.GRADED).count() == 60 and not OtlpSpan.objects.exists()
 
 
 def test_the_beat_sweeps_every_grace_and_its_task_makes_the_runs(live_server, key, triage):
@@ -473,6 +567,13 @@ def test_a_kept_span_read_at_assembly_is_cut_to_its_limit_as_convert_cuts_it(siz
     assert (spans.span_bytes(stored) <= spans.max_span_bytes()) and (
         ("singularity.cut" in stored["attributes"]) == (size > 9_000)
     )
+
+
+@pytest.mark.parametrize("nanos", [0, 1, 999, 1_000, 1_765_000_000_123_456_789, FAR, 253_402_300_799_999_999_999])
+def test_an_otlp_time_reads_as_the_stored_instant_text(nanos):
+    from grading.otlp_decode import _instant
+
+    assert _instant(nanos, "x") == spans.instant_text(EPOCH + timedelta(microseconds=nanos // 1000))
 
 
 def test_an_export_request_is_a_handful_of_statements_whatever_its_spans(key, triage):
