@@ -157,10 +157,10 @@ def exporter_process(url: str, key: str, count: int, out: Any, rate: float = 0.0
     class TimedSession(requests.Session):
         """The exporter's HTTP session, timing each request on the wire (the SDK's encoding and gzip are not in it)."""
 
-        def post(self, *args: Any, **kwargs: Any) -> requests.Response:
+        def request(self, *args: Any, **kwargs: Any) -> requests.Response:
             started = time.perf_counter()
             try:
-                return super().post(*args, **kwargs)
+                return super().request(*args, **kwargs)
             finally:
                 posts.append(time.perf_counter() - started)
 
