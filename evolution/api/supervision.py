@@ -268,7 +268,7 @@ class LoopDismiss(_Move):
     def target(self, data: dict[str, Any]) -> tuple[Any, Cycle | None]:
         cycle = Cycle.objects.select_related("entity").filter(pk=data["cycle_id"]).first()
         if cycle is None:
-            raise supervision.Refusal("not_found", f"cycle {data['cycleId']} names no cycle")
+            raise supervision.Refusal("not_found", f"cycle {data['cycle_id']} names no cycle")
         return cycle.entity, cycle
 
     @extend_schema(
