@@ -298,7 +298,7 @@ def test_loop_summary_of_a_window_that_holds_nothing_counts_zero(person, march):
     [
         ({"since": "last tuesday"}, 400, "since: 'last tuesday' is not an ISO 8601 instant"),
         ({"since": "2026-03-02", "until": "2026-03-01"}, 400, "until: 2026-03-01T00:00:00+00:00 is not after since"),
-        ({"targetKind": "scenario"}, 400, "target_id: name both target_kind and target_id"),
+        ({"targetKind": "scenario"}, 400, "targetId: name both targetKind and targetId"),
         ({"targetKind": "scenario", "targetId": "nobody"}, 404, "scenario:nobody names no entity"),
         ({"since": "0001-01-01T00:00:00+05:00"}, 400, "since: '0001-01-01T00:00:00+05:00' is outside"),
     ],

@@ -52,7 +52,7 @@ def test_ratings_are_listed_newest_first_filtered_and_paged(alice):
     ("query", "detail"),
     [
         ({"entity": "scenario:nope"}, "entity: 'scenario:nope' names no entity"),
-        ({"runId": "twelve"}, "run_id: 'twelve' is not a run id"),
+        ({"runId": "twelve"}, "runId: 'twelve' is not a run id"),
     ],
 )
 def test_a_filter_naming_nothing_is_refused_naming_it(alice, query, detail):
