@@ -14,7 +14,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from kombu import Queue
 
-from singularity.apikit.camel_fields import DATA_FIELDS
+from singularity.apikit.camel_fields import IGNORED as CAMEL_CASE_DATA_FIELDS
 from singularity.env import env_bool, env_decimal, env_float, env_int, env_secret, env_str
 from singularity.forge_env import git_remote, read_forge
 from singularity.queues import DEFAULT as DEFAULT_QUEUE
@@ -222,7 +222,7 @@ REST_FRAMEWORK = {
 JSON_CAMEL_CASE = {
     "JSON_UNDERSCOREIZE": {
         "no_underscore_before_number": False,
-        "ignore_fields": DATA_FIELDS,
+        "ignore_fields": CAMEL_CASE_DATA_FIELDS,
         "ignore_keys": None,
     },
 }

@@ -57,3 +57,13 @@ DATA_FIELDS = (
     "really_refused",
     "not_reproducible",
 )
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+#: What the library is told to leave alone: each data field in both spellings, since some serializers of the
+#: seed's reads declare theirs camelCase already (``perMetric``, ``awaitingPerson``) and are rendered as declared.
+IGNORED = tuple(dict.fromkeys([*DATA_FIELDS, *map(_camel, DATA_FIELDS)]))

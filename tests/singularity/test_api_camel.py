@@ -255,3 +255,24 @@ def test_the_data_fields_hold_no_shape_of_ours_with_snake_case_names():
                 for ref in refs(inner):
                     wrong += [f"{owner}.{name} → {ref}.{p}" for p in components[ref].get("properties", {}) if "_" in p]
     assert wrong == []
+
+
+def test_the_renderer_answers_what_the_librarys_camelize_answers():
+    from djangorestframework_camel_case.util import camelize as library_camelize
+
+    from singularity.apikit.camel import CamelJSONRenderer
+    from singularity.apikit.camel_fields import IGNORED
+
+    data = {
+        "run_id": 1,
+        "rows": [{"cost_usd": "1", "per_metric": {"resolution_rate": 1}}, ("a_b", {"x_y": None})],
+        "perMetric": {"resolution_rate": 0.5},  # a seed read declares its field camelCase: still data
+        "checkVerdict": {"gain_low": 0.1},
+        "metrics": {"cost_usd": "0.1"},
+        "nested": {"deeper_still": {"trace": [{"spanId": "a", "attributes": {"gen_ai.usage.input_tokens": 1}}]}},
+        "http2_ok": True,
+    }
+    rendered = json.loads(CamelJSONRenderer().render(data))
+    assert rendered == json.loads(json.dumps(library_camelize(data, ignore_fields=IGNORED)))
+    assert rendered["perMetric"] == {"resolution_rate": 0.5} and rendered["checkVerdict"] == {"gain_low": 0.1}
+    assert rendered["rows"][0] == {"costUsd": "1", "perMetric": {"resolution_rate": 1}}
