@@ -220,7 +220,7 @@ def test_events_filter_by_kind_and_tail_after_seq(person: APIClient) -> None:
     assert tail["results"][0]["data"] == {"n": 4}
 
 
-@pytest.mark.parametrize(("query", "named"), [("kind=bogus", "kind:"), ("after_seq=-1", "after_seq:")])
+@pytest.mark.parametrize(("query", "named"), [("kind=bogus", "kind:"), ("afterSeq=-1", "afterSeq:")])
 def test_events_refuse_bad_filters(person: APIClient, query: str, named: str) -> None:
     create_being("nova")
     response = person.get(f"/api/beings/nova/events/?{query}")
