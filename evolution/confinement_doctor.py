@@ -77,13 +77,15 @@ def loop_proposer_reads_section(ctx: DoctorContext) -> Iterator[Check]:
 
     reader = Reader()
     try:
-        answer = reader.query("SELECT count(*) AS n FROM ro_cycles")
+        problem = reader.problem()
     finally:
         reader.close()
-    if "refused" in answer:
+    if problem:
         yield Check(
             WARN,
-            f"the proposer's db_query cannot read its views ({answer['refused']}); on Postgres the role "
-            f"{settings.LOOP_READ_DB_USER} must exist, log in (LOOP_READ_DB_PASSWORD) and hold SELECT on the ro_* "
-            "views (evolution's migration 0017 makes it when its user may create roles)",
+            f"the proposer's db_query cannot be used: {problem}. On Postgres it logs in as the role "
+            f"{settings.LOOP_READ_DB_USER} (LOOP_READ_DB_USER); `manage.py migrate` makes singularity_proposer, "
+            "grants it SELECT on the ro_* views and gives it a password derived from SECRET_KEY when its database "
+            "user may (CREATEROLE); else a person makes the role (CREATE ROLE … LOGIN, GRANT SELECT ON the ro_* "
+            "views) and sets LOOP_READ_DB_PASSWORD. Until then the proposer reads files only",
         )

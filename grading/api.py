@@ -15,7 +15,6 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import generics, status
-from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -37,8 +36,6 @@ from grading.serializers import (
     RunSerializer,
 )
 from hitl import asks
-from singularity.apikit.errors import BadParameter
-from singularity.apikit.pagination import NewestCursor
 from singularity.auth import is_agent
 from singularity.errors import ConfigError, StateError
 from singularity.serializers import ErrorSerializer
@@ -110,7 +107,7 @@ class EntityList(FilteredList):
     serializer_class = EntitySummarySerializer
 
     def get_queryset(self) -> QuerySet[Entity]:
-        entities = Entity.objects.order_by("kind", "slug")
+        entities = Entity.objects.order_by("kind", "slug", "id")
         if kind := _choice(self.request, "kind", Entity.Kind.values):
             entities = entities.filter(kind=kind)
         state = _choice(self.request, "status", ["ok", "error"])
@@ -145,35 +142,6 @@ class EntityCalibration(APIView):
         return Response(CalibrationSerializer(calibration(_get_entity(target_kind, slug)), many=True).data)
 
 
-class _Cursor(NewestCursor):
-    """A cursor page whose cursor, when it is none of this list's, is a 400 naming ``cursor``."""
-
-    def decode_cursor(self, request: Request) -> Any:
-        try:
-            return super().decode_cursor(request)
-        except NotFound:
-            raw = str(request.query_params.get(self.cursor_query_param, ""))[:40]
-            raise BadParameter(
-                f"cursor: {raw!r} is not a page of this list (follow its next or previous link)"
-            ) from None
-
-
-class NewestRuns(_Cursor):
-    """Runs newest first, a cursor page at a time (no count over every run): ``?limit=`` 1 to 200, 50 by default."""
-
-    ordering = ("-started_at", "-id")
-    page_size = 50
-    max_page_size = 200
-
-
-class NewestGrades(_Cursor):
-    """Grades newest booked first, a cursor page at a time: ``?limit=`` 1 to 200, 50 by default."""
-
-    ordering = ("-booked_at", "-execution_id")
-    page_size = 50
-    max_page_size = 200
-
-
 @extend_schema_view(
     get=extend_schema(
         summary="List runs, newest first",
@@ -189,7 +157,6 @@ class NewestGrades(_Cursor):
 )
 class RunList(FilteredList):
     serializer_class = RunSerializer
-    pagination_class = NewestRuns
 
     @extend_schema(operation_id="runs_create")
     @api_runs.REPORT_SCHEMA
@@ -302,7 +269,6 @@ class RunGrade(APIView):
 )
 class GradeList(FilteredList):
     serializer_class = GradeSerializer
-    pagination_class = NewestGrades
 
     def get_queryset(self) -> QuerySet[Grade]:
         grades = Grade.objects.select_related("entity").order_by("-booked_at", "-execution_id")
@@ -311,14 +277,6 @@ class GradeList(FilteredList):
         if state := _choice(self.request, "status", Grade.Status.values):
             grades = grades.filter(status=state)
         return grades
-
-
-class NewestRatings(_Cursor):
-    """Ratings newest first, a cursor page at a time: ``?limit=`` 1 to 200, 50 by default."""
-
-    ordering = ("-updated_at", "-id")
-    page_size = 50
-    max_page_size = 200
 
 
 @extend_schema_view(
@@ -336,10 +294,9 @@ class Ratings(FilteredList):
     """GET lists ratings (issue 36); POST is the one door that rates."""
 
     serializer_class = RatingRowSerializer
-    pagination_class = NewestRatings
 
     def get_queryset(self) -> QuerySet[Rating]:
-        ratings = Rating.objects.select_related("entity", "user").order_by("-updated_at", "-id")
+        ratings = Rating.objects.select_related("entity", "user").order_by("-created_at", "-id")
         if entity := _entity_param(self.request):
             ratings = ratings.filter(entity=entity)
         if raw := self.request.query_params.get("run_id", ""):

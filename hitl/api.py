@@ -61,7 +61,9 @@ class CardViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
     serializer_class = CardSerializer
 
     def get_queryset(self) -> QuerySet[Card]:
-        cards = Card.objects.select_related("responded_by").prefetch_related("deliveries").order_by("-created_at")
+        cards = (
+            Card.objects.select_related("responded_by").prefetch_related("deliveries").order_by("-created_at", "-id")
+        )
         for field in ("status", "kind"):
             value = self.request.query_params.get(field)
             if value:
@@ -97,4 +99,4 @@ class NoticeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     """Notices, newest first."""
 
     serializer_class = NoticeSerializer
-    queryset = Notice.objects.order_by("-created_at")
+    queryset = Notice.objects.order_by("-created_at", "-id")

@@ -116,7 +116,7 @@ class BeingViewSet(viewsets.GenericViewSet):
     @extend_schema(summary="A being's cycles, newest first", responses=CycleSerializer(many=True))
     @action(detail=True, methods=["get"])
     def cycles(self, request: Request, name: str) -> Response:
-        cycles = self.get_object().cycles.defer("messages").order_by("-number")
+        cycles = self.get_object().cycles.defer("messages").order_by("-number", "-id")
         page = self.paginate_queryset(cycles)
         return self.get_paginated_response(CycleSerializer(page, many=True).data)
 
@@ -130,7 +130,7 @@ class BeingViewSet(viewsets.GenericViewSet):
     )
     @action(detail=True, methods=["get"])
     def events(self, request: Request, name: str) -> Response:
-        events = self.get_object().events.order_by("seq")
+        events = self.get_object().events.order_by("seq", "id")
         kind, after = request.query_params.get("kind"), request.query_params.get("after_seq")
         if kind:
             if kind not in Event.Kind.values:

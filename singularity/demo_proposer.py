@@ -5,10 +5,11 @@ the read-only tools offered), it answers in turns:
 
 1. it lists the entity's folder and reads its definition (``file_list``, ``file_read``);
 2. it queries the entity's graded runs, bad first (``db_query`` over ``ro_runs`` and ``ro_grades``);
-3. it proposes: for each bad run whose ticket the ``## Rules`` get wrong, one word of the ticket that no rule
-   names, that no ticket of another label uses, and that leaves every run it read right that was right —
-   added to the rule of the right label (or a new rule above the one that fired wrongly). With nothing to
-   teach it declines (an empty ``files`` and why).
+3. it proposes the change the demo brain's rule fixer (``features/loop/fixer/fixer.pipeline.py``, bundled with
+   the engine) writes from what it read — the file, the queried runs — and from the brief's idea, a person's
+   reply and the lessons: a person's words first, one distinctive word of each bad ticket otherwise, never a
+   word a person turned down; while the demo driver runs, every third cycle's proposal is hasty (so the
+   pre-merge check has a harmful change to close). With nothing to teach it declines (an empty ``files`` and why).
 
 A request that is not the proposer's gets None, and the demo model answers as it otherwise would.
 """
@@ -17,23 +18,20 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
-from singularity.demo_model import Reply, classify, parse_rules
+from singularity.demo_model import Reply
+
+#: The demo brain's rule fixer, bundled with the engine: how the demo model picks the words it teaches.
+_FIXER_PATH = "features/loop/fixer/fixer.pipeline.py"
+_FIXER_FILE = Path(__file__).resolve().parent.parent / "demo_brain" / _FIXER_PATH
+_FIXER_SCENARIO = _FIXER_FILE.with_name("fixer.scenario.md")
 
 #: The opening words of the engine's proposer role (evolution/prompts/role-proposer.md).
 ROLE_OPENING = "You are the proposer of a self-evolving loop."
 _DEFINITION = re.compile(r"^### (?P<path>\S+\.(?:scenario|heartbeat|agent)\.md)\s*$", re.MULTILINE)
 _TITLE = re.compile(r"^# Propose a change to \S+ (?P<slug>[\w-]+)", re.MULTILINE)
-_RULE = re.compile(r"^(?P<lead>\s*[-*]\s+)(?P<keywords>.+?)\s*(?P<arrow>->|→)\s*(?P<label>\S(?:.*\S)?)\s*$")
-_WORD = re.compile(r"[a-z][a-z0-9]*(?:[-'][a-z0-9]+)*")
-_STOPWORDS_TEXT = """about above after again also always another anyone anything been before being cannot could does doing
-    done down each even ever every from have having hello here into just keep know last like made make many
-    maybe might more most much must need needs never next nothing only other over please same seems should
-    since some someone something still such sure than thank thanks that their them then there these they
-    thing things this those though through time today very were what when where which while would your
-    able already soon quick quickly really right well want wanted sent send tell told"""
-_STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
 
 
 def is_proposer_request(request_json: dict[str, Any]) -> bool:
@@ -86,11 +84,11 @@ def proposer_reply(request_json: dict[str, Any]) -> Reply:
     rows = (done.get("db_query") or {}).get("rows") or []
     if not isinstance(text, str):
         return _answer(None, f"I could not read {path}; nothing to propose.", [])
-    return _propose(path, text, _tickets(rows))
+    return _propose(path, text, rows, brief)
 
 
-def _tickets(rows: list[Any]) -> list[tuple[str, str, bool]]:
-    """(ticket text, right label, bad) of each queried run that carries a labelled ticket."""
+def _runs(rows: list[Any]) -> list[dict[str, Any]]:
+    """The queried runs as the fixer reads a brief's runs: each run's input (a ticket) and whether it was bad."""
     out = []
     for row in rows:
         data = row.get("input") if isinstance(row, dict) else None
@@ -99,94 +97,92 @@ def _tickets(rows: list[Any]) -> list[tuple[str, str, bool]]:
                 data = json.loads(data)
             except ValueError:
                 continue
-        if isinstance(data, dict) and isinstance(data.get("text"), str) and isinstance(data.get("_expected"), str):
-            out.append((data["text"], data["_expected"].strip().lower(), row.get("passed") in (False, 0)))
+        if isinstance(data, dict):
+            out.append({"input": data, "bad": row.get("passed") in (False, 0)})
     return out
 
 
-def _rules_of(lines: list[str]) -> list[tuple[int, list[str], str]]:
-    """(line index, keywords, label) of each rule of the first ``## Rules`` section."""
-    start = next((i for i, line in enumerate(lines) if line.strip() == "## Rules"), None)
-    if start is None:
-        return []
-    rules = []
-    for index in range(start + 1, len(lines)):
-        if lines[index].startswith("#"):
-            break
-        match = _RULE.match(lines[index])
-        if match:
-            rules.append((index, [k.strip() for k in match["keywords"].split(",") if k.strip()], match["label"]))
-    return rules
-
-
-def _label(text: str, body: str) -> str | None:
-    rules = parse_rules(body)
-    return classify(rules, text) if rules else None
-
-
-def _with_word(lines: list[str], text: str, expected: str, word: str) -> list[str] | None:
-    """The lines with ``word`` taught for ``expected``; None when there is no place for it."""
-    rules = _rules_of(lines)
-    body = "\n".join(lines)
-    wrong = _label(text, body)
-    firing = next((r for r in rules if r[1] != ["otherwise"] and r[2] == wrong and wrong != expected), None)
-    limit = rules.index(firing) if firing else len(rules)
-    target = next((r for r in rules[:limit] if r[2] == expected and r[1] != ["otherwise"]), None)
-    new = list(lines)
-    if target is not None:
-        match = _RULE.match(lines[target[0]])
-        assert match is not None
-        new[target[0]] = f"{match['lead']}{', '.join([*target[1], word])} {match['arrow']} {target[2]}"
-        return new
-    anchor = firing or next((r for r in rules if r[1] == ["otherwise"]), None)
-    if anchor is None:
-        return None
-    match = _RULE.match(lines[anchor[0]])
-    assert match is not None
-    new.insert(anchor[0], f"{match['lead']}{word} {match['arrow']} {expected}")
-    return new
-
-
-def _propose(path: str, text: str, tickets: list[tuple[str, str, bool]]) -> Reply:
-    head, sep, body = text.partition("\n---\n") if text.startswith("---\n") else ("", "", text)
-    prefix = head + sep
-    lines = body.split("\n")
-    if not _rules_of(lines):
-        return _answer(None, f"{path} has no ## Rules list I can change; nothing to propose.", [])
-
-    def right(candidate: list[str]) -> set[int]:
-        joined = "\n".join(candidate)
-        return {i for i, (t, e, _) in enumerate(tickets) if _label(t, joined) == e}
-
-    added: list[tuple[str, str]] = []
-    bad = [(t, e) for t, e, is_bad in tickets if is_bad]
-    for ticket, expected in bad:
-        if _label(ticket, "\n".join(lines)) == expected:
-            continue
-        named = {k.lower() for r in _rules_of(lines) for k in r[1]}
-        others = [t.lower() for t, e, _ in tickets if e != expected]
-        before = right(lines)
-        for word in dict.fromkeys(w.removesuffix("'s") for w in _WORD.findall(ticket.lower())):
-            if len(word) < 4 or word in _STOPWORDS or word in named:
-                continue
-            if any(re.search(rf"(?<!\w){re.escape(word)}(?!\w)", other) for other in others):
-                continue
-            trial = _with_word(lines, ticket, expected, word)
-            if trial is None or not before <= right(trial) or _label(ticket, "\n".join(trial)) != expected:
-                continue
-            lines = trial
-            added.append((word, expected))
-            break
-    if not added:
-        why = f"the query found {len(bad)} bad run(s) and no word of theirs I could add without breaking another"
-        return _answer(None, f"Nothing to propose: {why}.", [])
-    pairs = ", ".join(f"'{word}' → {label}" for word, label in added)
-    summary = f"Teach the rules {pairs} (from the {len(bad)} bad run(s) the query found)."
-    hypothesis = (
-        f"The bad runs' tickets use words no rule names ({', '.join(w for w, _ in added)}), so they fell to the "
-        "wrong label; adding each word to its label's rule sends them right and keeps every run read right."
+def _document(brief: str, name: str) -> str | None:
+    """The text of the brief's document ``name`` (``lessons.json``, ``idea.md``…) as the prompt fences it; None."""
+    found = re.search(
+        rf"^{re.escape(name)} — (?:(?!\n\n).)*\n\n(?P<fence>`{{3,4}})(?:json|markdown)\n(?P<body>.*?)\n(?P=fence)",
+        brief,
+        re.MULTILINE | re.DOTALL,
     )
-    return _answer({"path": path, "content": prefix + "\n".join(lines)}, summary, [], hypothesis)
+    return found["body"] if found else None
+
+
+def _json_document(brief: str, name: str) -> Any:
+    text = _document(brief, name)
+    try:
+        return json.loads(text) if text else None
+    except ValueError:
+        return None
+
+
+def _idea_text(brief: str) -> str:
+    """The idea's own words (idea.md without its heading and its "Posted by" line)."""
+    text = _document(brief, "idea.md") or ""
+    text = re.sub(r"^# Idea\s*\n", "", text.strip())
+    return re.sub(r"\n+Posted by [^\n]*$", "", text).strip()
+
+
+class _Ctx:
+    """What the fixer reads of its context: the driver's flag and the fixer's own params."""
+
+    def __init__(self) -> None:
+        from django.conf import settings
+
+        self.demo = bool(getattr(settings, "DEMO_DRIVER", False))
+        self.params: dict[str, Any] = {}
+        head = _FIXER_SCENARIO.read_text(encoding="utf-8") if _FIXER_SCENARIO.exists() else ""
+        if head.startswith("---\n"):
+            import yaml
+
+            front = yaml.safe_load(head[4 : head.find("\n---\n", 3)]) or {}
+            self.params = dict(front.get("params") or {}) if isinstance(front, dict) else {}
+
+
+def _fixer() -> Any:
+    """The bundled demo brain's rule fixer (``features/loop/fixer/fixer.pipeline.py``): the demo model's skill."""
+    from singularity.brain.modules import module_from_source
+
+    return module_from_source(_FIXER_PATH, _FIXER_FILE.read_bytes())[0]
+
+
+def _cycle_id(proposals: Any) -> int:
+    """The cycle's id as the brief lets it be seen (the fixer's hasty turn is every third cycle by id): the newest
+    earlier round's cycle while that one is live (this is its retry), the next one once it ended; 1 at first."""
+    newest = proposals[0] if isinstance(proposals, list) and proposals and isinstance(proposals[0], dict) else {}
+    cycle = newest.get("cycle")
+    if not isinstance(cycle, int):
+        return 1
+    return cycle if str(newest.get("ended") or "").startswith("live") else cycle + 1
+
+
+def _propose(path: str, text: str, rows: list[Any], brief: str) -> Reply:
+    """Propose from what was read: the file, the queried runs, and the brief's idea, reply and lessons.
+
+    The words are chosen as the demo brain's fixer chooses them (a person's words first, never a word a person
+    turned down, and — while the demo driver runs — every third proposal hasty), over the runs the query found.
+    """
+    runs = _runs(rows)
+    bad = sum(1 for run in runs if run["bad"])
+    proposals = _json_document(brief, "proposals.json")
+    data = {
+        "definition": {"path": path, "content": text},
+        "runs": runs,
+        "lessons": _json_document(brief, "lessons.json") or [],
+        "idea": {"text": _idea_text(brief)} if _document(brief, "idea.md") else None,
+        "refinement": _document(brief, "refinement.md"),
+        "cycle": {"id": _cycle_id(proposals)},
+    }
+    answer = _fixer().run(_Ctx(), data)
+    if not answer:
+        why = f"the query found {bad} bad run(s) and no word of theirs I could add without breaking another"
+        return _answer(None, f"Nothing to propose: {why}.", [])
+    summary = f"{answer['summary']} (Read {path} and the {len(runs)} graded run(s) the query found, {bad} bad.)"
+    return Reply(content=json.dumps({**answer, "summary": summary}))
 
 
 def _answer(change: dict[str, Any] | None, summary: str, cited: list[int], hypothesis: str = "") -> Reply:

@@ -8,10 +8,12 @@ completion it cannot account for.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import hmac
 import json
+import socket
 import ssl
 import threading
 import time
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+import httpcore
 import httpx
 import openai
 from django.conf import settings
@@ -118,6 +121,97 @@ def _tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+class _Watched(httpcore.NetworkStream):
+    """A connection of an abortable gateway: every read and write goes to the stream; a TLS upgrade is watched too."""
+
+    def __init__(self, stream: httpcore.NetworkStream, backend: _AbortableBackend) -> None:
+        self._stream = stream
+        self._backend = backend
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._stream.read(max_bytes, timeout)
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._stream.write(buffer, timeout)
+
+    def close(self) -> None:
+        self._backend.forget(self)
+        self._stream.close()
+
+    def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
+        # The plain socket is handed to the TLS one (its descriptor moves): watch the new stream instead.
+        self._backend.forget(self)
+        return self._backend.watch(self._stream.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+    def shut(self) -> None:
+        """Shut the socket both ways: a read blocked on it in another thread returns at once."""
+        sock = self._stream.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):  # already closed: nothing is in flight on it
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+class _AbortableBackend(httpcore.SyncBackend):
+    """The network under one gateway: it keeps each open connection so ``abort`` can cut a call in flight."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: set[_Watched] = set()
+        self.aborted = False
+
+    def watch(self, stream: httpcore.NetworkStream) -> _Watched:
+        watched = _Watched(stream, self)
+        with self._lock:
+            self._open.add(watched)
+            aborted = self.aborted
+        if aborted:
+            watched.shut()
+        return watched
+
+    def forget(self, stream: _Watched) -> None:
+        with self._lock:
+            self._open.discard(stream)
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore.NetworkStream:
+        if self.aborted:
+            raise httpcore.ConnectError("the gateway's calls were abandoned")
+        return self.watch(super().connect_tcp(host, port, timeout, local_address, socket_options))
+
+    def abort(self) -> None:
+        """Cut every connection (the call in flight with it) and refuse new ones (the SDK's retries)."""
+        with self._lock:
+            self.aborted = True
+            streams = list(self._open)
+        for stream in streams:
+            stream.shut()
+
+
+def _make_abortable(client: httpx.Client, backend: _AbortableBackend) -> None:
+    """Put ``backend`` under every transport of ``client`` (the direct one, and any proxy the environment mounts).
+
+    httpcore's pool keeps its network backend as ``_network_backend``; should a release name it otherwise, the
+    gateway still works and an abandoned call runs on to its end in its thread (tests/singularity/
+    test_gateway_abort.py says so first).
+    """
+    transports = [getattr(client, "_transport", None), *getattr(client, "_mounts", {}).values()]
+    for transport in transports:
+        pool = getattr(transport, "_pool", None)
+        if pool is not None and hasattr(pool, "_network_backend"):
+            pool._network_backend = backend
+
+
 class Gateway:
     """A chat-completions client for one Brama endpoint."""
 
@@ -140,6 +234,8 @@ class Gateway:
         if hmac_secret:
             request_hooks.append(_Signer(hmac_secret, agent_id))
         self._http = httpx.Client(timeout=timeout, verify=_tls_context(), event_hooks={"request": request_hooks})
+        self._network = _AbortableBackend()
+        _make_abortable(self._http, self._network)
         #: (monotonic time fetched, model names) of the last ``GET /v1/models``.
         self._models: tuple[float, list[str]] | None = None
         self._client = openai.OpenAI(
@@ -153,6 +249,12 @@ class Gateway:
 
     def close(self) -> None:
         self._client.close()
+
+    def abort(self) -> None:
+        """Abandon this gateway's calls in flight, from any thread: their connections are cut (the server sees the
+        client go), the call raises ``GatewayError``, and no new call of this gateway is made (its retries too).
+        """
+        self._network.abort()
 
     def __enter__(self) -> Gateway:
         return self

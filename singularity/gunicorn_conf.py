@@ -42,6 +42,13 @@ if os.environ.get("LOG_FORMAT") == "json":
     }
 
 
+def when_ready(server: Any) -> None:
+    """Read the API's documented query parameters once in the master, before the workers are forked (preload)."""
+    from singularity.apikit.query import warm
+
+    server.log.info("API schema read: %d operations", warm())
+
+
 def child_exit(server: Any, worker: Any) -> None:
     """Mark a dead worker's multiprocess metric files, so its gauges stop counting (prometheus-client)."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):

@@ -206,8 +206,8 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "singularity.apikit.schema.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "singularity.apikit.pagination.LimitOffset",
-    "PAGE_SIZE": 50,
+    "DEFAULT_PAGINATION_CLASS": "singularity.apikit.pagination.Cursor",
+    "PAGE_SIZE": 20,  # singularity.apikit.pagination.PAGE_SIZE: every list, its cursor and limit
     # The API is for scripts: JSON bodies only, read within bounds.
     "DEFAULT_PARSER_CLASSES": ["singularity.apikit.camel.CamelJSONParser"],
     # One spelling across /api/: camelCase in and out, snake_case inside (singularity.apikit.camel, issue 36).
@@ -370,11 +370,14 @@ BRAIN_PIPELINE_DEADLINE_SECS = env_float("BRAIN_PIPELINE_DEADLINE_SECS", 900.0, 
 LOOP_PIPELINE_DEADLINE_SECS = env_float("LOOP_PIPELINE_DEADLINE_SECS", 900.0, minimum=0.001)
 #: The proposer agent's turns (model calls) in one round; the last is asked to answer without tools (issue 33).
 LOOP_PROPOSER_MAX_TURNS = env_int("LOOP_PROPOSER_MAX_TURNS", 12, minimum=1, maximum=100)
+#: How often, during one of the proposer agent's model calls, the kill switch and the holds are read: one thrown
+#: abandons the call in flight within about this long (R7.22).
+LOOP_PROPOSER_POLL_SECS = env_float("LOOP_PROPOSER_POLL_SECS", 1.0, minimum=0.05)
 #: The proposer's db_query: its statement deadline and the most rows one query hands back.
 LOOP_READ_STATEMENT_TIMEOUT_MS = env_int("LOOP_READ_STATEMENT_TIMEOUT_MS", 5000, minimum=10)
 LOOP_READ_MAX_ROWS = env_int("LOOP_READ_MAX_ROWS", 200, minimum=1, maximum=10000)
-#: On Postgres, the role the proposer's queries log in as (made by evolution's migration 0017, SELECT on the
-#: ro_* views only) and its password, if the server asks for one (``ALTER ROLE singularity_proposer PASSWORD``).
+#: On Postgres, the role the proposer's queries log in as (made by evolution's migration 0020, SELECT on the
+#: ro_* views only) and its password; empty: one derived from SECRET_KEY, which ``migrate`` gives the role.
 LOOP_READ_DB_USER = env_str("LOOP_READ_DB_USER", "singularity_proposer")
 LOOP_READ_DB_PASSWORD = env_secret("LOOP_READ_DB_PASSWORD", "")
 #: How long a worker holds a round's apply before the due-step sweep hands it to another (its worker died).

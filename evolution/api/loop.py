@@ -30,6 +30,7 @@ from evolution.api.serializers import (
 )
 from evolution.reads import fleet, history, status, story
 from singularity.apikit.camel import camel
+from singularity.apikit.pagination import PAGING
 from singularity.auth import is_agent
 from singularity.serializers import ErrorSerializer
 
@@ -62,12 +63,7 @@ class LoopStatus(APIView):
         summary="loop_status: the fleet, or one entity — state, live cycle, what comes next, what needs a person",
         parameters=[
             *TARGET,
-            OpenApiParameter(
-                "limit",
-                OpenApiTypes.INT,
-                description="Entities per page of the fleet: 1-100, default 25 (the dashboard's page).",
-            ),
-            OpenApiParameter("cursor", OpenApiTypes.STR, description="A previous page's nextCursor."),
+            *PAGING,
         ],
         responses={200: LoopStatusSerializer, 400: INVALID, 404: NOT_FOUND},
     )
@@ -97,8 +93,7 @@ class LoopHistory(APIView):
                 OpenApiTypes.STR,
                 description="The entities the feature ships now (the folder under features/ their file is in).",
             ),
-            OpenApiParameter("limit", OpenApiTypes.INT, description="1-100, default 20."),
-            OpenApiParameter("cursor", OpenApiTypes.STR, description="A previous page's nextCursor."),
+            *PAGING,
         ],
         description="targetKind alone narrows to that kind; a parameter that is no filter is refused (400), "
         "never ignored.",
@@ -113,7 +108,7 @@ class LoopHistory(APIView):
             answer = history.history(
                 *_target(request),
                 since=params.get("since") or None,
-                limit=params.get("limit", 20),
+                limit=params.get("limit"),
                 cursor=params.get("cursor") or None,
                 feature=params.get("feature") or None,
             )
@@ -132,8 +127,7 @@ class LoopGet(APIView):
         summary="loop_get: one entity whole — its loop_status entry and its cycles, newest opening first, with grades",
         parameters=[
             *TARGET,
-            OpenApiParameter("limit", OpenApiTypes.INT, description="Cycles per page: 1-100, default 20."),
-            OpenApiParameter("cursor", OpenApiTypes.STR, description="A previous page's nextCursor."),
+            *PAGING,
         ],
         responses={200: LoopGetSerializer, 400: INVALID, 404: NOT_FOUND},
     )
@@ -151,7 +145,7 @@ class LoopGet(APIView):
             entity = status.entity_named(kind, slug)
             (row,) = fleet.loop_status(entity)["entities"]
             cycles = history.history(
-                entity.target_kind, entity.slug, limit=params.get("limit", 20), cursor=params.get("cursor") or None
+                entity.target_kind, entity.slug, limit=params.get("limit"), cursor=params.get("cursor") or None
             )
         except (ValueError, status.NotFound) as exc:
             return _refusal(exc)

@@ -26,6 +26,7 @@ from evolution.models import Cycle, Supervision
 from evolution.reads import status
 from evolution.steering import supervision
 from singularity.apikit.camel import camel
+from singularity.apikit.pagination import NEXT_HELP, PAGING, parse_limit
 from singularity.auth import is_agent
 from singularity.serializers import ErrorSerializer
 
@@ -109,6 +110,7 @@ class SupervisionReadSerializer(serializers.Serializer):
     groups = GroupStateSerializer(many=True)
     rows = SupervisionRowSerializer(many=True)
     unreadFailures = FailureSerializer(many=True)
+    nextCursor = serializers.CharField(allow_null=True, help_text=NEXT_HELP + " (of rows)")
 
 
 ERRORS = {
@@ -295,7 +297,7 @@ class LoopSupervision(APIView):
             ),
             OpenApiParameter("targetId", OpenApiTypes.STR, description="The entity's slug (with targetKind)."),
             OpenApiParameter("group", OpenApiTypes.STR, description="A declared lock group (instead of an entity)."),
-            OpenApiParameter("limit", OpenApiTypes.INT, description="Rows, 1-100 (default 50)."),
+            *PAGING,
         ],
         responses={200: SupervisionReadSerializer, 400: ERRORS[400], 403: ERRORS[403], 404: ERRORS[404]},
     )
@@ -308,16 +310,8 @@ class LoopSupervision(APIView):
                 raise supervision.Refusal("invalid", "group: name a lock group or an entity, not both")
             if group:
                 supervision.target_of({"group": group})
-            limit = _limit(params.get("limit"))
+            limit = parse_limit(params.get("limit"))
         except supervision.Refusal as refused:
             return _error(refused.code, refused.detail)
-        answer = supervision.overview(entity, group=group, limit=limit)
+        answer = supervision.overview(entity, group=group, limit=limit, cursor=params.get("cursor"))
         return Response(SupervisionReadSerializer(answer).data)
-
-
-def _limit(raw: str | None) -> int:
-    if raw in (None, ""):
-        return 50
-    if not str(raw).isdigit() or not 1 <= int(raw) <= 100:
-        raise supervision.Refusal("invalid", f"limit: {raw!r} is not a whole number from 1 to 100")
-    return int(raw)

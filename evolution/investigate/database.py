@@ -158,19 +158,37 @@ def _sqlite_rows(conn: sqlite3.Connection, sql: str, limit: int) -> tuple[list[s
 
 
 def _postgres_connection() -> Any:
+    """A connection logged in as the read-only role, with its configured password or else its derived one.
+
+    A derived password the server turns down (SECRET_KEY changed since the last migrate, or another deployment on
+    the cluster set its own) is given to the role again through the engine's connection, and the login tried once
+    more (docs/decisions.md, issue 33: the read-only role's password).
+    """
     import psycopg
 
+    from evolution.investigate import views_sql
+
     db = connection.settings_dict
-    return psycopg.connect(
-        host=db.get("HOST") or None,
-        port=db.get("PORT") or None,
-        dbname=db["NAME"],
-        user=settings.LOOP_READ_DB_USER,
-        password=settings.LOOP_READ_DB_PASSWORD or None,
-        connect_timeout=5,
-        options=f"-c statement_timeout={int(settings.LOOP_READ_STATEMENT_TIMEOUT_MS)} -c default_transaction_read_only=on",
-        autocommit=True,
-    )
+
+    def connect() -> Any:
+        return psycopg.connect(
+            host=db.get("HOST") or None,
+            port=db.get("PORT") or None,
+            dbname=db["NAME"],
+            user=settings.LOOP_READ_DB_USER,
+            password=settings.LOOP_READ_DB_PASSWORD or views_sql.role_password(),
+            connect_timeout=5,
+            options=f"-c statement_timeout={int(settings.LOOP_READ_STATEMENT_TIMEOUT_MS)} "
+            "-c default_transaction_read_only=on",
+            autocommit=True,
+        )
+
+    try:
+        return connect()
+    except psycopg.OperationalError as exc:
+        if "password authentication failed" not in str(exc) or not views_sql.set_role_password():
+            raise
+    return connect()
 
 
 def _postgres_rows(conn: Any, sql: str, limit: int) -> tuple[list[str], list[tuple[Any, ...]]]:
@@ -203,15 +221,21 @@ class Reader:
         self._conn: Any = None
         self.vendor = connection.vendor
 
+    def _open(self) -> Any:
+        """The read-only connection, opened on first use; the driver's own error when it cannot be."""
+        if self._conn is None:
+            if self.vendor == "sqlite":
+                self._conn = _sqlite_connection()
+            elif self.vendor == "postgresql":
+                self._conn = _postgres_connection()
+            else:
+                raise QueryRefused(f"db_query does not read a {self.vendor} database")
+        return self._conn
+
     def _connection(self) -> Any:
         if self._conn is None:
             try:
-                if self.vendor == "sqlite":
-                    self._conn = _sqlite_connection()
-                elif self.vendor == "postgresql":
-                    self._conn = _postgres_connection()
-                else:
-                    raise QueryRefused(f"db_query does not read a {self.vendor} database")
+                self._open()
             except QueryRefused:
                 raise
             except Exception as exc:  # noqa: BLE001 - the read connection failing is said to the model and logged
@@ -256,6 +280,32 @@ class Reader:
         if len(rows) > cap and "cut" not in answer:
             answer["cut"] = f"only the first {cap} rows; add a WHERE or a LIMIT"
         return answer
+
+    def problem(self) -> str | None:
+        """Why db_query cannot be used as meant — no read-only login, its views unreadable, or more than its views
+        readable — or None (the doctor's Loop proposer reads)."""
+        try:
+            self._open()
+        except QueryRefused as exc:
+            return str(exc)
+        except Exception as exc:  # noqa: BLE001 - the driver's own words are the doctor's answer
+            who = f"as {settings.LOOP_READ_DB_USER} " if self.vendor == "postgresql" else ""
+            return f"the read-only connection {who}fails: {str(exc).strip()}"
+        answer = self.query("SELECT count(*) AS n FROM ro_cycles")
+        if "refused" in answer:
+            return f"it cannot read its views ({answer['refused']})"
+        outside = self.query("SELECT count(*) AS n FROM django_migrations")
+        if "refused" not in outside:
+            return "it can read django_migrations, a table outside its views: it must only read the ro_* views"
+        if self.vendor == "postgresql":
+            _, rows = self.rows(
+                "SELECT rolsuper OR rolcreaterole OR rolcreatedb OR rolbypassrls FROM pg_roles "
+                "WHERE rolname = current_user",
+                1,
+            )
+            if rows and rows[0][0]:
+                return f"{settings.LOOP_READ_DB_USER} is a superuser or may create roles or databases"
+        return None
 
     def schema(self) -> dict[str, Any]:
         """db_schema: each view with what it holds and its columns."""

@@ -189,10 +189,11 @@ class Toolbox:
 
 def _episodes(role: Entity, limit: Any) -> dict[str, Any]:
     from grading.chat.shape import episodes_of, rows
+    from singularity.apikit.pagination import page_size
 
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 100:
-        raise ValueError(f"limit: {limit!r} is not a whole number 1-100")
-    return {"episodes": [row.as_dict() for row in rows(list(episodes_of(role)[:limit]))]}
+    if not isinstance(limit, int):
+        raise ValueError(f"limit: {limit!r} is not a whole number from 1 to 100")
+    return {"episodes": [row.as_dict() for row in rows(list(episodes_of(role)[: page_size(limit)]))]}
 
 
 def _episode(role: Entity, run_id: Any) -> dict[str, Any]:

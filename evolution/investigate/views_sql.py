@@ -8,10 +8,13 @@ grants them to the read-only role (Postgres), whatever migrations ran in between
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 
 from django.db import connections
+
+log = logging.getLogger(__name__)
 
 #: view name -> its SELECT. Users, tokens, settings, secrets and the judge's recorded prompt are in none.
 VIEWS = {
@@ -80,6 +83,56 @@ def _select(select: str, vendor: str) -> str:
     return re.sub(r"\{money:([a-z_.]+)\}", money, select)
 
 
+def role_password() -> str:
+    """The read-only role's password when none is configured: derived from SECRET_KEY, so every process of the
+    deployment (web, workers, the doctor) knows it and no person has to set one."""
+    from django.utils.crypto import salted_hmac
+
+    return salted_hmac("singularity.loop-read-role", ROLE, algorithm="sha256").hexdigest()
+
+
+def scram_verifier(password: str, *, salt: bytes | None = None, iterations: int = 4096) -> str:
+    """``password`` as Postgres stores it for SCRAM-SHA-256 (RFC 5802/7677): what ``ALTER ROLE … PASSWORD`` is
+    sent, so the password itself never reaches the server's statement log."""
+    import base64
+    import hashlib
+    import hmac
+    import os
+
+    salt = os.urandom(16) if salt is None else salt
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+    stored_key = hashlib.sha256(client_key).digest()
+    server_key = hmac.new(salted, b"Server Key", hashlib.sha256).digest()
+    b64 = base64.b64encode
+    return f"SCRAM-SHA-256${iterations}:{b64(salt).decode()}${b64(stored_key).decode()}:{b64(server_key).decode()}"
+
+
+def set_role_password(using: str = "default") -> bool:
+    """Give the read-only role its derived password (Postgres, when the role is ours and no password is configured).
+
+    False when there is nothing to do or the database user may not (it is then said by the doctor, Loop proposer
+    reads): a server that trusts local logins needs none.
+    """
+    from django.conf import settings
+    from django.db import DatabaseError, transaction
+
+    connection = connections[using]
+    if connection.vendor != "postgresql" or settings.LOOP_READ_DB_PASSWORD or settings.LOOP_READ_DB_USER != ROLE:
+        return False
+    try:
+        with transaction.atomic(using=using), connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [ROLE])
+            if cursor.fetchone() is None:
+                return False
+            # A literal, not a parameter: ALTER ROLE takes none. The verifier is base64 and '$' only.
+            cursor.execute(f"ALTER ROLE {ROLE} PASSWORD '{scram_verifier(role_password())}'")
+    except DatabaseError as exc:
+        log.warning("loop reads: cannot set the password of %s (%s); set LOOP_READ_DB_PASSWORD", ROLE, exc)
+        return False
+    return True
+
+
 def drop_views(using: str = "default") -> None:
     """Drop every view (and the role's grants on them): what a migration must not find standing."""
     connection = connections[using]
@@ -108,6 +161,8 @@ def create_views(using: str = "default") -> list[str]:
             cursor.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [ROLE])
             if cursor.fetchone() is not None:
                 cursor.execute(f"GRANT SELECT ON {', '.join(made)} TO {ROLE}")
+    if connection.vendor == "postgresql" and made:
+        set_role_password(using)
     return made
 
 

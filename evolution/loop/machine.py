@@ -144,6 +144,8 @@ def _analyse(rnd: Round, now: datetime) -> Round:
             rnd.status = Round.Status.SKIPPED
             rnd.save(update_fields=["status"])
             stopped = Settle(Cycle.Status.SKIPPED, f"set aside: {exc}", lesson=False)
+        elif exc.abandoned:  # thrown during a model call: that call was cut, and the story says so
+            stopped = Settle(stopped.status, f"{stopped.reason}; {exc.abandoned}", lesson=stopped.lesson)
         settle(cycle, stopped.status, reason=stopped.reason, lesson=stopped.lesson)
         return rnd
     except SingularityError as exc:

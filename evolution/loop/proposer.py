@@ -12,7 +12,8 @@ names (read live, with the round's other terms):
   read-only tools (``evolution.investigate``: the brain at the base commit,
   the ro_* views, loop_history, a chat role's episodes) until it answers JSON,
   each turn priced exactly and counted against ``budget.maxUsdPerRun``, the
-  kill switch and the holds read before every turn; what it read is kept.
+  kill switch and the holds read before every turn and every second of its
+  model call (which one thrown cuts, unpaid); what it read is kept.
 
 The answer is ``{summary, hypothesis, files: [{path, content}], citedLessons}``
 with whole new file contents (``content`` null deletes), each path once and
@@ -349,17 +350,20 @@ def use_toolbox(factory: Callable[[Cycle, Round, Any], Any]) -> None:
 
 
 class Stopped(SingularityError):
-    """The kill switch or a hold stood when the next turn was due: the investigation stopped, nothing more asked.
+    """The kill switch or a hold stood when the next turn was due, or was thrown during a turn's model call: the
+    investigation stopped, nothing more asked.
 
-    ``cost_usd`` is what the turns before it spent; ``reads`` what they read.
+    ``cost_usd`` is what the turns before it spent; ``reads`` what they read; ``abandoned`` says which model call
+    was cut in flight (unpaid), or is "".
     """
 
     exit_code = 5
 
-    def __init__(self, reason: str, *, cost_usd: Decimal, reads: list[dict[str, Any]]) -> None:
-        super().__init__(reason)
+    def __init__(self, reason: str, *, cost_usd: Decimal, reads: list[dict[str, Any]], abandoned: str = "") -> None:
+        super().__init__(f"{reason} ({abandoned})" if abandoned else reason)
         self.cost_usd = cost_usd
         self.reads = reads
+        self.abandoned = abandoned
 
 
 def interrupted(rnd: Round) -> str | None:
@@ -406,6 +410,53 @@ def _turn_cost(completion: Any) -> Decimal:
     ).total
 
 
+class _Interrupted(Exception):
+    """The kill switch or a hold was thrown while a model call was in flight; the call was abandoned."""
+
+    def __init__(self, reason: str, seconds: float) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.seconds = seconds
+
+
+def watched_call(client: Any, rnd: Round | None, **request: Any) -> Any:
+    """``client.complete(**request)``, abandoned when the kill switch or a hold is thrown meanwhile (R7.22).
+
+    The call runs in a thread of its own while this one reads the switch and the holds every
+    ``LOOP_PROPOSER_POLL_SECS``; one thrown cuts the call's connection (``Gateway.abort``: the server sees the
+    client go, the SDK retries nothing) and raises ``_Interrupted`` at once, the call unpaid. Without a round
+    (nothing to read the switch of) it is the plain call.
+    """
+    import threading
+    import time
+
+    if rnd is None:
+        return client.complete(**request)
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
+    def call() -> None:
+        try:
+            outcome["completion"] = client.complete(**request)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread as it is
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    started = time.monotonic()
+    threading.Thread(target=call, name=f"proposer-call-{rnd.pk}", daemon=True).start()
+    while not done.wait(float(settings.LOOP_PROPOSER_POLL_SECS)):
+        reason = interrupted(rnd)
+        if reason:
+            abort = getattr(client, "abort", None)
+            if callable(abort):
+                abort()
+            raise _Interrupted(reason, time.monotonic() - started)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["completion"]
+
+
 #: The most characters of one tool answer handed to the model (the rest is cut and said so).
 MAX_TOOL_ANSWER_CHARS = 100_000
 
@@ -426,7 +477,9 @@ def propose_by_agent(
 
     Each turn is one completion, priced after it and counted against the run's budget (an API turn is not
     capped: one that overshoots the remainder is recorded whole, R7.14); before each turn the kill switch and
-    the holds are read (``Stopped``) and the budget's remainder (nothing left: ProposalFailed "over budget").
+    the holds are read (``Stopped``) and the budget's remainder (nothing left: ProposalFailed "over budget");
+    during a turn's model call the switch and the holds are read again every ``LOOP_PROPOSER_POLL_SECS``, and one
+    thrown cuts the call in flight (``watched_call``: ``Stopped`` naming it, the call unpaid, R7.22).
     The last of ``LOOP_PROPOSER_MAX_TURNS`` turns is offered no tools. An empty ``files`` is the decline.
     """
     from singularity.gateway import GatewayError, get_gateway
@@ -467,12 +520,20 @@ def propose_by_agent(
             if last and reads:
                 messages.append({"role": "user", "content": ANSWER_NOW})
             try:
-                completion = client.complete(
+                completion = watched_call(
+                    client,
+                    round,
                     model=model,
                     messages=messages,
                     tools=[] if last else toolbox.specs,
                     response_format={"type": "json_object"},
                 )
+            except _Interrupted as cut:
+                log.info(
+                    "loop: round %s: turn %s's model call abandoned after %.1f s: %s", round, turn, cut.seconds, cut
+                )
+                abandoned = f"turn {turn}'s model call was abandoned after {cut.seconds:.1f} s, unpaid"
+                raise Stopped(cut.reason, cost_usd=spent, reads=reads, abandoned=abandoned) from None
             except GatewayError as exc:
                 raise failed(f"{who}: the gateway failed: {exc}") from exc
             cost = _turn_cost(completion)

@@ -20,7 +20,6 @@ from evolution.reads import checks, economics, recent
 from evolution.reads.next_look import next_looks
 from evolution.reads.status import (
     CARD_GATES,
-    MAX_LIMIT,
     PHASE_STATE,
     STATES,
     _live_rounds,
@@ -41,6 +40,7 @@ from evolution.steering.live import (  # noqa: F401 - the fleet's names for them
 )
 from grading.metrics import human_rated, is_bad, specs
 from grading.models import Entity
+from singularity.apikit.pagination import page_size
 
 
 def _with_last_settle(entities: QuerySet[Entity]) -> QuerySet[Entity]:
@@ -741,8 +741,9 @@ def fleet(*, now: datetime | None = None) -> list[dict[str, Any]]:
     return _gather(entities, now=now or timezone.now(), whole=True)[0]
 
 
-#: Entities one page of loop_status answers by default: the dashboard's page (``?limit=`` asks for up to
-#: ``status.MAX_LIMIT``). Every page lists the whole fleet's waits, so a page of 100 cost a fifth more.
+#: Entities one page of loop_status answers when called without a ``limit``: the dashboard's page. Through the
+#: API a page is every list's (``apikit.pagination``: ``limit`` 1 to 100, 20 by default). Every page lists the
+#: whole fleet's waits, so a page of 100 cost a fifth more.
 STATUS_PAGE = PER_PAGE
 
 
@@ -799,16 +800,9 @@ def status_for(
     limit: Any = None,
     cursor: str | None = None,
 ) -> dict[str, Any]:
-    """loop_status named as the API names it: both halves or neither, a ``limit`` of 1–100 and a ``cursor`` of
-    ``<kind>:<id>``; ValueError naming the parameter / NotFound otherwise."""
-    size = STATUS_PAGE if limit in (None, "") else _page_size(limit)
+    """loop_status named as the API names it: both halves or neither, a ``limit`` as every list's (1–100, 20 by
+    default) and a ``cursor`` of ``<kind>:<id>``; ValueError naming the parameter / NotFound otherwise."""
+    size = page_size(limit)
     if cursor and ":" not in cursor:
         raise ValueError(f"cursor: {cursor[:60]!r} is not a page of loop_status (a previous answer's nextCursor)")
     return loop_status(entity_named(target_kind, target_id), now=now, limit=size, cursor=cursor or "")
-
-
-def _page_size(limit: Any) -> int:
-    text = str(limit).strip()
-    if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
-        raise ValueError(f"limit: {str(limit)[:40]!r} is not a whole number from 1 to {MAX_LIMIT}")
-    return int(text)

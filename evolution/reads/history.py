@@ -13,7 +13,6 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from evolution.models import Cycle, Lesson, Round
 from evolution.reads.status import (
-    MAX_LIMIT,
     _live_rounds,
     _newest_round,
     _pr,
@@ -24,19 +23,7 @@ from evolution.reads.status import (
     strength_of,
 )
 from grading.models import Entity
-
-
-def _limit(limit: Any) -> int:
-    """The page size: an integer 1–100; ValueError naming ``limit`` otherwise."""
-    try:
-        number = int(limit)
-    except (TypeError, ValueError):
-        raise ValueError(f"limit: {limit!r} is not a whole number (1-{MAX_LIMIT})") from None
-    if isinstance(limit, float) and limit != number:
-        raise ValueError(f"limit: {limit!r} is not a whole number (1-{MAX_LIMIT})")
-    if not 1 <= number <= MAX_LIMIT:
-        raise ValueError(f"limit: {number} is outside 1-{MAX_LIMIT}")
-    return number
+from singularity.apikit.pagination import PAGE_SIZE, page_size
 
 
 def parse_instant(value: datetime | str, *, name: str = "since") -> datetime:
@@ -117,7 +104,7 @@ def history(
     target_kind: str | None = None,
     target_id: str | None = None,
     since: datetime | str | None = None,
-    limit: Any = 20,
+    limit: Any = PAGE_SIZE,
     cursor: str | None = None,
     feature: str | None = None,
 ) -> dict[str, Any]:
@@ -129,13 +116,13 @@ def history(
     features takes its cycles with it). ``since`` keeps the cycles that moved
     (opened, advanced, settled) at or after it; ``cursor`` is a previous
     answer's ``nextCursor`` (the next, older page; null on the last). Raises
-    ValueError naming the parameter (limit outside 1–100, a targetId without
+    ValueError naming the parameter (a limit that is no whole number 1–100, a targetId without
     its kind, a bad kind, instant or cursor) and NotFound for an entity that
     does not exist.
     """
     from grading.target_names import target_kind_named
 
-    size = _limit(limit)
+    size = page_size(limit)
     cycles = Cycle.objects.select_related("entity").order_by("-started_at", "-id")
     if target_id:
         cycles = cycles.filter(entity=entity_named(target_kind, target_id))

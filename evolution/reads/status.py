@@ -68,9 +68,6 @@ PR_STATE = {Round.Status.APPLIED: "open", Round.Status.MERGED: "merged", Round.S
 CARD_GATES = (Card.Kind.DECIDE, Card.Kind.RETRY)
 
 
-MAX_LIMIT = 100
-
-
 class NotFound(LookupError):
     """The entity or cycle a read names does not exist; the message names it."""
 

@@ -288,14 +288,18 @@ def failures_unread(entity: Entity | None = None) -> QuerySet[Cycle]:
     return failed.exclude(Exists(dismissed)).order_by("-completed_at", "-id")
 
 
-def rows_for(entity: Entity | None = None, *, group: str = "", limit: int = 50) -> list[Supervision]:
-    """Supervision rows, newest first: the entity's own and its groups', one group's, or the fleet's."""
+def _rows(entity: Entity | None = None, *, group: str = "") -> QuerySet[Supervision]:
     rows = Supervision.objects.select_related("entity", "cycle")
     if entity is not None:
         rows = rows.filter(Q(entity=entity) | Q(entity__isnull=True, group__in=groups_of(entity)))
     elif group:
         rows = rows.filter(entity__isnull=True, group=group)
-    return list(rows.order_by("-created_at", "-id")[:limit])
+    return rows.order_by("-created_at", "-id")
+
+
+def rows_for(entity: Entity | None = None, *, group: str = "", limit: int = 50) -> list[Supervision]:
+    """Supervision rows, newest first: the entity's own and its groups', one group's, or the fleet's."""
+    return list(_rows(entity, group=group)[:limit])
 
 
 def row_record(row: Supervision) -> dict[str, Any]:
@@ -314,18 +318,28 @@ def row_record(row: Supervision) -> dict[str, Any]:
     }
 
 
-def overview(entity: Entity | None = None, *, group: str = "", limit: int = 50) -> dict[str, Any]:
+def overview(
+    entity: Entity | None = None, *, group: str = "", limit: int = 50, cursor: str | None = None
+) -> dict[str, Any]:
     """What supervises ``entity`` (or a group, or the fleet): the standing hold, the last re-arm, rows, failures.
 
     ``held`` is the hold sentence (None when nothing holds it); ``groups`` the
     declared groups the entity is in, each with whether a hold stands on it.
+    ``rows`` come ``limit`` at a time, newest first, as every list pages
+    (``apikit.pagination.page_of``): ``nextCursor`` asks for the next page,
+    None on the last; ``cursor`` is a previous answer's (BadParameter naming
+    it otherwise). The unread failures are the newest ``limit``, on every page.
     """
+    from singularity.apikit.pagination import page_of
+
     failures = failures_unread(entity) if (entity is not None or not group) else Cycle.objects.none()
+    rows, after = page_of(_rows(entity, group=group), cursor, limit)
     answer: dict[str, Any] = {
         "held": None,
         "lastRearm": None,
         "groups": [],
-        "rows": [row_record(row) for row in rows_for(entity, group=group, limit=limit)],
+        "rows": [row_record(row) for row in rows],
+        "nextCursor": after,
         "unreadFailures": [
             {"cycleId": c.pk, "targetKind": c.entity.target_kind, "targetId": c.entity.slug, "reason": c.reason,
              "at": c.completed_at}

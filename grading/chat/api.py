@@ -24,7 +24,6 @@ from rest_framework.views import APIView
 from grading.chat.episodes import close
 from grading.chat.shape import episodes_of, rows
 from grading.models import Entity, Episode
-from singularity.apikit.pagination import NewestCursor
 from singularity.auth import is_agent
 from singularity.serializers import ErrorSerializer
 
@@ -77,12 +76,6 @@ class CloseAnswerSerializer(serializers.Serializer):
     episode = EpisodeSerializer(allow_null=True)
 
 
-class NewestFirst(NewestCursor):
-    ordering = ("-opened_at", "-execution_id")
-    page_size = 20
-    max_page_size = 100
-
-
 def _row(episode: Episode) -> dict[str, Any]:
     (row,) = rows([episode])
     return row.as_dict()
@@ -100,12 +93,10 @@ def episodes_of_any() -> Any:
     summary="List a role's episodes, newest first (eval_list_episodes)",
     parameters=[
         OpenApiParameter("role", OpenApiTypes.STR, required=True, description="The role's id (its slug)."),
-        OpenApiParameter("limit", OpenApiTypes.INT, description="At most this many (default 20, at most 100)."),
     ],
     responses={200: EpisodeSerializer(many=True), 400: OpenApiResponse(ErrorSerializer), 404: ErrorSerializer},
 )
 class EpisodeList(generics.ListAPIView):
-    pagination_class = NewestFirst
     serializer_class = EpisodeSerializer
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:

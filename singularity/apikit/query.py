@@ -1,6 +1,7 @@
 """Every query parameter an API operation takes is in its schema; any other is refused (issue 36).
 
-A list that silently ignores ``?offset=2`` or ``?feature=x`` answers a question the caller did not ask. The
+A list that silently ignores ``?offset=2`` or ``?feature=x`` answers a question the caller did not ask (lists
+page by ``cursor``: an ``offset`` is refused saying so). The
 documented parameters of every operation are read once a process from the OpenAPI schema the API serves
 (drf-spectacular, the same document a client is generated from), keyed by the view's class and the method, so
 what the schema says and what the API takes cannot drift apart: an undocumented parameter is a 400 naming it
@@ -43,6 +44,15 @@ def documented(view_class: type, method: str) -> frozenset[str] | None:
     return _TAKES.get((view_class, method.upper()))
 
 
+def warm() -> int:
+    """Read the schema now (gunicorn's master calls it before forking, so no worker's first request pays for it).
+
+    Returns how many operations were read.
+    """
+    documented(object, "GET")
+    return len(_TAKES or {})
+
+
 def unknown(view_func: Any, method: str, names: list[str], path: str) -> str:
     """ "<name>: not a parameter of GET /api/runs/ (it takes cursor, limit)" for the first name the operation does
     not document; "" when every name is documented or the view is not an API operation."""
@@ -55,5 +65,10 @@ def unknown(view_func: Any, method: str, names: list[str], path: str) -> str:
     for name in names:
         if name not in takes:
             listed = ", ".join(sorted(takes)) if takes else "no query parameter"
+            if name == "offset" and "cursor" in takes:
+                return (
+                    f"offset: lists page by cursor, not offset: pass cursor (a previous answer's nextCursor) "
+                    f"instead to {method.upper()} {path[:200]} (it takes {listed})"
+                )
             return f"{name[:60]}: not a parameter of {method.upper()} {path[:200]} (it takes {listed})"
     return ""

@@ -3,7 +3,7 @@
 Views document their own refusals; what every endpoint can answer through
 the shared machinery is added here, in the API's error shape, where a view
 did not say it: 400 (a NUL in a query parameter or the path, a page size or
-offset that is no number, a body that is no acceptable JSON) and 404 (a path
+cursor that is none, a body that is no acceptable JSON) and 404 (a path
 naming nothing) where the path has parameters, and 401 (no token, a bad one) on
 every operation that needs a token, so a generated client reads it as the
 ``Error`` it is (issue 36). 415 (a body that is not JSON) is said once, in the
@@ -35,7 +35,7 @@ ERROR_SCHEMA = {
     "required": ["error", "detail"],
 }
 BAD_INPUT = (
-    "invalid: a NUL in a parameter or the path, a bad page size or offset, or a body that is not acceptable "
+    "invalid: a NUL in a parameter or the path, a bad limit or cursor, an offset, or a body that is not acceptable "
     "JSON; `detail` names it."
 )
 #: Said once for the whole API (every operation can answer them).

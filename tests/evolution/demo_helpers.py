@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -41,11 +43,25 @@ def run(ctx, brief):
 """
 
 
-def brain_without_check(source: Path, target: Path) -> Path:
-    """A copy of the demo brain whose classifiers declare ``check: {mode: none}`` (no pre-merge check)."""
+def brain_with_the_fixer(source: Path, target: Path) -> Path:
+    """A copy of the demo brain whose triage hands its changes to the fixer pipeline, not the proposer agent.
+
+    The loop's end-to-end tests are about the rounds, the check, the watch and the forge: the fixer writes the
+    same kind of change as the demo agent, in-process, with no read-only connection (which on SQLite sees only
+    committed rows). The agent's own story is tests/evolution/test_demo_proposer.py's.
+    """
     import shutil
 
     shutil.copytree(source, target)
+    path = target / TRIAGE_PATH
+    text = path.read_text()
+    assert "\n  proposer:\n    pipeline: null\n" in text
+    path.write_text(text.replace("\n  proposer:\n    pipeline: null\n", "\n  proposer:\n    pipeline: fixer\n", 1))
+    return target
+
+
+def brain_without_check(target: Path) -> Path:
+    """The brain copy ``target`` with its classifiers declaring ``check: {mode: none}`` (no pre-merge check)."""
     for rel in ("features/support/triage/triage.scenario.md", "features/support/urgency/urgency.scenario.md"):
         path = target / rel
         text = path.read_text()
@@ -60,9 +76,10 @@ def brain_without_check(source: Path, target: Path) -> Path:
 
 @pytest.fixture
 def embedded(settings, tmp_path: Path, celery_eager, request):
+    settings.DEMO_BRAIN_DIR = brain_with_the_fixer(Path(settings.DEMO_BRAIN_DIR), tmp_path / "demo-brain")
     if request.node.get_closest_marker("no_check"):
         # A test of the watch, the revert or the merge gate alone: the classifiers skip the pre-merge check.
-        settings.DEMO_BRAIN_DIR = brain_without_check(Path(settings.DEMO_BRAIN_DIR), tmp_path / "demo-brain")
+        brain_without_check(settings.DEMO_BRAIN_DIR)
     settings.VAR_DIR = tmp_path
     settings.BRAIN_REPO = ""
     settings.BRAIN_CHECKOUT = tmp_path / "brain"
@@ -74,14 +91,23 @@ def embedded(settings, tmp_path: Path, celery_eager, request):
     return settings
 
 
-@pytest.fixture
-def celery_eager():
+@contextmanager
+def celery_eager_on() -> Iterator[None]:
+    """Celery runs every task inline (the worker's part of ``make run``) inside the block."""
     from singularity.celery import app
 
     before = app.conf.task_always_eager
     app.conf.task_always_eager = True
-    yield
-    app.conf.task_always_eager = before
+    try:
+        yield
+    finally:
+        app.conf.task_always_eager = before
+
+
+@pytest.fixture
+def celery_eager():
+    with celery_eager_on():
+        yield
 
 
 def tickets() -> list[dict]:

@@ -183,7 +183,7 @@ def test_history_limit_bounds_are_allowed() -> None:
     entity = in_loop()
     cycles_over(entity, 3)
     assert history.history(limit=1)["count"] == 1 and history.history(limit=100)["count"] == 3
-    with pytest.raises(ValueError, match="limit: 101 is outside 1-100"):
+    with pytest.raises(ValueError, match="limit: '101' is not a whole number from 1 to 100"):
         history.history(limit=101)
 
 

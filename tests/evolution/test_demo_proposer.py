@@ -1,8 +1,9 @@
-"""The demo brain's own proposer: the fixer pipeline reads the triage's bad runs and really raises its accuracy."""
+"""The demo brain's proposers: the demo model as the agent (triage, urgency) and the fixer pipeline, both really raising accuracy."""
 
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -14,7 +15,7 @@ from django.conf import settings as django_settings
 from django.utils import timezone
 from pytest_django.fixtures import Settings
 
-from evolution.loop.brief import build_brief
+from evolution.loop.brief import build_brief, fill
 from evolution.loop.pipelines import refusal
 from evolution.loop.proposer import propose
 from evolution.models import Cycle, Round
@@ -79,10 +80,11 @@ def graded_demo_runs(count: int) -> list[Grade]:
 # --- The brain ---------------------------------------------------------------------------------------
 
 
-def test_triage_names_the_fixer_and_the_fixer_is_served_but_neither_graded_nor_looped(demo):
+def test_triage_names_the_agent_and_the_fixer_is_served_but_neither_graded_nor_looped(demo):
     triage = Entity.objects.get(path=TRIAGE_PATH)
-    assert triage.terms["loop"]["proposer"]["pipeline"] == "fixer"
-    assert refusal(triage) is None
+    assert triage.terms["loop"]["proposer"]["pipeline"] is None  # the proposer agent (the demo model offline)
+    triage.terms["loop"]["proposer"] = {"pipeline": "fixer"}
+    assert refusal(triage) is None  # an entity that names the fixer has it served
     fixer_row = Entity.objects.get(slug="fixer")
     assert fixer_row.kind == "pipeline" and fixer_row.pipeline_path == "features/loop/fixer/fixer.pipeline.py"
     assert fixer_row.load_error == ""
@@ -123,6 +125,8 @@ def test_a_round_on_the_demo_triage_is_written_by_the_fixer_and_raises_its_accur
     # The fixer's careful mode: its hasty one runs only under the demo driver, on every third cycle by id, and
     # Postgres does not reset ids between tests (tests/evolution/test_check_end_to_end.py tests the hasty mode).
     demo.DEMO_DRIVER = False
+    triage.terms["loop"]["proposer"] = {"pipeline": "fixer"}  # the entity hands its changes to the fixer
+    triage.save(update_fields=["terms"])
     proposal = propose(cycle, rnd, brief, checkout=checkout)
 
     assert proposal is not None and proposal.author == "pipeline:fixer"
@@ -311,8 +315,7 @@ def test_an_idea_cycle_on_the_demo_triage_hands_the_idea_to_the_fixer_and_the_pr
 def test_the_demo_model_as_the_proposer_agent_reads_the_rules_and_queries_the_bad_runs_before_proposing(demo):
     grades = graded_demo_runs(10)
     triage = Entity.objects.get(path=TRIAGE_PATH)
-    triage.terms["loop"]["proposer"] = {"pipeline": None}  # the entity takes the agent back (R8.21)
-    triage.save(update_fields=["terms"])
+    demo.DEMO_DRIVER = False  # the careful words (the hasty every third proposal is the driver's)
     bad = [g for g in grades if g.passed is False]
     cycle = Cycle.objects.create(
         entity=triage,
@@ -330,7 +333,8 @@ def test_the_demo_model_as_the_proposer_agent_reads_the_rules_and_queries_the_ba
     assert [(r["turn"], r["tool"]) for r in proposal.reads] == [(1, "file_list"), (1, "file_read"), (2, "db_query")]
     assert proposal.reads[1]["arguments"] == {"path": TRIAGE_PATH} and not proposal.reads[1]["refused"]
     assert "ro_grades" in proposal.reads[2]["arguments"]["sql"] and not proposal.reads[2]["refused"]
-    assert f"from the {len(bad)} bad run(s) the query found" in proposal.summary
+    assert proposal.summary.startswith("Teach the triage rules ")
+    assert f"the 10 graded run(s) the query found, {len(bad)} bad." in proposal.summary
     [changed] = proposal.files
     before = (BRAIN / TRIAGE_PATH).read_text()
     assert split(changed["content"])[0] == split(before)[0]  # the measurement blocks byte for byte
@@ -364,3 +368,97 @@ def test_the_demo_urgency_is_changed_by_the_agent_and_its_story_lists_what_it_re
     story = page[page.index('id="chapter-hypothesize"') :]
     assert story.index("Read features/support/urgency/urgency.scenario.md") < story.index("Summary")
     assert story.index("Queried the database") < story.index("Summary")
+
+
+@pytest.mark.django_db(transaction=True)  # as make run: every run committed, graded and acted on by the worker
+def test_on_make_run_the_first_triage_cycles_analysis_lists_a_file_read_and_a_query_before_its_proposal(
+    demo, client, alice
+):
+    from tests.evolution.demo_helpers import celery_eager_on
+
+    with celery_eager_on(), time_machine.travel(timezone.now(), tick=False) as clock:
+        for _ in range(15):  # the driver's beat, every 20 seconds; each run graded, the trigger read
+            drive_demo()
+            clock.shift(timedelta(seconds=DEMO_EVERY_SECS))
+            if Cycle.objects.filter(entity__path=TRIAGE_PATH).exists():
+                break
+    cycle = Cycle.objects.filter(entity__path=TRIAGE_PATH).earliest("started_at")
+    assert cycle.origin == Cycle.Origin.GRADE
+    rnd = cycle.rounds.get(number=1)
+    assert rnd.author == "agent:demo-model", (rnd.status, rnd.error)
+    assert [r["tool"] for r in rnd.reads] == ["file_list", "file_read", "db_query"]
+    assert not any(r["refused"] for r in rnd.reads), rnd.reads
+
+    client.force_login(alice)
+    page = client.get(f"/evolution/cycles/{cycle.pk}/").content.decode()
+    analysis = page[page.index('id="chapter-hypothesize"') :]
+    assert analysis.index(f"Read {TRIAGE_PATH}") < analysis.index("Summary")
+    assert analysis.index("Queried the database") < analysis.index("Summary")
+    assert "Teach the triage rules" in analysis[analysis.index("Summary") :]
+
+
+def agent_turn(brief_text: str, rules: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The demo model's answer as the proposer agent once it has listed, read ``rules`` and queried ``rows``."""
+    from singularity.demo_proposer import ROLE_OPENING, proposer_reply
+
+    def asked(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+    messages = [
+        {"role": "system", "content": ROLE_OPENING + " (the engine's role)"},
+        {"role": "user", "content": brief_text},
+        {"role": "assistant", "content": None, "tool_calls": [asked("a", "file_read", {"path": TRIAGE_PATH})]},
+        {"role": "tool", "tool_call_id": "a", "content": json.dumps({"path": TRIAGE_PATH, "content": rules})},
+        {"role": "assistant", "content": None, "tool_calls": [asked("b", "db_query", {"sql": "SELECT …"})]},
+        {"role": "tool", "tool_call_id": "b", "content": json.dumps({"columns": ["input", "passed"], "rows": rows})},
+    ]
+    tools = [{"type": "function", "function": {"name": n}} for n in ("file_list", "file_read", "db_query")]
+    return json.loads(proposer_reply({"model": "demo-model", "messages": messages, "tools": tools}).content or "")
+
+
+def brief_prompt(rules: str, proposals: list[Any] | None = None, lessons: list[Any] | None = None) -> str:
+    """The engine's own workflow prompt, filled as the brief fills it (the documents fenced after their labels)."""
+
+    def fenced(value: list[Any] | None) -> str | None:
+        return None if value is None else f"\n\n```json\n{json.dumps(value, indent=2)}\n```"
+
+    template = (Path(django_settings.BASE_DIR) / "evolution/prompts/proposer/workflow.md").read_text()
+    return fill(
+        template,
+        {
+            "entity": "scenario triage",
+            "definition": f"\n\n### {TRIAGE_PATH}\n\n```markdown\n{rules}\n```",
+            "proposals": fenced(proposals),
+            "lessons": fenced(lessons),
+            **dict.fromkeys(("runs", "window", "grade", "metrics", "failures", "refinement")),
+        },
+    )
+
+
+def queried(rules: str, count: int = 10) -> list[dict[str, Any]]:
+    """What the demo's db_query answers: the first ``count`` tickets, passed or not under ``rules``."""
+    return [{"input": json.dumps(t), "passed": label(split(rules)[1], t) == t["_expected"]} for t in TICKETS[:count]]
+
+
+@pytest.mark.parametrize(("driver", "hasty"), [(True, True), (False, False)])
+def test_the_demo_agents_third_cycle_is_hasty_only_while_the_driver_runs_as_the_fixers_is(settings, driver, hasty):
+    settings.DEMO_DRIVER = driver
+    rules = (BRAIN / TRIAGE_PATH).read_text()
+    earlier = [{"cycle": 2, "number": 1, "ended": "validated", "summary": "Teach the triage rules 1 keyword."}]
+
+    answer = agent_turn(brief_prompt(rules, proposals=earlier), rules, queried(rules))
+
+    assert ("in haste" in answer["summary"]) is hasty, answer["summary"]
+    assert answer["files"][0]["path"] == TRIAGE_PATH and "10 graded run(s) the query found" in answer["summary"]
+
+
+def test_the_demo_agent_never_teaches_a_word_a_person_turned_down_and_cites_that_lesson(settings):
+    settings.DEMO_DRIVER = False
+    rules = (BRAIN / TRIAGE_PATH).read_text()
+    first = agent_turn(brief_prompt(rules), rules, queried(rules))
+    word = re.search(r"'([^']+)' →", first["summary"])[1]
+    no = {"id": 7, "outcome": "skipped", "rejection": {"kind": "human"}, "summary": f"Teach '{word}' → billing."}
+
+    again = agent_turn(brief_prompt(rules, lessons=[no]), rules, queried(rules))
+
+    assert f"'{word}'" not in again["summary"] and 7 in again["citedLessons"]

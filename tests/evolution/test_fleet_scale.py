@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from evolution.models import Cycle, Round
 from evolution.reads import fleet
+from singularity.apikit.pagination import PAGE_SIZE
 from tests.evolution.page_helpers import graded_run, in_loop, make_card, make_cycle, make_round
 
 pytestmark = pytest.mark.django_db
@@ -96,8 +97,8 @@ def test_loop_status_pages_the_fleet_by_its_cursor_and_refuses_a_bad_page(web):
         assert response.status_code == 400 and response.json()["detail"].startswith(named), query
 
 
-def test_loop_status_answers_the_fleet_a_page_of_the_dashboards_size_unless_asked_for_more(web):
-    idle_fleet(fleet.PER_PAGE + 1, 0)
+def test_loop_status_answers_the_fleet_a_page_of_every_lists_size_unless_asked_for_more(web):
+    idle_fleet(PAGE_SIZE + 1, 0)
     body = web.get("/api/loop/status/").json()
-    assert len(body["entities"]) == fleet.PER_PAGE and body["nextCursor"]
-    assert len(web.get("/api/loop/status/?limit=100").json()["entities"]) == fleet.PER_PAGE + 1
+    assert len(body["entities"]) == PAGE_SIZE and body["nextCursor"]
+    assert len(web.get("/api/loop/status/?limit=100").json()["entities"]) == PAGE_SIZE + 1

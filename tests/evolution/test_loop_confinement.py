@@ -54,4 +54,22 @@ def test_the_proposers_reads_are_checked_and_a_role_that_cannot_log_in_warns(set
 
     if connection.vendor == "postgresql":
         [line] = lines()
-        assert "[warn]" in line and "nobody_at_all" in line
+        assert "[warn]" in line and "nobody_at_all" in line and "fails" in line
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_read_role_that_reaches_past_its_views_warns():
+    from django.db import connection
+
+    from evolution.investigate.views_sql import ROLE
+
+    if connection.vendor != "postgresql":
+        pytest.skip("on SQLite the authorizer is the engine's own, never granted wider")
+    with connection.cursor() as cursor:
+        cursor.execute(f"GRANT SELECT ON django_migrations TO {ROLE}")
+    try:
+        [line] = [f.line() for f in run_doctor(only=["Loop proposer reads"]) if f.level != "pass"]
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"REVOKE SELECT ON django_migrations FROM {ROLE}")
+    assert "[warn]" in line and "django_migrations, a table outside its views" in line

@@ -145,3 +145,27 @@ def test_a_read_role_that_cannot_log_in_is_said_to_the_model_not_raised(reader, 
     settings.LOOP_READ_DB_USER = "nobody_at_all"
     answer = reader.query("SELECT run_id FROM ro_runs")
     assert "the database cannot be read now" in answer["refused"]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the read-only role is Postgres's")
+def test_on_postgres_migrate_gave_the_role_its_derived_password_as_a_scram_verifier():
+    """A server that asks for a password (scram-sha-256) lets the role in with no one setting it: the verifier
+    migrate stored is the derived password's, checked here as the server checks a login (RFC 5802)."""
+    import base64
+    import hashlib
+    import hmac
+
+    from evolution.investigate.views_sql import ROLE, role_password
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT rolpassword FROM pg_authid WHERE rolname = %s", [ROLE])
+        [(stored,)] = cursor.fetchall()
+    scheme, rest = stored.split("$", 1)
+    assert scheme == "SCRAM-SHA-256"
+    params, keys = rest.split("$")
+    iterations, salt = params.split(":")
+    stored_key, _ = keys.split(":")
+    salted = hashlib.pbkdf2_hmac("sha256", role_password().encode(), base64.b64decode(salt), int(iterations))
+    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+    assert base64.b64encode(hashlib.sha256(client_key).digest()).decode() == stored_key
+    assert role_password() not in stored  # the password itself never went to the server

@@ -4,6 +4,9 @@ budget and the kill switch, what it read on the round. A loopback gateway script
 from __future__ import annotations
 
 import json
+import re
+import threading
+import time
 import uuid
 from decimal import Decimal
 from typing import Any
@@ -149,6 +152,39 @@ def test_a_write_or_a_shell_is_no_tool_of_the_proposer(agent):
     assert all("no such tool" in a["refused"] and "only reads" in a["refused"] for a in answers)
 
 
+@pytest.mark.django_db(transaction=True)  # db_query reads through a connection of its own: committed rows
+def test_the_agents_query_outside_the_views_and_its_writes_are_refused_and_the_proposal_still_comes(agent):
+    from django.contrib.auth.models import User
+    from django.db import connection
+
+    User.objects.create_user("alice", password="secret-pass")
+    entity = looped(commit=agent.commit)
+    graded(entity, bad=True)
+    agent.script(
+        calls(("db_query", {"sql": "SELECT run_id, passed FROM ro_grades"})),
+        calls(
+            ("db_query", {"sql": "SELECT username, password FROM auth_user"}),
+            ("db_query", {"sql": "INSERT INTO evolution_lesson (summary) VALUES ('x')"}),
+            ("db_query", {"sql": "UPDATE grading_entity SET loop_enabled = false"}),
+            ("db_query", {"sql": "CREATE TABLE loot AS SELECT * FROM auth_user"}),
+        ),
+        final(),
+    )
+    cycle, rnd = a_round(entity)
+
+    proposal = proposer.propose(cycle, rnd, brief())
+
+    assert proposal is not None and proposal.files == ANSWER["files"]  # the proposal still comes
+    [rows] = tool_answers(agent.requests[1].json)
+    assert [row["passed"] for row in rows["rows"]] in ([False], [0])  # the views read
+    outside, insert, update, create = tool_answers(agent.requests[2].json)[1:]
+    assert "only the ro_* views" in outside["refused"] and "secret" not in json.dumps(outside)
+    assert all("only SELECT" in answer["refused"] for answer in (insert, update, create))
+    assert [bool(r["refused"]) for r in proposal.reads] == [False, True, True, True, True]
+    entity.refresh_from_db()
+    assert entity.loop_enabled and "loot" not in connection.introspection.table_names()
+
+
 def test_the_last_turn_is_offered_no_tools_and_asked_to_answer(agent, settings):
     settings.LOOP_PROPOSER_MAX_TURNS = 2
     agent.script(calls(("file_read", {"path": PATH})), final())
@@ -166,7 +202,7 @@ def test_loop_history_is_the_seeds_read_of_this_entity(agent):
     proposer.propose(cycle, rnd, brief())
     answer, refused = tool_answers(agent.requests[1].json)
     assert [(row["id"], row["targetId"]) for row in answer["cycles"]] == [(cycle.pk, "triage")]
-    assert refused == {"error": "limit: 500 is outside 1-100"}
+    assert refused == {"error": "limit: '500' is not a whole number from 1 to 100"}
 
 
 # --- The budget and the kill switch, through the machine --------------------------------------------------
@@ -255,6 +291,64 @@ def test_a_hold_placed_mid_investigation_sets_it_aside_before_the_next_turn(agen
     analysing.refresh_from_db()
     assert len(agent.requests) == 1
     assert analysing.status == Cycle.Status.SKIPPED and "placed while the proposer worked" in analysing.reason
+
+
+def throw_when_asked(agent, requests: int, throw) -> dict[str, Any]:
+    """A person who, once the gateway holds its ``requests``-th call, throws the switch or a hold (on a connection of
+    their own) and notes when."""
+    from django.db import connection
+
+    def person() -> None:
+        try:
+            while len(agent.requests) < requests:
+                time.sleep(0.01)
+            throw()
+            seen["at"] = time.monotonic()
+        finally:
+            connection.close()
+
+    seen: dict[str, Any] = {"thread": threading.Thread(target=person, daemon=True)}
+    seen["thread"].start()
+    return seen
+
+
+@pytest.mark.django_db(transaction=True)  # the person throws it from a thread of their own: committed rows
+@pytest.mark.parametrize("throw", ["switch", "hold"])
+def test_a_switch_or_hold_thrown_during_a_slow_model_call_cuts_it_within_seconds_and_nothing_more_is_paid(agent, throw):
+    from evolution.steering.supervision import hold
+
+    analysing = open_analysis(agent)
+    entity = analysing.entity
+    agent.script(
+        calls(("file_read", {"path": PATH})),
+        Reply(content=json.dumps(ANSWER), usage=USAGE, delay_s=30),  # a slow turn: 30 s before it would answer
+        final(),
+    )
+    if throw == "switch":
+        person = throw_when_asked(agent, 2, lambda: Entity.objects.filter(pk=entity.pk).update(loop_enabled=False))
+    else:
+        person = throw_when_asked(
+            agent, 2, lambda: hold(Entity.objects.get(pk=entity.pk), actor="alice", reason="audit")
+        )
+
+    rnd = machine.analyse(analysing.rounds.get(number=1).pk)
+    ended = time.monotonic()
+
+    person["thread"].join(timeout=5)
+    assert ended - person["at"] < 10  # not the 30 s the slow turn would have taken
+    rnd.refresh_from_db()
+    analysing.refresh_from_db()
+    # Cut within a couple of seconds of its start (so of the throw, which came after it): the switch is read every
+    # LOOP_PROPOSER_POLL_SECS (1 s).
+    cut = float(re.search(r"abandoned after ([0-9.]+) s", analysing.reason)[1])
+    assert cut < 2.5, analysing.reason
+    assert len(agent.requests) == 2 and agent.remaining == 1  # no retry, no further turn
+    assert rnd.status == Round.Status.SKIPPED and rnd.card is None and not rnd.files
+    assert analysing.status == Cycle.Status.SKIPPED
+    assert "turn 2's model call was abandoned after" in analysing.reason and "unpaid" in analysing.reason
+    assert analysing.spent_usd == TURN and rnd.cost_usd == TURN  # turn 1 only: the cut call is never paid
+    assert [r["tool"] for r in rnd.reads] == ["file_read"]
+    assert not Card.objects.filter(producer="loop").exists() and not analysing.lessons.exists()
 
 
 def test_the_toolbox_is_the_investigations_registered_one():

@@ -54,11 +54,11 @@ def on_github(settings: Any, tmp_path: Path, celery_eager: None, github_on: Fake
     settings.BRAMA_BASE_URL = ""
     settings.DEMO_DRIVER = False
     settings.SINGULARITY_PUBLIC_URL = "http://dash.example"
-    brain = Path(settings.DEMO_BRAIN_DIR)
-    if request.node.get_closest_marker("no_check"):
-        from tests.evolution.demo_helpers import brain_without_check
+    from tests.evolution.demo_helpers import brain_with_the_fixer, brain_without_check
 
-        brain = brain_without_check(brain, tmp_path / "demo-brain")
+    brain = brain_with_the_fixer(Path(settings.DEMO_BRAIN_DIR), tmp_path / "demo-brain")
+    if request.node.get_closest_marker("no_check"):
+        brain_without_check(brain)
     github_on.seed(brain)
     github_on.protection = [DIFF_GATE]
     sync_brain()

@@ -110,10 +110,10 @@ def test_runs_list_filters_and_pages_with_money_as_text(person) -> None:
     }
     assert [r["id"] for r in person.get("/api/runs/?status=running").json()["results"]] == [str(running.id)]
     page = person.get("/api/runs/?limit=2").json()
-    assert len(page["results"]) == 2 and page["next"] and "count" not in page  # a cursor: no count of every run
+    assert len(page["results"]) == 2 and page["nextCursor"] and "count" not in page  # a cursor: no count of every run
     seen = [r["id"] for r in page["results"]]
-    while page["next"]:
-        page = person.get(page["next"]).json()
+    while page["nextCursor"]:
+        page = person.get("/api/runs/", {"limit": 2, "cursor": page["nextCursor"]}).json()
         seen += [r["id"] for r in page["results"]]
     assert len(seen) == len(set(seen)) == 5
 

@@ -30,8 +30,11 @@ def test_ratings_are_listed_newest_first_filtered_and_paged(alice):
     api = APIClient()
     api.force_authenticate(alice)
     page = api.get("/api/ratings/", {"entity": f"{digest.target_kind}:digest", "limit": 1}).json()
-    assert [r["runId"] for r in page["results"]] == [str(second.execution_id)] and page["next"]
-    (row,) = api.get(page["next"]).json()["results"]
+    assert [r["runId"] for r in page["results"]] == [str(second.execution_id)] and page["nextCursor"]
+    rest = api.get(
+        "/api/ratings/", {"entity": f"{digest.target_kind}:digest", "limit": 1, "cursor": page["nextCursor"]}
+    )
+    (row,) = rest.json()["results"]
     assert row == {
         "runId": str(first.execution_id),
         "entity": f"{digest.target_kind}:digest",

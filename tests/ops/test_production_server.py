@@ -104,6 +104,8 @@ def test_up_serves_through_gunicorn_and_says_so_only_once_the_port_answers(tmp_p
     lines = [line for line in up.errors.read_text().splitlines() if line.strip()]
     records = [json.loads(line) for line in lines]
     assert any(r["message"].startswith("Starting gunicorn") for r in records)
+    # The API's documented parameters were read in the master, before any worker was forked.
+    assert any(r["message"].startswith("API schema read:") for r in records)
     assert any(r["logger"].startswith("celery") for r in records)
 
 

@@ -56,7 +56,7 @@ def with_param(url: str, query: str) -> str:
     return f"{url}{'&' if '?' in url else '?'}{query}"
 
 
-# --- ?limit= and ?offset= -----------------------------------------------------------------
+# --- ?limit=, ?cursor= and ?offset= --------------------------------------------------------
 
 
 @pytest.mark.parametrize("url", LISTS)
@@ -76,19 +76,30 @@ def test_a_limit_that_is_no_page_size_is_refused(person, url, limit):
     assert refusal(response)[:2] == (400, "invalid") and refusal(response)[2].startswith("limit: ")
 
 
-#: Lists paged by a cursor (no offset to give).
-CURSORED = ("episodes", "/api/loop/", "/api/runs/", "/api/grades/")
-
-
-@pytest.mark.parametrize("url", [u for u in LISTS if not any(part in u for part in CURSORED)])
+@pytest.mark.parametrize("url", LISTS)
 def test_an_offset_past_any_row_is_refused_naming_offset(person, url):
     status, error, detail = refusal(person.get(with_param(url, f"offset={2**70}")))
     assert (status, error) == (400, "invalid") and detail.startswith("offset: ")
 
 
+@pytest.mark.parametrize("url", [u for u in LISTS if not u.startswith("/api/loop/")])
+@pytest.mark.parametrize("cursor", ["garbage!", "W10", "bnVsbA", "WyJ4IiwieCIsIngiLCJ4Il0", "eyJhIjoxfQ"])
+def test_a_cursor_that_is_no_page_is_refused_naming_cursor(person, url, cursor):
+    """Not base64, [], null, four values, an object: none is a position in any list."""
+    status, error, detail = refusal(person.get(with_param(url, f"cursor={cursor}")))
+    assert (status, error) == (400, "invalid") and detail.startswith("cursor: "), detail
+
+
+def test_a_cursor_past_the_databases_integers_is_refused_naming_cursor(person):
+    """["2026-01-01T00:00:00+00:00", 2**64]: the shape of a notices cursor, an id no column holds."""
+    cursor = "WyIyMDI2LTAxLTAxVDAwOjAwOjAwKzAwOjAwIiwxODQ0Njc0NDA3MzcwOTU1MTYxNl0"
+    status, error, detail = refusal(person.get(f"/api/notices/?cursor={cursor}"))
+    assert (status, error) == (400, "invalid") and detail.startswith("cursor: "), detail
+
+
 def test_a_limit_within_bounds_still_pages(person):
     body = person.get("/api/entities/?limit=1").json()
-    assert body["count"] == 2 and len(body["results"]) == 1 and "limit=1&offset=1" in body["next"]
+    assert len(body["results"]) == 1 and body["nextCursor"] and "count" not in body and "next" not in body
 
 
 # --- NUL in a filter ---------------------------------------------------------------------------

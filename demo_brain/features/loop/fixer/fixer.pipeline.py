@@ -448,6 +448,7 @@ def run(ctx: Any, brief: dict[str, Any]) -> dict[str, Any] | None:
             f"{', '.join(labels)}; write, say, “refund, receipt -> billing”), so this round reads the bad runs.",
         )
 
+    name = path.rsplit("/", 1)[-1].split(".", 1)[0]
     every = int(((getattr(ctx, "params", None) or {}).get("hastyEvery")) or 0)
     cycle_id = int((brief.get("cycle") or {}).get("id") or 0)
     if getattr(ctx, "demo", False) and every and cycle_id % every == 0 and not from_people and not reply.strip():
@@ -455,7 +456,7 @@ def run(ctx: Any, brief: dict[str, Any]) -> dict[str, Any] | None:
         if taken is not None:
             what, label = taken
             return {
-                "summary": f"Teach the triage rules in haste: {what}.",
+                "summary": f"Teach the {name} rules in haste: {what}.",
                 "hypothesis": (
                     f"The first bad run should have been {label}; {what} labels it right — and nothing else in the "
                     "brief was looked at."
@@ -472,7 +473,7 @@ def run(ctx: Any, brief: dict[str, Any]) -> dict[str, Any] | None:
     if learnt:
         bad = sum(1 for c in cases if c.bad)
         taught = ", ".join(f"'{word}' → {label}" for word, label in learnt)
-        said.append(f"Teach the triage rules {len(learnt)} missing keyword{'s' if len(learnt) != 1 else ''}: {taught}.")
+        said.append(f"Teach the {name} rules {len(learnt)} missing keyword{'s' if len(learnt) != 1 else ''}: {taught}.")
         hypotheses.append(
             f"{len(learnt)} of the {bad} bad runs in the brief got the wrong label because no rule named a word "
             "they use; one distinctive word of each, added to the rule of its right label, labels them right "
