@@ -303,7 +303,7 @@ class Ratings(FilteredList):
             try:
                 ratings = ratings.filter(execution_id=uuid.UUID(raw))
             except ValueError:
-                raise BadFilter(f"run_id: {raw[:60]!r} is not a run id (a UUID)") from None
+                raise BadFilter(f"runId: {raw[:60]!r} is not a run id (a UUID)") from None
         if metric := self.request.query_params.get("metric_id", ""):
             ratings = ratings.filter(metric_id=metric)
         return ratings

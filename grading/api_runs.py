@@ -28,7 +28,7 @@ from rest_framework.response import Response
 from grading.executions import report_execution, report_many, validate_report
 from grading.models import Entity
 from grading.spans import SpanSerializer
-from singularity.apikit.parsers import StrictJSONParser
+from singularity.apikit.camel import CamelJSONParser, camel
 from singularity.errors import ConfigError
 from singularity.serializers import ErrorSerializer
 
@@ -102,7 +102,7 @@ def _first_error(errors: Any, where: str) -> str:
         field, messages = next(iter(errors.items()))
         if isinstance(field, int) or str(field).isdigit():  # a list's errors keyed by row
             return _first_error(messages, f"{where}[{field}]")
-        label = where if field == "non_field_errors" else f"{where}.{field}" if where else str(field)
+        label = where if field == "non_field_errors" else f"{where}.{camel(field)}" if where else camel(str(field))
         if isinstance(messages, dict):
             return _first_error(messages, label)
         return f"{label}: {messages[0] if isinstance(messages, list) else messages}"
@@ -147,7 +147,7 @@ REPORT_SCHEMA = extend_schema(
 
 @REPORT_SCHEMA
 @api_view(["POST"])
-@parser_classes([StrictJSONParser])
+@parser_classes([CamelJSONParser])
 def report_runs(request: Request) -> Response:
     """Record the reported runs and answer 201 with their ids, or 400 naming what was refused."""
     return handle_report(request)

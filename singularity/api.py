@@ -138,7 +138,7 @@ class BeingViewSet(viewsets.GenericViewSet):
             events = events.filter(kind=kind)
         if after:
             if not after.isdigit():
-                return _error("invalid", f"after_seq: {after!r} is not a non-negative integer", 400)
+                return _error("invalid", f"afterSeq: {after!r} is not a non-negative integer", 400)
             events = events.filter(seq__gt=int(after))
         page = self.paginate_queryset(events)
         return self.get_paginated_response(EventSerializer(page, many=True).data)

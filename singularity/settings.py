@@ -14,6 +14,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from kombu import Queue
 
+from singularity.apikit.camel_fields import IGNORED as CAMEL_CASE_DATA_FIELDS
 from singularity.env import env_bool, env_decimal, env_float, env_int, env_secret, env_str
 from singularity.forge_env import git_remote, read_forge
 from singularity.queues import DEFAULT as DEFAULT_QUEUE
@@ -94,6 +95,7 @@ MIDDLEWARE = [
     "singularity.input_guard.InputGuardMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "singularity.apikit.middleware.ApiGuardMiddleware",
+    "singularity.apikit.camel.CamelQueryMiddleware",  # camelCase query names under /api/ (issue 36)
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -207,9 +209,22 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "singularity.apikit.pagination.Cursor",
     "PAGE_SIZE": 20,  # singularity.apikit.pagination.PAGE_SIZE: every list, its cursor and limit
     # The API is for scripts: JSON bodies only, read within bounds.
-    "DEFAULT_PARSER_CLASSES": ["singularity.apikit.parsers.StrictJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["singularity.apikit.camel.CamelJSONParser"],
+    # One spelling across /api/: camelCase in and out, snake_case inside (singularity.apikit.camel, issue 36).
+    "DEFAULT_RENDERER_CLASSES": [
+        "singularity.apikit.camel.CamelJSONRenderer",
+        "djangorestframework_camel_case.render.CamelCaseBrowsableAPIRenderer",
+    ],
     "EXCEPTION_HANDLER": "singularity.apikit.errors.exception_handler",
     "COERCE_DECIMAL_TO_STRING": True,
+}
+#: djangorestframework-camel-case: the fields whose values are data keep their keys verbatim both ways.
+JSON_CAMEL_CASE = {
+    "JSON_UNDERSCOREIZE": {
+        "no_underscore_before_number": False,
+        "ignore_fields": CAMEL_CASE_DATA_FIELDS,
+        "ignore_keys": None,
+    },
 }
 #: The largest request body the API reads (bytes): a longer one is refused with 413 before it is read.
 API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 2_621_440, minimum=1024)
@@ -263,6 +278,9 @@ SPECTACULAR_SETTINGS = {
         "singularity.apikit.schema.document_errors",
         # POST /v1/traces, the OTLP/HTTP receiver (a plain view, its own protocol's shapes): grading.otlp_schema.
         "grading.otlp_schema.document_otlp",
+        # One spelling (issue 36): the components' properties and the query parameters in camelCase.
+        "drf_spectacular.contrib.djangorestframework_camel_case.camelize_serializer_fields",
+        "singularity.apikit.camel.camelize_query_parameters",
     ],
 }
 

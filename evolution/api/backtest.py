@@ -25,6 +25,7 @@ from evolution.loop import backtest
 from evolution.steering import settings as sw
 from evolution.steering.settings.preview import changes_from
 from grading.models import Entity
+from singularity.apikit.camel import camel
 from singularity.serializers import ErrorSerializer
 
 
@@ -108,7 +109,7 @@ def _first_error(errors: Any, where: str = "") -> str:
         for name, inner in errors.items():
             if isinstance(name, int) or str(name).isdigit():
                 return _first_error(inner, f"{where}[{name}]")
-            return _first_error(inner, f"{where}.{name}" if where else str(name))
+            return _first_error(inner, f"{where}.{camel(name)}" if where else camel(str(name)))
     if isinstance(errors, list):
         for index, inner in enumerate(errors):
             if inner:

@@ -35,8 +35,8 @@ NOT_FOUND = OpenApiResponse(ErrorSerializer, description="not_found: the entity 
 
 
 class IdeaRequestSerializer(serializers.Serializer):
-    targetKind = serializers.CharField(help_text="scenario, heartbeat or role")
-    targetId = serializers.CharField(help_text="The entity's slug.")
+    target_kind = serializers.CharField(help_text="scenario, heartbeat or role")
+    target_id = serializers.CharField(help_text="The entity's slug.")
     text = serializers.CharField(
         allow_blank=True, trim_whitespace=False, help_text=f"The hypothesis, at most {ideas.MAX_CHARS} characters."
     )
@@ -137,7 +137,7 @@ class LoopIdeas(APIView):
     def get(self, request: Request) -> Response:
         params = request.query_params
         try:
-            entity = status.entity_named(params.get("targetKind") or None, params.get("targetId") or None)
+            entity = status.entity_named(params.get("target_kind") or None, params.get("target_id") or None)
         except status.NotFound as exc:
             return _error("not_found", str(exc), http.HTTP_404_NOT_FOUND)
         except ValueError as exc:
@@ -182,7 +182,7 @@ class LoopIdeas(APIView):
             return _error("invalid", f"{field}: {messages[0]}", http.HTTP_400_BAD_REQUEST)
         data = form.validated_data
         try:
-            entity = status.entity_named(data["targetKind"], data["targetId"])
+            entity = status.entity_named(data["target_kind"], data["target_id"])
         except status.NotFound as exc:
             return _error("not_found", str(exc), http.HTTP_404_NOT_FOUND)
         except ValueError as exc:  # a kind that is no kind (an old name reads as its kind)

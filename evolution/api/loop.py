@@ -29,6 +29,7 @@ from evolution.api.serializers import (
     represent,
 )
 from evolution.reads import fleet, history, status, story
+from singularity.apikit.camel import camel
 from singularity.apikit.pagination import PAGING
 from singularity.auth import is_agent
 from singularity.serializers import ErrorSerializer
@@ -53,7 +54,7 @@ def _refusal(exc: Exception) -> Response:
 
 
 def _target(request: Request) -> tuple[str | None, str | None]:
-    return request.query_params.get("targetKind") or None, request.query_params.get("targetId") or None
+    return request.query_params.get("target_kind") or None, request.query_params.get("target_id") or None
 
 
 class LoopStatus(APIView):
@@ -100,7 +101,7 @@ class LoopHistory(APIView):
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
-        unknown = history.unknown_filter(params.keys())
+        unknown = history.unknown_filter(camel(name) for name in params)
         if unknown:
             return _error("invalid", unknown, http.HTTP_400_BAD_REQUEST)
         try:
@@ -132,7 +133,7 @@ class LoopGet(APIView):
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
-        odd = next((name for name in params if name not in GET_PARAMETERS and name != "format"), None)
+        odd = next((camel(name) for name in params if camel(name) not in GET_PARAMETERS and name != "format"), None)
         if odd is not None:
             detail = f"{odd}: not a loop_get parameter (the parameters are {', '.join(GET_PARAMETERS)})"
             return _error("invalid", detail, http.HTTP_400_BAD_REQUEST)
@@ -194,7 +195,7 @@ class LoopAnalyze(APIView):
         if not form.is_valid():
             return _error("invalid", _first_error(form.errors), http.HTTP_400_BAD_REQUEST)
         try:
-            entity = status.entity_named(form.validated_data["targetKind"], form.validated_data["targetId"])
+            entity = status.entity_named(form.validated_data["target_kind"], form.validated_data["target_id"])
         except (ValueError, status.NotFound) as exc:
             return _refusal(exc)
         if is_agent(request):
@@ -233,5 +234,5 @@ def _first_error(errors: dict[str, Any]) -> str:
     """The first field error as "field: message"."""
     for field, messages in errors.items():
         message = messages[0] if isinstance(messages, list) and messages else messages
-        return f"{field}: {message}"
+        return f"{camel(field)}: {message}"
     return "the body is not valid"

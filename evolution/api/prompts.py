@@ -63,7 +63,7 @@ class WriteRequestSerializer(serializers.Serializer):
     sha = serializers.CharField(
         required=False, allow_null=True, help_text="The sha a read answered: refused with conflict if it moved."
     )
-    dryRun = serializers.BooleanField(required=False, default=False, help_text="Validate only; write nothing.")
+    dry_run = serializers.BooleanField(required=False, default=False, help_text="Validate only; write nothing.")
 
 
 class InstructionWriteRequestSerializer(WriteRequestSerializer):
@@ -73,7 +73,7 @@ class InstructionWriteRequestSerializer(WriteRequestSerializer):
 class InstructionResetRequestSerializer(serializers.Serializer):
     path = serializers.CharField(help_text='The module, e.g. "loop/proposer/workflow".')
     sha = serializers.CharField(required=False, allow_null=True, help_text="The sha a read answered.")
-    dryRun = serializers.BooleanField(required=False, default=False)
+    dry_run = serializers.BooleanField(required=False, default=False)
 
 
 class FileWriteSerializer(serializers.Serializer):
@@ -158,7 +158,7 @@ def _may_write(request: Request, op: str, data: dict[str, Any]) -> None:
     """SettingsRefusal(refused) unless a staff person writes, or anyone staff dry-runs (an agent included)."""
     if not request.user.is_staff:
         raise SettingsRefusal(REFUSED, f"{op}: only staff change what the loop and the judge read")
-    if is_agent(request) and not data.get("dryRun"):
+    if is_agent(request) and not data.get("dry_run"):
         raise SettingsRefusal(
             REFUSED, f"{op}: an agent may dry-run this write, not make it: it changes what every cycle reads"
         )
@@ -217,7 +217,7 @@ class EvalMethod(APIView):
             if why := name_refusal(name):
                 raise SettingsRefusal(INVALID, why)
             answer = write_method(
-                name, data["content"], sha=data.get("sha"), actor=request.user.get_username(), dry_run=data["dryRun"]
+                name, data["content"], sha=data.get("sha"), actor=request.user.get_username(), dry_run=data["dry_run"]
             )
         except SettingsRefusal as exc:
             return _refusal(exc)
@@ -293,7 +293,7 @@ class InstructionWrite(APIView):
                 data["content"],
                 sha=data.get("sha"),
                 actor=request.user.get_username(),
-                dry_run=data["dryRun"],
+                dry_run=data["dry_run"],
             )
         except SettingsRefusal as exc:
             return _refusal(exc)
@@ -314,7 +314,7 @@ class InstructionReset(APIView):
             data = _body(request, InstructionResetRequestSerializer)
             _may_write(request, "instruction_reset", data)
             answer = instructions.instruction_reset(
-                data["path"], sha=data.get("sha"), actor=request.user.get_username(), dry_run=data["dryRun"]
+                data["path"], sha=data.get("sha"), actor=request.user.get_username(), dry_run=data["dry_run"]
             )
         except SettingsRefusal as exc:
             return _refusal(exc)

@@ -458,8 +458,8 @@ class CycleDetailSerializer(serializers.Serializer):
 
 
 class AnalyzeRequestSerializer(serializers.Serializer):
-    targetKind = serializers.CharField(help_text="scenario, heartbeat or role")
-    targetId = serializers.CharField(help_text="The entity's slug.")
+    target_kind = serializers.CharField(help_text="scenario, heartbeat or role")
+    target_id = serializers.CharField(help_text="The entity's slug.")
 
 
 class AnalyzeAnswerSerializer(serializers.Serializer):

@@ -30,6 +30,7 @@ from rest_framework.views import APIView
 
 from evolution.steering import asks
 from evolution.steering import settings as sw
+from singularity.apikit.camel import camel
 from singularity.auth import is_agent
 
 HTTP = {
@@ -46,13 +47,13 @@ HTTP = {
 
 
 class _Target(serializers.Serializer):
-    targetKind = serializers.CharField(
+    target_kind = serializers.CharField(
         required=False, allow_null=True, allow_blank=True, help_text="scenario, heartbeat or role; null: the brain."
     )
-    targetId = serializers.CharField(
+    target_id = serializers.CharField(
         required=False, allow_null=True, allow_blank=True, help_text="The entity's slug; null: the brain."
     )
-    dryRun = serializers.BooleanField(required=False, default=False, help_text="Validate and answer the diffs only.")
+    dry_run = serializers.BooleanField(required=False, default=False, help_text="Validate and answer the diffs only.")
     expect = serializers.DictField(
         child=serializers.CharField(),
         required=False,
@@ -67,7 +68,7 @@ class SetRequestSerializer(_Target):
 
 
 class JoinRequestSerializer(_Target):
-    dailyCap = serializers.IntegerField(
+    daily_cap = serializers.IntegerField(
         required=False,
         allow_null=True,
         min_value=1,
@@ -158,7 +159,7 @@ def _refusal(exc: sw.SettingsRefusal) -> Response:
 def _first_error(errors: dict[str, Any]) -> str:
     for name, messages in errors.items():
         message = messages[0] if isinstance(messages, list) and messages else messages
-        return f"{name}: {message}"
+        return f"{camel(name)}: {message}"
     return "the body is not valid"
 
 
@@ -180,7 +181,7 @@ class _Write(APIView):
         data = form.validated_data
         actor = request.user.get_username()
         try:
-            target = sw.target_named(data.get("targetKind") or None, data.get("targetId") or None)
+            target = sw.target_named(data.get("target_kind") or None, data.get("target_id") or None)
             answer = self.write(request, target, data, actor)
         except sw.SettingsRefusal as refusal:
             return _refusal(refusal)
@@ -214,8 +215,8 @@ class LoopJoin(_Write):
             actor=actor,
             is_agent=is_agent(request),
             asker=asker_of(request),
-            daily_cap=data.get("dailyCap"),
-            dry_run=data.get("dryRun", False),
+            daily_cap=data.get("daily_cap"),
+            dry_run=data.get("dry_run", False),
             expect=data.get("expect") or None,
         )
 
@@ -249,7 +250,7 @@ class LoopSet(_Write):
             actor=actor,
             is_agent=is_agent(request),
             asker=asker_of(request),
-            dry_run=data.get("dryRun", False),
+            dry_run=data.get("dry_run", False),
             expect=data.get("expect") or None,
         )
 
@@ -284,6 +285,6 @@ class LoopWiden(_Write):
             is_agent=is_agent(request),
             asker=asker_of(request),
             scope=request.auth.pk if is_agent(request) else None,
-            dry_run=data.get("dryRun", False),
+            dry_run=data.get("dry_run", False),
             expect=data.get("expect") or None,
         )

@@ -25,6 +25,7 @@ from evolution.core.links import absolute
 from evolution.models import Cycle, Supervision
 from evolution.reads import status
 from evolution.steering import supervision
+from singularity.apikit.camel import camel
 from singularity.apikit.pagination import NEXT_HELP, PAGING, parse_limit
 from singularity.auth import is_agent
 from singularity.serializers import ErrorSerializer
@@ -36,8 +37,8 @@ HTTP = {"not_found": 404, "precondition": 409, "refused": 403, "invalid": 400, "
 
 
 class TargetRequestSerializer(serializers.Serializer):
-    targetKind = serializers.CharField(required=False, allow_blank=True, help_text="scenario, heartbeat or role.")
-    targetId = serializers.CharField(required=False, allow_blank=True, help_text="The entity's slug.")
+    target_kind = serializers.CharField(required=False, allow_blank=True, help_text="scenario, heartbeat or role.")
+    target_id = serializers.CharField(required=False, allow_blank=True, help_text="The entity's slug.")
     group = serializers.CharField(
         required=False, allow_blank=True, help_text="A lock group declared under loop.groups (instead of an entity)."
     )
@@ -55,13 +56,13 @@ class HoldRequestSerializer(TargetRequestSerializer):
 
 
 class RearmRequestSerializer(serializers.Serializer):
-    targetKind = serializers.CharField()
-    targetId = serializers.CharField()
+    target_kind = serializers.CharField()
+    target_id = serializers.CharField()
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000)
 
 
 class DismissRequestSerializer(serializers.Serializer):
-    cycleId = serializers.IntegerField(help_text="The failed cycle to take off the unread failures.")
+    cycle_id = serializers.IntegerField(help_text="The failed cycle to take off the unread failures.")
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000)
 
 
@@ -143,7 +144,7 @@ def actor_of(request: Request) -> str:
 def _first_error(errors: dict[str, Any]) -> str:
     for field, problems in errors.items():
         problem = problems[0] if isinstance(problems, list) and problems else problems
-        return f"{field}: {problem}"
+        return f"{camel(field)}: {problem}"
     return "the body is not valid"
 
 
@@ -168,7 +169,7 @@ def _entity(kind: str | None, slug: str | None) -> Any:
 def _target(data: dict[str, Any]) -> Any:
     """The entity ``targetKind`` + ``targetId`` name, or {"group": id}; exactly one of them."""
     group = (data.get("group") or "").strip()
-    kind, slug = data.get("targetKind") or None, data.get("targetId") or None
+    kind, slug = data.get("target_kind") or None, data.get("target_id") or None
     if group and (kind or slug):
         raise supervision.Refusal("invalid", "group: name a lock group or an entity (targetKind + targetId), not both")
     if group:
@@ -267,9 +268,9 @@ class LoopDismiss(_Move):
     request_class = DismissRequestSerializer
 
     def target(self, data: dict[str, Any]) -> tuple[Any, Cycle | None]:
-        cycle = Cycle.objects.select_related("entity").filter(pk=data["cycleId"]).first()
+        cycle = Cycle.objects.select_related("entity").filter(pk=data["cycle_id"]).first()
         if cycle is None:
-            raise supervision.Refusal("not_found", f"cycle {data['cycleId']} names no cycle")
+            raise supervision.Refusal("not_found", f"cycle {data['cycle_id']} names no cycle")
         return cycle.entity, cycle
 
     @extend_schema(
@@ -304,7 +305,7 @@ class LoopSupervision(APIView):
         params = request.query_params
         try:
             group = (params.get("group") or "").strip()
-            entity = _entity(params.get("targetKind"), params.get("targetId"))
+            entity = _entity(params.get("target_kind"), params.get("target_id"))
             if group and entity is not None:
                 raise supervision.Refusal("invalid", "group: name a lock group or an entity, not both")
             if group:

@@ -267,7 +267,7 @@ def _target(target_kind: str | None, target_id: str | None) -> Entity | None:
     from evolution.reads.status import entity_named
 
     try:
-        return entity_named(target_kind, target_id, names=("target_kind", "target_id"))
+        return entity_named(target_kind, target_id, names=("targetKind", "targetId"))  # as the API spells them
     except ValueError as refused:
         raise SummaryRefused(str(refused)) from refused
 

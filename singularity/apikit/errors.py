@@ -20,6 +20,8 @@ from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from singularity.apikit.camel import camel
+
 #: DRF's default codes that we name otherwise.
 CODES = {"permission_denied": "refused", "parse_error": "invalid", "invalid": "invalid"}
 
@@ -52,7 +54,7 @@ def first_error(errors: Any, where: str = "") -> str:
         elif isinstance(field, int) or str(field).isdigit():
             label = f"{where}[{field}]"
         else:
-            label = f"{where}.{field}" if where else str(field)
+            label = f"{where}.{camel(str(field))}" if where else camel(str(field))
         return first_error(messages, label)
     return f"{where or 'body'}: {errors}"
 

@@ -21,6 +21,7 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from singularity.apikit.camel import camel
 from singularity.apikit.query import unknown
 from singularity.json_input import text_problem
 
@@ -96,6 +97,7 @@ class ApiGuardMiddleware:
         """A query parameter the operation's schema does not document is refused, never ignored (issue 36)."""
         if not request.path_info.startswith(PREFIX) or not request.GET:
             return None
-        if refused := unknown(view_func, request.method or "GET", list(request.GET), request.path_info):
+        names = [camel(name) for name in request.GET]  # the schema's spelling (singularity.apikit.camel)
+        if refused := unknown(view_func, request.method or "GET", names, request.path_info):
             return JsonResponse({"error": "invalid", "detail": refused}, status=400)
         return None

@@ -35,8 +35,8 @@ def report(live_server, alice) -> str:
     body = {
         "entity": "scenario:triage",
         "status": "succeeded",
-        "started_at": "2026-03-01T11:00:00Z",
-        "completed_at": "2026-03-01T11:00:02Z",
+        "startedAt": "2026-03-01T11:00:00Z",
+        "completedAt": "2026-03-01T11:00:02Z",
         "input": {"text": "I was charged twice"},
         "output": {"label": "billing"},
         "trace": [llm_span(), tool],

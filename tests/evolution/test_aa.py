@@ -125,24 +125,24 @@ def test_the_api_records_an_aa_a_worker_runs_and_reads_it_back(embedded, alice):
     _, key = ApiToken.issue(alice, "script", is_agent=False)
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
-    answer = api.post("/api/loop/aa/", {"target_kind": "scenario", "target_id": "triage", "trials": 1}, format="json")
+    answer = api.post("/api/loop/aa/", {"targetKind": "scenario", "targetId": "triage", "trials": 1}, format="json")
     assert answer.status_code == 202, answer.json()
     read = api.get(f"/api/loop/aa/{answer.json()['id']}/").json()
     assert read["status"] == "done" and read["check"]["regressed"] == 0 and read["check"]["validated"] == 0
-    assert isinstance(read["spend_usd"], str) and read["entity"] == "scenario:triage" and read["words"]
+    assert isinstance(read["spendUsd"], str) and read["entity"] == "scenario:triage" and read["words"]
     # Bad input is named, never a 500; an agent reads but does not run one.
-    bad = api.post("/api/loop/aa/", {"target_kind": "scenario", "target_id": "triage", "trials": 0}, format="json")
+    bad = api.post("/api/loop/aa/", {"targetKind": "scenario", "targetId": "triage", "trials": 0}, format="json")
     assert bad.status_code == 400 and bad.json() == {
         "error": "invalid",
         "detail": "trials: 0 is not a whole number from 1 to 100",
     }
-    nothing = api.post("/api/loop/aa/", {"target_kind": "scenario", "target_id": "ghost"}, format="json")
+    nothing = api.post("/api/loop/aa/", {"targetKind": "scenario", "targetId": "ghost"}, format="json")
     assert nothing.status_code == 404 and nothing.json()["error"] == "not_found"
     assert api.get("/api/loop/aa/999999/").json()["error"] == "not_found"
     _, agent_key = ApiToken.issue(alice, "agent", is_agent=True)
     agent = APIClient()
     agent.credentials(HTTP_AUTHORIZATION=f"Bearer {agent_key}")
-    refused = agent.post("/api/loop/aa/", {"target_kind": "scenario", "target_id": "triage"}, format="json")
+    refused = agent.post("/api/loop/aa/", {"targetKind": "scenario", "targetId": "triage"}, format="json")
     assert refused.status_code == 403 and refused.json()["error"] == "refused"
     schema = api.get("/api/schema/", {"format": "json"}).json()
     assert schema["paths"]["/api/loop/aa/"]["post"]["operationId"] == "loop_aa"

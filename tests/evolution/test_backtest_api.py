@@ -20,7 +20,7 @@ from tests.evolution.settings_helpers import DIGEST, DIGEST_TEXT, settings_brain
 pytestmark = pytest.mark.django_db
 
 URL = "/api/loop/backtest/"
-TARGET = {"target_kind": "scenario", "target_id": "digest"}
+TARGET = {"targetKind": "scenario", "targetId": "digest"}
 #: Two days of digest runs, one every 20 minutes: bad in bursts of two and of four.
 PATTERN = "ggbbgggbbbbgggggbgbbgg" * 7
 
@@ -52,14 +52,14 @@ def test_a_stricter_trigger_is_backtested_beside_todays_policy_and_both_are_kept
     answer = response.json()
     current, proposed = answer["current"], answer["proposed"]
     assert current["policy"] == "current" and proposed["policy"] == "proposed"
-    assert current["graded_runs"] == proposed["graded_runs"] == len(PATTERN)
+    assert current["gradedRuns"] == proposed["gradedRuns"] == len(PATTERN)
     assert 0 < proposed["opened"] < current["opened"]
     assert answer["summary"] == (
         f"Would have opened {proposed['opened']} cycles instead of {current['opened']} in the last 7 days "
         f"({len(PATTERN)} graded runs replayed)."
     )
-    assert isinstance(current["spend"]["total_usd"], str)
-    assert current["reproduction"]["really_opened"] == 0 and "reproduction" not in proposed
+    assert isinstance(current["spend"]["totalUsd"], str)
+    assert current["reproduction"]["reallyOpened"] == 0 and "reproduction" not in proposed
     kept = Backtest.objects.get(pk=proposed["id"])
     assert kept.compared_with_id == current["id"] and kept.changes == [
         {"key": "loop.trigger.minFailures", "op": "set", "value": 4}
@@ -87,11 +87,11 @@ def test_two_keys_of_one_wholesale_block_are_both_made(digest, api) -> None:
 @pytest.mark.parametrize(
     ("body", "status", "code", "words"),
     [
-        ({"target_kind": "scenario", "target_id": "nobody"}, 404, "not_found", "scenario:nobody names no entity"),
+        ({"targetKind": "scenario", "targetId": "nobody"}, 404, "not_found", "scenario:nobody names no entity"),
         ({**TARGET, "since": "soon"}, 400, "invalid", "since: 'soon'"),
         ({**TARGET, "changes": [{"key": "trigger.minFailures", "value": 3}]}, 400, "invalid", "key:"),
         ({**TARGET, "changes": [{"key": "loop.trigger.minFailures", "op": "bump"}]}, 400, "invalid", "changes[0].op"),
-        ({"target_kind": "scenario"}, 400, "invalid", "target_id"),
+        ({"targetKind": "scenario"}, 400, "invalid", "targetId"),
         ({**TARGET, "changes": [{"key": "loop.trigger.minFailures", "value": 9}]}, 403, "refused", "minFailures"),
     ],
 )

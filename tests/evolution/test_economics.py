@@ -266,14 +266,14 @@ def test_loop_summary_counts_a_windows_settles_by_grade_and_carries_the_spend(pe
         {
             "since": "2026-03-01T00:00:00Z",
             "until": "2026-04-01T00:00:00Z",
-            "target_kind": "scenario",
-            "target_id": entity.slug,
+            "targetKind": "scenario",
+            "targetId": entity.slug,
         },
     )
     assert answer.status_code == 200, answer.content
     body = answer.json()
     assert body["settled"] == 5 and body["refused"] == 4
-    assert body["by_grade"] == {
+    assert body["byGrade"] == {
         "improvement": 2,
         "regression": 1,
         "tradeoff": 0,
@@ -281,16 +281,16 @@ def test_loop_summary_counts_a_windows_settles_by_grade_and_carries_the_spend(pe
         "inconclusive": 0,
         "ungraded": 2,
     }
-    assert body["by_status"] == {"validated": 2, "regressed": 1, "unvalidated": 0, "skipped": 2, "failed": 0}
-    assert body["spent_usd"] == "1.780000000001"
-    assert body["proposer_usd"] == "1.750000000001" and body["watch_judge_usd"] == "0.03"
-    assert body["spent_by_grade_usd"]["improvement"] == "0.78"
-    assert body["spent_measured_nothing_usd"] == "0.000000000001"
+    assert body["byStatus"] == {"validated": 2, "regressed": 1, "unvalidated": 0, "skipped": 2, "failed": 0}
+    assert body["spentUsd"] == "1.780000000001"
+    assert body["proposerUsd"] == "1.750000000001" and body["watchJudgeUsd"] == "0.03"
+    assert body["spentByGradeUsd"]["improvement"] == "0.78"
+    assert body["spentMeasuredNothingUsd"] == "0.000000000001"
 
 
 def test_loop_summary_of_a_window_that_holds_nothing_counts_zero(person, march):
     body = person.get("/api/loop/summary/", {"since": "2026-05-01", "until": "2026-06-01"}).json()
-    assert body["settled"] == 0 and body["spent_usd"] == "0.00" and body["target_kind"] is None
+    assert body["settled"] == 0 and body["spentUsd"] == "0.00" and body["targetKind"] is None
 
 
 @pytest.mark.parametrize(
@@ -298,8 +298,8 @@ def test_loop_summary_of_a_window_that_holds_nothing_counts_zero(person, march):
     [
         ({"since": "last tuesday"}, 400, "since: 'last tuesday' is not an ISO 8601 instant"),
         ({"since": "2026-03-02", "until": "2026-03-01"}, 400, "until: 2026-03-01T00:00:00+00:00 is not after since"),
-        ({"target_kind": "scenario"}, 400, "target_id: name both target_kind and target_id"),
-        ({"target_kind": "scenario", "target_id": "nobody"}, 404, "scenario:nobody names no entity"),
+        ({"targetKind": "scenario"}, 400, "targetId: name both targetKind and targetId"),
+        ({"targetKind": "scenario", "targetId": "nobody"}, 404, "scenario:nobody names no entity"),
         ({"since": "0001-01-01T00:00:00+05:00"}, 400, "since: '0001-01-01T00:00:00+05:00' is outside"),
     ],
 )
@@ -314,7 +314,7 @@ def test_loop_summary_is_in_the_schema(person):
     schema = person.get("/api/schema/", HTTP_ACCEPT="application/json").json()
     operation = schema["paths"]["/api/loop/summary/"]["get"]
     assert operation["operationId"] == "loop_summary"
-    assert {p["name"] for p in operation["parameters"]} >= {"since", "until", "target_kind", "target_id"}
+    assert {p["name"] for p in operation["parameters"]} >= {"since", "until", "targetKind", "targetId"}
 
 
 # --- The fleet ---------------------------------------------------------------------------------
@@ -423,11 +423,11 @@ def test_loop_get_cycle_and_the_cycle_page_carry_its_cost_by_part(person, web, m
     cycle = made["gain"]
     body = person.get(f"/api/loop/cycles/{cycle.pk}/").json()
     assert body["cost"] == {
-        "total_usd": "0.28",
-        "proposer_usd": "0.25",
-        "replays_usd": "0.00",
-        "check_judge_usd": "0.00",
-        "watch_judge_usd": "0.03",
+        "totalUsd": "0.28",
+        "proposerUsd": "0.25",
+        "replaysUsd": "0.00",
+        "checkJudgeUsd": "0.00",
+        "watchJudgeUsd": "0.03",
     }
     html = web.get(f"/evolution/cycles/{cycle.pk}/").content.decode()
     stat = html[html.index('id="cycle-cost"') :]
@@ -548,8 +548,8 @@ def test_loop_status_carries_each_entitys_month_as_decimal_strings(person, march
         body = person.get("/api/loop/status/", {"targetKind": "scenario", "targetId": entity.slug}).json()
     (row,) = body["entities"]
     assert row["month"] == {
-        "spent_usd": "1.780000000001",
-        "ceiling_usd": "10.00",
+        "spentUsd": "1.780000000001",
+        "ceilingUsd": "10.00",
         "validated": 2,
         "regressed": 1,
         "cycles": 4,

@@ -57,8 +57,8 @@ def test_one_pull_carries_its_body_statuses_and_what_blocks_its_merge(fb, alice)
     body = api(alice).get(f"/api/forge/pulls/{number}/").json()
     assert body["number"] == number and body["body"] == "**Why**: brevity."
     assert body["statuses"] == []
-    assert body["merge_blockers"] == [f"required status {DIFF_GATE} is missing on {body['head_sha'][:12]}"]
-    fb.forge.set_status(body["head_sha"], DIFF_GATE, "success", "1 changed line")
+    assert body["mergeBlockers"] == [f"required status {DIFF_GATE} is missing on {body['headSha'][:12]}"]
+    fb.forge.set_status(body["headSha"], DIFF_GATE, "success", "1 changed line")
     body = api(alice).get(f"/api/forge/pulls/{number}/").json()
     [status] = body["statuses"]
     assert status == {
@@ -66,9 +66,9 @@ def test_one_pull_carries_its_body_statuses_and_what_blocks_its_merge(fb, alice)
         "state": "success",
         "description": "1 changed line",
         "required": True,
-        "updated_at": status["updated_at"],
+        "updatedAt": status["updatedAt"],
     }
-    assert body["merge_blockers"] == []
+    assert body["mergeBlockers"] == []
 
 
 def test_a_number_that_names_no_pull_is_404(fb, alice):
@@ -83,8 +83,8 @@ def test_a_person_merges_and_the_brain_has_the_change(fb, alice):
     answer = api(alice).post(f"/api/forge/pulls/{number}/merge/")
     assert answer.status_code == 200, answer.content
     body = answer.json()
-    assert body["state"] == "merged" and body["merged_by"] == "alice" and len(body["merge_sha"]) == 40
-    assert fb.branch_sha("main") == body["merge_sha"]
+    assert body["state"] == "merged" and body["mergedBy"] == "alice" and len(body["mergeSha"]) == 40
+    assert fb.branch_sha("main") == body["mergeSha"]
     assert body["problems"] == []
 
 
@@ -100,7 +100,7 @@ def test_a_merge_branch_protection_refuses_is_409_in_the_forges_words_and_nothin
 def test_a_person_closes_and_a_merged_pull_cannot_be_closed(fb, alice):
     number = opened(fb)
     answer = api(alice).post(f"/api/forge/pulls/{number}/close/")
-    assert answer.status_code == 200 and answer.json()["state"] == "closed" and answer.json()["closed_by"] == "alice"
+    assert answer.status_code == 200 and answer.json()["state"] == "closed" and answer.json()["closedBy"] == "alice"
     other = opened(fb, "loop/digest-0000cccc")
     api(alice).post(f"/api/forge/pulls/{other}/merge/")
     refused = api(alice).post(f"/api/forge/pulls/{other}/close/")

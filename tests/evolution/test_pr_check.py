@@ -38,7 +38,7 @@ def test_a_persons_pr_that_breaks_the_triage_rules_is_answered_regressed_with_it
     (entity,) = checked["entities"]
     assert entity["entity"] == "scenario:triage" and entity["verdict"] == "regressed"
     assert entity["pairs"] and {"baseline", "challenger", "label"} <= set(entity["pairs"][0])
-    assert checked["requested_by"] == "alice (agent)"
+    assert checked["requestedBy"] == "alice (agent)"
     pull = PullRequest.objects.get(number=number)
     assert pull.state == "open"  # a person's PR is never closed by the check: they decide
     assert {s.context: s.state for s in LocalForge().statuses(pull.head_sha)}[VALIDATION] == "failure"

@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.test import override_settings
 from django.utils import timezone
+from djangorestframework_camel_case.util import underscoreize
 from rest_framework.test import APIClient
 
 from grading.models import Execution, Rating
@@ -34,8 +35,8 @@ def graded_run(slug: str = "digest") -> Execution:
 
 
 def relayed(run: Execution, value: object = 2, key: str = "k1") -> dict:
-    rating = {"metric_id": "layout_fit", "value": value, "note": "bob said the scenes wander"}
-    return {"run_kind": run.run_kind, "run_id": str(run.id), "idempotency_key": key, "ratings": [rating]}
+    rating = {"metricId": "layout_fit", "value": value, "note": "bob said the scenes wander"}
+    return {"runKind": run.run_kind, "runId": str(run.id), "idempotencyKey": key, "ratings": [rating]}
 
 
 def answer(card: Card, person, choice: str) -> None:
@@ -50,24 +51,24 @@ def test_an_agents_rating_waits_on_a_persons_card_and_a_retry_finds_it(alice) ->
     response = bot.post("/api/ratings/", relayed(run), format="json")
     assert response.status_code == 202, response.json()
     body = response.json()
-    assert (body["ok"], body["code"], body["written"]) == (False, "pending", 0) and body["card_id"]
-    card = Card.objects.get(pk=body["card_id"])
+    assert (body["ok"], body["code"], body["written"]) == (False, "pending", 0) and body["cardId"]
+    card = Card.objects.get(pk=body["cardId"])
     assert card.is_pending and card.kind == Card.Kind.GRANT and card.payload["asker"] == "agent:bot of alice"
     assert "agent:bot of alice relays a rating" in card.text and "layout_fit: 2" in card.text
     assert "bob said the scenes wander" in card.text
     assert not Rating.objects.exists()
     again = bot.post("/api/ratings/", relayed(run), format="json")
-    assert again.status_code == 202 and again.json()["card_id"] == body["card_id"]
+    assert again.status_code == 202 and again.json()["cardId"] == body["cardId"]
     assert Card.objects.count() == 1
 
 
 def test_a_persons_approve_records_the_rating_as_theirs_and_a_decline_records_nothing(alice, bob) -> None:
     run = graded_run()
     bot = client_for(alice)
-    declined = Card.objects.get(pk=bot.post("/api/ratings/", relayed(run, key="a"), format="json").json()["card_id"])
+    declined = Card.objects.get(pk=bot.post("/api/ratings/", relayed(run, key="a"), format="json").json()["cardId"])
     answer(declined, bob, "decline")
     assert not Rating.objects.exists()
-    card = Card.objects.get(pk=bot.post("/api/ratings/", relayed(run, key="b"), format="json").json()["card_id"])
+    card = Card.objects.get(pk=bot.post("/api/ratings/", relayed(run, key="b"), format="json").json()["cardId"])
     answer(card, bob, "approve")
     rating = Rating.objects.get()
     assert (rating.user, rating.metric_id, rating.normalized) == (bob, "layout_fit", 0.25)
@@ -85,7 +86,7 @@ def test_a_rating_the_door_refuses_is_refused_at_once_with_no_card(alice) -> Non
 
 def test_an_approved_rating_the_door_refuses_by_then_is_said(alice, bob) -> None:
     run = graded_run()
-    card = Card.objects.get(pk=client_for(alice).post("/api/ratings/", relayed(run), format="json").json()["card_id"])
+    card = Card.objects.get(pk=client_for(alice).post("/api/ratings/", relayed(run), format="json").json()["cardId"])
     Execution.objects.filter(pk=run.pk).update(status=Execution.Status.RUNNING)  # the door would refuse it now
     answer(card, bob, "approve")
     assert not Rating.objects.exists()
@@ -106,13 +107,13 @@ def test_the_door_itself_still_never_records_an_agents_rating(alice) -> None:
     from grading.ratings import rate
 
     run = graded_run()
-    answer_ = rate(actor_user=alice, is_agent=True, **{k: v for k, v in relayed(run).items()})
+    answer_ = rate(actor_user=alice, is_agent=True, **underscoreize(relayed(run)))  # the body as the API reads it
     assert (answer_.ok, answer_.code) == (False, "refused") and not Rating.objects.exists()
 
 
 def test_the_cards_page_shows_the_relayed_rating_and_the_run_it_rates(alice, bob, client) -> None:
     run = graded_run()
-    card_id = client_for(alice).post("/api/ratings/", relayed(run), format="json").json()["card_id"]
+    card_id = client_for(alice).post("/api/ratings/", relayed(run), format="json").json()["cardId"]
     client.force_login(bob)
     page = client.get(f"/inbox/cards/{card_id}/")
     assert page.status_code == 200

@@ -51,11 +51,11 @@ def test_episodes_are_listed_newest_first_with_their_shape_and_never_their_words
     role = make_role()
     first, second = three_episodes(fake_gateway, role, [alice, bob])
     body = agent.get("/api/episodes/?role=helpdesk").json()
-    assert [e["run_id"] for e in body["results"]] == [str(second.pk), str(first.pk)]
+    assert [e["runId"] for e in body["results"]] == [str(second.pk), str(first.pk)]
     row = body["results"][1]
     assert row["role"] == "helpdesk" and row["status"] == "open" and row["ending"] == "still open"
-    assert row["turns"] == 2 and row["mixed_versions"] is False and row["grade"] is None
-    assert isinstance(row["cost_usd"], str)
+    assert row["turns"] == 2 and row["mixedVersions"] is False and row["grade"] is None
+    assert isinstance(row["costUsd"], str)
     assert "Hello from hour" not in str(body)
 
 
@@ -63,9 +63,9 @@ def test_the_list_pages_with_a_cursor_and_a_limit(fake_gateway, agent, alice, bo
     role = make_role()
     episodes = three_episodes(fake_gateway, role, [alice, bob, charlie])
     page = agent.get("/api/episodes/?role=helpdesk&limit=2").json()
-    assert [e["run_id"] for e in page["results"]] == [str(episodes[2].pk), str(episodes[1].pk)]
+    assert [e["runId"] for e in page["results"]] == [str(episodes[2].pk), str(episodes[1].pk)]
     rest = agent.get(f"/api/episodes/?role=helpdesk&limit=2&cursor={page['nextCursor']}").json()
-    assert [e["run_id"] for e in rest["results"]] == [str(episodes[0].pk)] and rest["nextCursor"] is None
+    assert [e["runId"] for e in rest["results"]] == [str(episodes[0].pk)] and rest["nextCursor"] is None
 
 
 def test_the_list_needs_a_role_that_exists(agent):
@@ -80,12 +80,12 @@ def test_one_episode_is_read_with_its_dialog(fake_gateway, agent, alice):
     said(fake_gateway, role, alice, "Hi")
     episode = Episode.objects.get()
     body = agent.get(f"/api/episodes/{episode.pk}/").json()
-    assert body["run_id"] == str(episode.pk)
+    assert body["runId"] == str(episode.pk)
     assert [(t["seq"], t["role"], t["text"]) for t in body["dialog"]] == [
         (1, "person", "Hi"),
         (2, "role", "Hello Alice"),
     ]
-    assert body["dialog"][1]["version_hash"] == episode.role_versions[0]
+    assert body["dialog"][1]["versionHash"] == episode.role_versions[0]
     assert agent.get("/api/episodes/00000000-0000-0000-0000-000000000000/").status_code == 404
 
 
@@ -93,7 +93,7 @@ def test_a_person_closes_an_episode_by_id_and_a_second_close_answers_null(fake_g
     said(fake_gateway, make_role(), alice, "Hi")
     episode = Episode.objects.get()
     first = person.post(f"/api/episodes/{episode.pk}/close/").json()
-    assert first["closed"] is True and first["episode"]["closed_by"] == "person"
+    assert first["closed"] is True and first["episode"]["closedBy"] == "person"
     assert person.post(f"/api/episodes/{episode.pk}/close/").json() == {"closed": False, "episode": None}
 
 

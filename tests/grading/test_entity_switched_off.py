@@ -91,8 +91,8 @@ def test_a_reported_run_of_a_switched_off_entity_is_refused_with_the_error_shape
     body = {
         "entity": "scenario:quiet",
         "status": "succeeded",
-        "started_at": "2026-03-01T11:00:00Z",
-        "completed_at": "2026-03-01T11:00:05Z",
+        "startedAt": "2026-03-01T11:00:00Z",
+        "completedAt": "2026-03-01T11:00:05Z",
     }
     for url in ("/api/runs/report/", "/api/runs/"):
         answer = api.post(url, body, format="json")

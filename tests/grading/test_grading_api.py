@@ -41,7 +41,7 @@ def graded_run(entity, *, hours_ago: float = 1, **metrics) -> Execution:
 
 
 def rating_body(run: Execution, *ratings: dict, key: str = "k1") -> dict:
-    return {"run_kind": run.run_kind, "run_id": str(run.id), "idempotency_key": key, "ratings": list(ratings)}
+    return {"runKind": run.run_kind, "runId": str(run.id), "idempotencyKey": key, "ratings": list(ratings)}
 
 
 # --- reads --------------------------------------------------------------------------------------
@@ -58,7 +58,7 @@ def test_entities_list_filters_by_kind_and_status(agent) -> None:
     assert [e["id"] for e in body["results"]] == ["heartbeat:pulse", "scenario:digest"]
     assert [e["id"] for e in agent.get("/api/entities/?kind=heartbeat").json()["results"]] == ["heartbeat:pulse"]
     errors = agent.get("/api/entities/?status=error").json()["results"]
-    assert [(e["id"], e["status"], e["load_error"]) for e in errors] == [
+    assert [(e["id"], e["status"], e["loadError"]) for e in errors] == [
         ("heartbeat:pulse", "error", "schedule: required")
     ]
     assert [e["id"] for e in agent.get("/api/entities/?status=ok").json()["results"]] == ["scenario:digest"]
@@ -79,7 +79,7 @@ def test_an_entity_reads_with_terms_provenance_and_calibration(person) -> None:
     assert body["provenance"]["evaluation.sample.rate"] == "manifest"
     assert body["calibration"] == [
         {
-            "metric_id": "layout_fit",
+            "metricId": "layout_fit",
             "status": "low",
             "pairs": 0,
             "agreement": None,
@@ -100,7 +100,7 @@ def test_runs_list_filters_and_pages_with_money_as_text(person) -> None:
     graded_run(other)
     rows = person.get("/api/runs/?entity=scenario:digest").json()["results"]
     assert len(rows) == 4
-    assert rows[0]["cost_usd"] == "0.0123"
+    assert rows[0]["costUsd"] == "0.0123"
     assert {r["id"] for r in person.get("/api/runs/?entity=scenario:digest&graded=true").json()["results"]} == {
         str(run.id) for run in graded
     }
@@ -124,15 +124,15 @@ def test_a_run_reads_with_its_grade_and_ratings(person, bob) -> None:
     body = person.get(f"/api/runs/{run.id}/").json()
     assert body["grade"]["metrics"]["cost_usd"] == "0.0123"
     assert body["grade"]["judge"] == JUDGE
-    assert body["grade"]["cost_usd"] == "0.00"
-    assert body["ratings"][0] | {"created_at": None, "updated_at": None} == {
-        "metric_id": "layout_fit",
+    assert body["grade"]["costUsd"] == "0.00"
+    assert body["ratings"][0] | {"createdAt": None, "updatedAt": None} == {
+        "metricId": "layout_fit",
         "user": "bob",
         "value": "4.000000",
         "normalized": 0.75,
         "note": "ok",
-        "created_at": None,
-        "updated_at": None,
+        "createdAt": None,
+        "updatedAt": None,
     }
     assert person.get(f"/api/runs/{uuid.uuid4()}/").status_code == 404
 
@@ -158,7 +158,7 @@ def test_grades_list_filters_by_entity_and_status(agent) -> None:
     make_grade(booked, status=Grade.Status.BOOKED)
     assert len(agent.get("/api/grades/?entity=scenario:digest").json()["results"]) == 2
     rows = agent.get("/api/grades/?status=booked").json()["results"]
-    assert [r["run_id"] for r in rows] == [str(booked.id)]
+    assert [r["runId"] for r in rows] == [str(booked.id)]
 
 
 # --- the rating door over HTTP -----------------------------------------------------------------
@@ -166,7 +166,7 @@ def test_grades_list_filters_by_entity_and_status(agent) -> None:
 
 def test_a_person_rates_through_the_api(person) -> None:
     run = graded_run(make_entity())
-    response = person.post("/api/ratings/", rating_body(run, {"metric_id": "layout_fit", "value": 4}), format="json")
+    response = person.post("/api/ratings/", rating_body(run, {"metricId": "layout_fit", "value": 4}), format="json")
     assert response.status_code == 200
     assert response.json() == {"ok": True, "code": "ok", "detail": f"1 rating(s) recorded on {run}", "written": 1}
     assert Rating.objects.get().normalized == 0.75
@@ -174,7 +174,7 @@ def test_a_person_rates_through_the_api(person) -> None:
 
 def test_a_retry_answers_the_same_and_writes_once(person) -> None:
     run = graded_run(make_entity())
-    body = rating_body(run, {"metric_id": "layout_fit", "value": 4})
+    body = rating_body(run, {"metricId": "layout_fit", "value": 4})
     first = person.post("/api/ratings/", body, format="json").json()
     assert person.post("/api/ratings/", body, format="json").json() == first
     assert Rating.objects.count() == 1 and RatingSubmission.objects.count() == 1
@@ -182,23 +182,23 @@ def test_a_retry_answers_the_same_and_writes_once(person) -> None:
 
 def test_an_agent_tokens_rating_waits_on_a_persons_card(agent) -> None:
     run = graded_run(make_entity())
-    response = agent.post("/api/ratings/", rating_body(run, {"metric_id": "layout_fit", "value": 4}), format="json")
+    response = agent.post("/api/ratings/", rating_body(run, {"metricId": "layout_fit", "value": 4}), format="json")
     assert response.status_code == 202  # R4.8: tests/grading/test_agent_rating.py
-    assert response.json()["code"] == "pending" and response.json()["card_id"]
+    assert response.json()["code"] == "pending" and response.json()["cardId"]
     assert not Rating.objects.exists()
 
 
 @pytest.mark.parametrize(
     ("make", "rating", "status", "code"),
     [
-        (lambda e: make_run(e), {"metric_id": "layout_fit", "value": 9}, 400, "invalid"),
+        (lambda e: make_run(e), {"metricId": "layout_fit", "value": 9}, 400, "invalid"),
         (
             lambda e: make_run(e, status=Execution.Status.RUNNING),
-            {"metric_id": "layout_fit", "value": 4},
+            {"metricId": "layout_fit", "value": 4},
             409,
             "precondition",
         ),
-        (lambda e: make_run(e, loop_launched=True), {"metric_id": "layout_fit", "value": 4}, 403, "refused"),
+        (lambda e: make_run(e, loop_launched=True), {"metricId": "layout_fit", "value": 4}, 403, "refused"),
     ],
 )
 def test_each_refusal_has_its_status(person, make, rating, status, code) -> None:
@@ -210,15 +210,15 @@ def test_each_refusal_has_its_status(person, make, rating, status, code) -> None
 
 def test_an_unknown_run_is_404_and_a_missing_key_400(person) -> None:
     missing = {
-        "run_kind": "workflow",
-        "run_id": str(uuid.uuid4()),
-        "idempotency_key": "k",
-        "ratings": [{"metric_id": "x", "value": 1}],
+        "runKind": "workflow",
+        "runId": str(uuid.uuid4()),
+        "idempotencyKey": "k",
+        "ratings": [{"metricId": "x", "value": 1}],
     }
     assert person.post("/api/ratings/", missing, format="json").status_code == 404
     run = graded_run(make_entity())
-    no_key = rating_body(run, {"metric_id": "layout_fit", "value": 4})
-    del no_key["idempotency_key"]
+    no_key = rating_body(run, {"metricId": "layout_fit", "value": 4})
+    del no_key["idempotencyKey"]
     response = person.post("/api/ratings/", no_key, format="json")
     assert (response.status_code, response.json()["detail"]) == (400, "idempotency_key: required")
     assert person.post("/api/ratings/", [1, 2], format="json").status_code == 400
@@ -226,7 +226,7 @@ def test_an_unknown_run_is_404_and_a_missing_key_400(person) -> None:
 
 def test_a_rating_through_the_api_and_the_page_store_the_same_row(person, client, alice) -> None:
     run = graded_run(make_entity())
-    person.post("/api/ratings/", rating_body(run, {"metric_id": "layout_fit", "value": 2, "note": "n"}), format="json")
+    person.post("/api/ratings/", rating_body(run, {"metricId": "layout_fit", "value": 2, "note": "n"}), format="json")
     api_row = Rating.objects.values("value", "normalized", "note", "user_id").get()
     Rating.objects.all().delete()
     client.force_login(alice)
@@ -275,5 +275,5 @@ def test_every_endpoint_is_in_the_schema(person) -> None:
     ]:
         assert method in paths[path], path
     run_schema = schema["components"]["schemas"]["Run"]["properties"]
-    assert run_schema["cost_usd"]["type"] == "string"
+    assert run_schema["costUsd"]["type"] == "string"
     assert set(paths["/api/ratings/"]["post"]["responses"]) == {"200", "202", "400", "401", "403", "404", "409", "429"}

@@ -30,32 +30,32 @@ def test_ratings_are_listed_newest_first_filtered_and_paged(alice):
     api = APIClient()
     api.force_authenticate(alice)
     page = api.get("/api/ratings/", {"entity": f"{digest.target_kind}:digest", "limit": 1}).json()
-    assert [r["run_id"] for r in page["results"]] == [str(second.execution_id)] and page["nextCursor"]
+    assert [r["runId"] for r in page["results"]] == [str(second.execution_id)] and page["nextCursor"]
     rest = api.get(
         "/api/ratings/", {"entity": f"{digest.target_kind}:digest", "limit": 1, "cursor": page["nextCursor"]}
     )
     (row,) = rest.json()["results"]
     assert row == {
-        "run_id": str(first.execution_id),
+        "runId": str(first.execution_id),
         "entity": f"{digest.target_kind}:digest",
-        "metric_id": "layout_fit",
+        "metricId": "layout_fit",
         "user": "alice",
         "value": "3.500000",
         "normalized": 0.5,
         "note": "fine",
-        "created_at": row["created_at"],
-        "updated_at": row["updated_at"],
+        "createdAt": row["createdAt"],
+        "updatedAt": row["updatedAt"],
     }
-    by_run = api.get("/api/ratings/", {"run_id": str(second.execution_id)}).json()["results"]
-    assert [r["metric_id"] for r in by_run] == ["tone"]
-    assert [r["metric_id"] for r in api.get("/api/ratings/", {"metric_id": "tone"}).json()["results"]] == ["tone"]
+    by_run = api.get("/api/ratings/", {"runId": str(second.execution_id)}).json()["results"]
+    assert [r["metricId"] for r in by_run] == ["tone"]
+    assert [r["metricId"] for r in api.get("/api/ratings/", {"metricId": "tone"}).json()["results"]] == ["tone"]
 
 
 @pytest.mark.parametrize(
     ("query", "detail"),
     [
         ({"entity": "scenario:nope"}, "entity: 'scenario:nope' names no entity"),
-        ({"run_id": "twelve"}, "run_id: 'twelve' is not a run id"),
+        ({"runId": "twelve"}, "runId: 'twelve' is not a run id"),
     ],
 )
 def test_a_filter_naming_nothing_is_refused_naming_it(alice, query, detail):

@@ -29,9 +29,9 @@ def run(entity: str = "scenario:triage", **over: Any) -> dict[str, Any]:
     data = {
         "entity": entity,
         "status": "succeeded",
-        "started_at": "2026-03-01T11:00:00Z",
-        "completed_at": "2026-03-01T11:00:05+00:00",
-        "cost_usd": "0.0042",
+        "startedAt": "2026-03-01T11:00:00Z",
+        "completedAt": "2026-03-01T11:00:05+00:00",
+        "costUsd": "0.0042",
         "input": {"ticket": "t", "_label": "billing"},
         "output": {"label": "billing"},
     }
@@ -67,7 +67,7 @@ def test_an_agent_token_may_report_runs(entities, alice):
 
 
 def test_a_list_is_recorded_in_order_across_entities(entities, bob):
-    body = [run(), run("heartbeat:ops", status="failed", error="queue down"), run(cost_usd=0.1)]
+    body = [run(), run("heartbeat:ops", status="failed", error="queue down"), run(costUsd=0.1)]
     response = client(bob).post(URL, body, format="json")
     assert response.status_code == 201, response.json()
     ids = response.json()["ids"]
@@ -83,13 +83,13 @@ def test_a_list_is_recorded_in_order_across_entities(entities, bob):
 @pytest.mark.parametrize(
     ("body", "detail"),
     [
-        (run(cost_usd="-1"), "cost_usd: must not be negative"),
+        (run(costUsd="-1"), "costUsd: must not be negative"),
         (run(status="done"), "status: expected 'succeeded' or 'failed'"),
-        (run(started_at="2026-03-01T11:00:00"), "started_at: "),
+        (run(startedAt="2026-03-01T11:00:00"), "startedAt: "),
         (run(entity="triage"), "entity: expected '<target_kind>:<slug>'"),
         (run(entity="scenario:nope"), "entity: 'scenario:nope' names no entity"),
         (run(grade=1), "grade: unknown field"),
-        ([run(), run(tool_failures=-1)], "runs[1].tool_failures: expected an integer"),
+        ([run(), run(toolFailures=-1)], "runs[1].toolFailures: expected an integer"),
         ([run(), run(entity="role:x")], "runs[1].entity: 'role:x' names no entity"),
         ([run(), "x"], "runs[1]: expected a JSON object"),
         ([], "runs: the list is empty"),

@@ -209,8 +209,8 @@ def _report(trace: Any, **over: Any) -> dict[str, Any]:
     return {
         "entity": "scenario:triage",
         "status": "succeeded",
-        "started_at": "2026-03-01T11:00:00Z",
-        "completed_at": "2026-03-01T11:00:05Z",
+        "startedAt": "2026-03-01T11:00:00Z",
+        "completedAt": "2026-03-01T11:00:05Z",
         "trace": trace,
         **over,
     }

@@ -37,7 +37,7 @@ def test_a_person_answers_through_the_api(alice, handler, django_capture_on_comm
         )
     assert response.status_code == 200, response.json()
     body = response.json()
-    assert (body["status"], body["responded_by"], body["answered_via"]) == ("answered", "alice", "api")
+    assert (body["status"], body["respondedBy"], body["answeredVia"]) == ("answered", "alice", "api")
     assert body["answer"]["note"] == "off-brand"
     assert len(handler.calls) == 1
     again = client_for(alice).post(f"/api/cards/{card.pk}/answer/", {"choice": "accept"}, format="json")

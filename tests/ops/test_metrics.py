@@ -50,9 +50,9 @@ def test_reporting_runs_moves_the_counters(client, alice):
     run = {
         "entity": f"scenario:{entity.slug}",
         "status": "succeeded",
-        "started_at": "2026-03-01T11:00:00Z",
-        "completed_at": "2026-03-01T11:00:05Z",
-        "cost_usd": "0.0042",
+        "startedAt": "2026-03-01T11:00:00Z",
+        "completedAt": "2026-03-01T11:00:05Z",
+        "costUsd": "0.0042",
         "input": {"ticket": PERSONS_TEXT},
         "output": {"label": "billing"},
     }

@@ -40,9 +40,9 @@ def reported_run() -> dict[str, object]:
     return {
         "entity": "scenario:triage",
         "status": "succeeded",
-        "started_at": "2026-03-01T11:00:00Z",
-        "completed_at": "2026-03-01T11:00:05Z",
-        "cost_usd": "0.01",
+        "startedAt": "2026-03-01T11:00:00Z",
+        "completedAt": "2026-03-01T11:00:05Z",
+        "costUsd": "0.01",
         "input": {"ticket": "my invoice is wrong", "_label": "billing"},
         "output": {"label": "billing"},
     }

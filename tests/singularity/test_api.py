@@ -74,9 +74,9 @@ def test_the_list_has_money_as_decimal_strings(person: APIClient) -> None:
         "status": "created",
         "host": "",
         "cycle": 0,
-        "remaining_usd": "9.9843",
-        "earned_usd": "0.10",
-        "net_profit_usd": "0.0999999",
+        "remainingUsd": "9.9843",
+        "earnedUsd": "0.10",
+        "netProfitUsd": "0.0999999",
         "parent": "mother",
     }
 
@@ -92,13 +92,13 @@ def test_detail_has_budget_net_profit_and_mind(person: APIClient) -> None:
     assert body["budget"] == {
         "starting": "10.00",
         "remaining": "9.50",
-        "api_spent": "0.40",
-        "instance_spent": "0.10",
-        "total_tokens": 1234,
+        "apiSpent": "0.40",
+        "instanceSpent": "0.10",
+        "totalTokens": 1234,
         "earned": "0.00",
     }
-    assert body["net_profit_usd"] == "-0.50"
-    assert body["mind"]["system_prompt"] == "Earn."
+    assert body["netProfitUsd"] == "-0.50"
+    assert body["mind"]["systemPrompt"] == "Earn."
     assert body["mind"]["children"] == ["kid"]
     assert body["mind"]["parent"] == "mother"
     assert (body["status"], body["cycle"]) == ("created", 0)
@@ -111,7 +111,7 @@ def test_an_unknown_being_is_404(person: APIClient) -> None:
 
 
 def test_create_makes_a_being(person: APIClient) -> None:
-    response = person.post("/api/beings/", {"name": "nova", "starting_usd": "2.50", "stimulus": "go"}, format="json")
+    response = person.post("/api/beings/", {"name": "nova", "startingUsd": "2.50", "stimulus": "go"}, format="json")
     assert response.status_code == 201
     assert response.json()["budget"]["starting"] == "2.50"
     assert Being.objects.get(name="nova").remaining == Decimal("2.50")
@@ -126,11 +126,11 @@ def test_create_uses_the_default_starting_balance(person: APIClient, settings) -
 @pytest.mark.parametrize(
     ("data", "field"),
     [
-        ({"name": "bad name", "starting_usd": "1"}, "name"),
-        ({"name": "ok", "starting_usd": "-1"}, "starting_usd"),
-        ({"name": "ok", "starting_usd": "1e400000"}, "starting_usd"),
-        ({"name": "ok", "starting_usd": "0.0000000000001"}, "starting_usd"),
-        ({"starting_usd": "1"}, "name"),
+        ({"name": "bad name", "startingUsd": "1"}, "name"),
+        ({"name": "ok", "startingUsd": "-1"}, "startingUsd"),
+        ({"name": "ok", "startingUsd": "1e400000"}, "startingUsd"),
+        ({"name": "ok", "startingUsd": "0.0000000000001"}, "startingUsd"),
+        ({"startingUsd": "1"}, "name"),
     ],
 )
 def test_create_names_the_bad_field(person: APIClient, data: dict, field: str) -> None:
@@ -203,8 +203,8 @@ def test_cycles_are_newest_first_paginated_with_money_strings(person: APIClient)
     body = person.get("/api/beings/nova/cycles/?limit=2").json()
     assert body["nextCursor"] and "count" not in body
     assert [c["number"] for c in body["results"]] == [3, 2]
-    assert body["results"][0]["spent_usd"] == "0.0001"
-    assert body["results"][0]["balance_after_usd"] == "9.9999"
+    assert body["results"][0]["spentUsd"] == "0.0001"
+    assert body["results"][0]["balanceAfterUsd"] == "9.9999"
     rest = person.get(f"/api/beings/nova/cycles/?limit=2&cursor={body['nextCursor']}").json()
     assert [c["number"] for c in rest["results"]] == [1] and rest["nextCursor"] is None
 
@@ -216,12 +216,12 @@ def test_events_filter_by_kind_and_tail_after_seq(person: APIClient) -> None:
     assert [e["seq"] for e in every["results"]] == [1, 2, 3, 4, 5]
     warnings = person.get("/api/beings/nova/events/?kind=warning").json()
     assert [e["seq"] for e in warnings["results"]] == [2, 4, 5]
-    tail = person.get("/api/beings/nova/events/?kind=warning&after_seq=2").json()
+    tail = person.get("/api/beings/nova/events/?kind=warning&afterSeq=2").json()
     assert [e["seq"] for e in tail["results"]] == [4, 5]
     assert tail["results"][0]["data"] == {"n": 4}
 
 
-@pytest.mark.parametrize(("query", "named"), [("kind=bogus", "kind:"), ("after_seq=-1", "after_seq:")])
+@pytest.mark.parametrize(("query", "named"), [("kind=bogus", "kind:"), ("afterSeq=-1", "afterSeq:")])
 def test_events_refuse_bad_filters(person: APIClient, query: str, named: str) -> None:
     create_being("nova")
     response = person.get(f"/api/beings/nova/events/?{query}")
@@ -249,7 +249,7 @@ def test_the_schema_documents_every_endpoint(person: APIClient) -> None:
     money = schema["components"]["schemas"]["Budget"]["properties"]["remaining"]
     assert (money["type"], money["format"]) == ("string", "decimal")
     kinds = {p["name"]: p for p in paths["/api/beings/{name}/events/"]["get"]["parameters"]}
-    assert "warning" in kinds["kind"]["schema"]["enum"] and "after_seq" in kinds
+    assert "warning" in kinds["kind"]["schema"]["enum"] and "afterSeq" in kinds
     assert schema["components"]["securitySchemes"]["apiToken"]["scheme"] == "bearer"
 
 

@@ -135,7 +135,7 @@ def test_a_nul_in_a_path_is_refused(person):
 
 RUN = (
     '{"entity": "scenario:triage", "status": "succeeded", '
-    '"started_at": "2026-03-01T11:00:00Z", "completed_at": "2026-03-01T11:00:05Z", '
+    '"startedAt": "2026-03-01T11:00:00Z", "completedAt": "2026-03-01T11:00:05Z", '
 )
 REPORTS = ["/api/runs/", "/api/runs/report/"]
 
@@ -186,17 +186,17 @@ def sqlite() -> bool:
 @pytest.mark.parametrize("url", REPORTS)
 @pytest.mark.parametrize("cost", ['"1e18"', "1e18", '"1000000000000000000.5"', '"1e100"', '"1e999999"', "1e300"])
 def test_a_cost_no_money_column_holds_is_refused_naming_cost_usd(person, url, cost):
-    status, error, detail = refusal(post(person, url, f'"cost_usd": {cost}}}'))
+    status, error, detail = refusal(post(person, url, f'"costUsd": {cost}}}'))
     assert (status, error) == (400, "invalid"), detail
-    assert detail.startswith("cost_usd: ") and "the most" in detail
+    assert detail.startswith("costUsd: ") and "the most" in detail
 
 
 @pytest.mark.parametrize("url", REPORTS)
 def test_a_cost_past_sqlites_exact_range_is_refused_there_and_kept_on_postgres(person, url):
-    response = post(person, url, '"cost_usd": "9223373"}')
+    response = post(person, url, '"costUsd": "9223373"}')
     if sqlite():
         status, error, detail = refusal(response)
-        assert (status, error) == (400, "invalid") and detail.startswith("cost_usd: 9223373 is over")
+        assert (status, error) == (400, "invalid") and detail.startswith("costUsd: 9223373 is over")
     else:
         assert response.status_code == 201, response.content
         assert str(Execution.objects.get().cost_usd) == "9223373.000000000000"
@@ -205,18 +205,18 @@ def test_a_cost_past_sqlites_exact_range_is_refused_there_and_kept_on_postgres(p
 @pytest.mark.parametrize("url", REPORTS)
 def test_the_most_each_database_holds_is_kept_exactly(person, url):
     most = "9223372.036854775807" if sqlite() else "999999999999999999.999999999999"
-    response = post(person, url, f'"cost_usd": "{most}"}}')
+    response = post(person, url, f'"costUsd": "{most}"}}')
     assert response.status_code == 201, response.content
     assert str(Execution.objects.get().cost_usd) == most
 
 
 @pytest.mark.parametrize("url", REPORTS)
 def test_a_tool_failure_count_past_the_column_is_refused(person, url):
-    status, error, detail = refusal(post(person, url, '"tool_failures": 100000000000000000000}'))
-    assert (status, error) == (400, "invalid") and detail.startswith("tool_failures: ")
+    status, error, detail = refusal(post(person, url, '"toolFailures": 100000000000000000000}'))
+    assert (status, error) == (400, "invalid") and detail.startswith("toolFailures: ")
 
 
 def test_a_batch_row_past_the_bound_names_its_row(person):
-    body = json.dumps([json.loads(RUN + '"cost_usd": "1"}'), json.loads(RUN + '"cost_usd": "1e18"}')])
+    body = json.dumps([json.loads(RUN + '"costUsd": "1"}'), json.loads(RUN + '"costUsd": "1e18"}')])
     status, error, detail = refusal(person.post("/api/runs/report/", body, content_type="application/json"))
-    assert (status, error) == (400, "invalid") and detail.startswith("runs[1].cost_usd: ")
+    assert (status, error) == (400, "invalid") and detail.startswith("runs[1].costUsd: ")
