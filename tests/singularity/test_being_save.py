@@ -3,6 +3,9 @@ journal's head (the head lives in the process that holds the lease; the database
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from decimal import Decimal
 
 import pytest
@@ -16,7 +19,7 @@ from singularity.being.store import Journal, JournalMoved
 from singularity.models import Being, Cycle, Event
 from singularity.tools import build_catalogue
 from tests.fakes.gateway import Reply
-from tests.singularity.helpers import make_being, make_runtime
+from tests.singularity.helpers import ROOT, make_being, make_runtime
 
 REMEMBER = ("self__remember", {"key": "k", "value": "v"})
 USAGE = {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}
@@ -146,3 +149,31 @@ def test_a_save_after_the_lease_went_elsewhere_is_lease_lost_not_a_moved_journal
     assert not isinstance(caught.value, JournalMoved)
     assert "lease lost" in str(caught.value)
     assert stored_events(being) == before
+
+
+@pytest.mark.django_db
+def test_sqlite_commits_are_fsynced_only_when_asked(tmp_path):
+    # NORMAL (the default) survives a killed process; FULL fsyncs every commit; anything else is refused by name.
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            assert cursor.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    script = (
+        "import django; django.setup(); from django.db import connection; "
+        "print(connection.cursor().execute('PRAGMA synchronous').fetchone()[0])"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SINGULARITY_")}
+    env |= {"DATABASE_URL": f"sqlite:///{tmp_path}/s.sqlite3", "DJANGO_SETTINGS_MODULE": "singularity.settings"}
+    read = {}
+    for value in ("full", "EXTRA"):
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            cwd=ROOT,
+            env=env | {"SINGULARITY_SQLITE_SYNCHRONOUS": value},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        read[value] = (done.returncode, done.stdout.strip(), done.stderr)
+    assert read["full"][:2] == (0, "2")  # FULL
+    assert read["EXTRA"][0] != 0
+    assert "SINGULARITY_SQLITE_SYNCHRONOUS: expected NORMAL or FULL, got 'EXTRA'" in read["EXTRA"][2]
