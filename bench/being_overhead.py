@@ -8,8 +8,12 @@ the gateway call and inside the tool call is measured and subtracted: what is
 left is ours (framing, debit, durable saves, journal, bookkeeping). Queries
 are counted per round with a short and a long journal to show they do not
 grow with history. Each is run with the cost reservation off (the origin's
-way) and on (one more durable save before every model call), beside a
-single-row commit timed in the same run on the same database.
+way) and on (its worst case held in the save before every model call),
+beside a single-row commit timed between the cycles of that same run (so
+both see the same load on a shared machine). Times are taken with the query
+log off; statements are counted in extra cycles with it on (Django's log
+costs some 0.1 ms a statement, which the commit it is set beside does not
+pay).
 
     .venv/bin/python bench/being_overhead.py --db sqlite
     .venv/bin/python bench/being_overhead.py --db postgres --pg-url postgres://postgres@127.0.0.1:5432/singularity_bench
@@ -81,6 +85,9 @@ def main() -> None:
     parser.add_argument(
         "--history", type=int, default=100_000, help="journal events to pre-fill for the long-journal run"
     )
+    parser.add_argument(
+        "--commits-per-cycle", type=int, default=16, help="single-row commits timed after each timed cycle"
+    )
     args = parser.parse_args()
     configure(args.db, args.pg_url)
 
@@ -122,6 +129,8 @@ def main() -> None:
         "tool_q": [],
         "reserve": [],
         "reserve_q": [],
+        "commit_first": [],
+        "round_second": [],
     }
 
     def instrument(method_name: str, key: str, subtract_tool: bool) -> None:
@@ -139,25 +148,52 @@ def main() -> None:
 
         setattr(Runtime, method_name, timed)
 
-    instrument("_debit", "round", subtract_tool=False)
-    instrument("_tool_finished", "tool", subtract_tool=True)
-    instrument("_reserve", "reserve", subtract_tool=False)
+    from django.db import transaction
+    from django.utils import timezone
 
-    def single_row_commit(n: int = 300) -> float:
-        """Median ms of one transaction updating one being row: the floor any durable step pays."""
-        from django.db import transaction
-        from django.utils import timezone
+    from singularity.models import Being
 
-        from singularity.models import Being
+    commit_being = create_being("bench-commit", starting="1")
 
-        being = create_being("bench-commit", starting="1")
+    def single_row_commit(n: int) -> list[int]:
+        """The ns of each of ``n`` transactions updating one being row: the floor any durable step pays."""
         times = []
         for _ in range(n):
             t0 = time.perf_counter_ns()
             with transaction.atomic():
-                Being.objects.filter(pk=being.pk).update(updated_at=timezone.now())
+                Being.objects.filter(pk=commit_being.pk).update(updated_at=timezone.now())
             times.append(time.perf_counter_ns() - t0)
-        return statistics.median(times) / 1e6
+        return times
+
+    timing = {"on": False}
+
+    def in_place(method_name: str) -> None:
+        """Time a single-row commit in the model round's own place: right after the model's answer, before or after
+        the round's debit by turns. The first of the two runs on caches the gateway call left cold (the commit in a
+        loop does not), so each round's debit counts when it went first and each commit when it did."""
+        original = getattr(Runtime, method_name)
+        turn = {"n": 0}
+
+        def paired(self, *a, **kw):
+            if not timing["on"]:  # counting statements: the commit's are not the round's
+                return original(self, *a, **kw)
+            turn["n"] += 1
+            if turn["n"] % 2:
+                samples["commit_first"].extend(single_row_commit(1))
+                samples["round_second"].append(0)
+                return original(self, *a, **kw)
+            try:
+                return original(self, *a, **kw)
+            finally:
+                single_row_commit(1)
+                samples["round_second"].append(1)
+
+        setattr(Runtime, method_name, paired)
+
+    instrument("_debit", "round", subtract_tool=False)
+    in_place("_debit")
+    instrument("_tool_finished", "tool", subtract_tool=True)
+    instrument("_reserve", "reserve", subtract_tool=False)
 
     def measure(label: str, n_rounds: int, n_tools: int, history: int = 0, reserve: bool = False) -> dict:
         mode["rounds"], mode["tools"] = n_rounds, n_tools
@@ -172,16 +208,26 @@ def main() -> None:
             being, gateway, timed_tools, prices=Prices(1, 1, 1), max_rounds=n_rounds, reserve=reserve
         )
         runtime.run_cycle()  # warm up
-        for values in samples.values():
-            values.clear()
-        ours, queries = [], []
-        for _ in range(args.cycles):
+        # Statements first, in a few cycles with the query log on; their times are thrown away.
+        queries = []
+        for _ in range(3):
             reset_queries()  # the query log is a bounded deque; keep it from filling
-            t0, g0, c0 = time.perf_counter_ns(), gateway.spent_ns, timed_tools.spent_ns
             with CaptureQueriesContext(connection) as ctx:
                 runtime.run_cycle()
-            ours.append((time.perf_counter_ns() - t0) - (gateway.spent_ns - g0) - (timed_tools.spent_ns - c0))
             queries.append(len(ctx.captured_queries))
+        counted = {key: list(samples[key]) for key in ("round_q", "tool_q", "reserve_q")}
+        for values in samples.values():
+            values.clear()
+        # Then the times, with the log off, and the single-row commit between cycles under the same load.
+        ours, commits = [], []
+        timing["on"] = True
+        for _ in range(args.cycles):
+            t0, g0, c0 = time.perf_counter_ns(), gateway.spent_ns, timed_tools.spent_ns
+            runtime.run_cycle()
+            ours.append((time.perf_counter_ns() - t0) - (gateway.spent_ns - g0) - (timed_tools.spent_ns - c0))
+            commits.extend(single_row_commit(args.commits_per_cycle))
+        timing["on"] = False
+        samples.update(counted)
 
         def med(key: str) -> float:
             return statistics.median(samples[key]) if samples[key] else 0.0
@@ -192,8 +238,13 @@ def main() -> None:
 
         # A model round's own cost: its debit, and its reservation when on (one per round).
         paired = [d + (samples["reserve"][i] if samples["reserve"] else 0) for i, d in enumerate(samples["round"])]
+        # The same, counting only the rounds whose debit ran first after the model's answer (the commit did the rest).
+        first = [total for total, second in zip(paired, samples["round_second"], strict=True) if not second]
         return {
+            "commit_ms": statistics.median(commits) / 1e6,
+            "commit_in_place_ms": statistics.median(samples["commit_first"]) / 1e6,
             "model_round_ms": statistics.median(paired) / 1e6,
+            "model_round_first_ms": statistics.median(first) / 1e6,
             "cycle_ms": statistics.median(ours) / 1e6,
             "cycle_queries": statistics.median(queries),
             "round_ms": med("round") / 1e6,
@@ -207,14 +258,14 @@ def main() -> None:
     with ChatCompletionsServer(answer) as server, build_catalogue(mcp_config_path=str(config)) as catalogue:
         gateway = Timed(Gateway(server.base_url, "bench", max_retries=0), "complete")
         timed_tools = Timed(catalogue, "call")
-        commit_ms = single_row_commit()
+        commit_ms = statistics.median(single_row_commit(300)) / 1e6
         short = measure("short", rounds, tools)
         short_on = measure("short-on", rounds, tools, reserve=True)
         long = measure("long", rounds, tools, history=args.history)
         long_on = measure("long-on", rounds, tools, history=args.history, reserve=True)
 
     print(f"database: {connection.vendor}  cycles: {args.cycles} of {rounds} rounds, {tools} tool calls per tool round")
-    print(f"single-row commit: median {commit_ms:.3f} ms")
+    print(f"single-row commit: median {commit_ms:.3f} ms before the runs (each run's own is given with it)")
     runs = (
         ("journal of ~0 events, reservation off", short),
         ("journal of ~0 events, reservation on", short_on),
@@ -223,9 +274,15 @@ def main() -> None:
     )
     for label, m in runs:
         print(f"-- {label}")
+        print(f"   single-row commit, in a loop between cycles:       median {m['commit_ms']:.3f} ms")
+        print(f"   single-row commit, in a round's place (first):     median {m['commit_in_place_ms']:.3f} ms")
         print(
             f"   per model round (reserve + debit + saves):        median {m['model_round_ms']:.3f} ms  "
-            f"= {m['model_round_ms'] / commit_ms:.2f}x the single-row commit"
+            f"= {m['model_round_ms'] / m['commit_ms']:.2f}x the commit in a loop"
+        )
+        print(
+            f"   per model round, its debit first:                  median {m['model_round_first_ms']:.3f} ms  "
+            f"= {m['model_round_first_ms'] / m['commit_in_place_ms']:.2f}x the commit in its place"
         )
         print(
             f"   per model round (debit + journal + durable save): median {m['round_ms']:.3f} ms  p95 {m['round_p95_ms']:.3f} ms  queries {m['round_q']:.0f}"

@@ -137,10 +137,17 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Several processes (web, worker, beat) share the file: wait on locks
     # instead of failing, and take the write lock at BEGIN so two writers
     # never deadlock upgrading a read lock.
+    # WAL with synchronous=NORMAL (the default): a commit is written to the WAL but not fsynced, so it survives
+    # the process being killed, not the machine losing power (the last commits before a power loss may be gone;
+    # the file stays consistent). FULL fsyncs the WAL at every commit: a being's step then survives a power loss
+    # too, at the cost of one fsync a step (docs/decisions.md, issue 34).
+    _synchronous = env_str("SINGULARITY_SQLITE_SYNCHRONOUS", "NORMAL").upper()
+    if _synchronous not in ("NORMAL", "FULL"):
+        raise ImproperlyConfigured(f"SINGULARITY_SQLITE_SYNCHRONOUS: expected NORMAL or FULL, got {_synchronous!r}")
     DATABASES["default"]["OPTIONS"] = {
         "timeout": 30,
         "transaction_mode": "IMMEDIATE",
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "init_command": f"PRAGMA journal_mode=WAL; PRAGMA synchronous={_synchronous};",
     }
     # How long a write waits for another process's lock before it fails (a state I/O error the being survives).
     DATABASES["default"]["OPTIONS"]["timeout"] = env_float("SINGULARITY_SQLITE_TIMEOUT_SECS", 30.0)

@@ -18,8 +18,8 @@ from singularity.models import Being
 class LeaseLost(StateError):
     """This process no longer holds the being's lease: another runs it now, and nothing was written."""
 
-    def __init__(self, being: Being) -> None:
-        super().__init__(f"being {being.name}: lease lost to another process; nothing saved")
+    def __init__(self, being: Being, message: str | None = None) -> None:
+        super().__init__(message or f"being {being.name}: lease lost to another process; nothing saved")
 
 
 def stop_requested(being: Being) -> bool:

@@ -43,6 +43,8 @@ ROUND_LIMIT_WARNING = "maximum tool rounds reached"
 
 #: What a reservation changes on the being: the amounts held and the journal's counter and head.
 RESERVATION_FIELDS = ("reserved_api", "reserved_instance", *JOURNAL_FIELDS)
+#: What a model round's debit changes on the being: the budget it spends, the reservation it releases, the journal.
+DEBIT_FIELDS = ("remaining", "api_spent", "instance_spent", "total_tokens", *RESERVATION_FIELDS)
 
 log = logging.getLogger(__name__)
 
@@ -408,7 +410,11 @@ class Runtime:
             # The gateway broke the bounds the reservation assumed; the seed's debit is still made in full.
             message = f"the call cost {money_str(debit.total)} USD, more than the {money_str(released)} USD reserved"
             self.journal.emit(Event.Kind.WARNING, {"message": message})
-        self.journal.save(owner=self.owner, cycle=cycle, cycle_fields=("rounds", "spent", "messages"))
+        # Only the model call happened since the last save (a tool's, the cycle's start, the reservation's): the
+        # mind is as saved, so the round writes what its debit changed.
+        self.journal.save(
+            owner=self.owner, cycle=cycle, cycle_fields=("rounds", "spent", "messages"), fields=DEBIT_FIELDS
+        )
 
     def _tool_finished(self, cycle: Cycle, call: Any, outcome: Any, *, ahead: tuple[Any, ...] | None = None) -> str:
         """Record a finished tool call in one durable save; ``ahead`` (the next call's messages, the tools and its

@@ -1,18 +1,29 @@
 """Durable saves for a running being: one short transaction per step.
 
 A save writes the being's budget and mind, the current cycle and the journal
-events of that step together, guarded by the lease: a worker that lost its
-lease writes nothing. The number of queries per save is constant whatever the
-length of the journal.
+events of that step together, guarded by the lease and by the journal's head:
+a worker that lost its lease, or whose being's journal someone else appended
+to since its last save, writes nothing. The number of statements per save is
+constant whatever the length of the journal.
+
+The chain's head lives in memory, in the one process that holds the lease; the
+database is its check, not its source (the save's UPDATE matches only while
+the row still holds the counter and head this process last wrote). A step's
+save is written without the ORM, as few statements as the database allows:
+on Postgres one statement (the being's UPDATE, the cycle's and the events'
+INSERT as data-modifying parts of one ``WITH``, each conditional on the
+guarded UPDATE), committed on its own; on SQLite one ``BEGIN IMMEDIATE``
+transaction of an UPDATE, an UPDATE and one multi-row INSERT.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
 
 from singularity.being.chain import line_hash
@@ -43,6 +54,23 @@ RUNTIME_FIELDS = (
 #: The being's columns that move with every event appended (the counter and the chain's head).
 JOURNAL_FIELDS = ("event_seq", "event_hash")
 
+#: The event columns a save inserts, in order.
+EVENT_FIELDS = ("being", "seq", "cycle", "kind", "data", "created_at", "prev_hash", "hash")
+
+#: Most events in one INSERT on SQLite (8 values each, under its oldest limit of 999 variables).
+SQLITE_ROWS_PER_INSERT = 100
+
+
+class JournalMoved(LeaseLost):
+    """The being's journal was appended to by someone else since this process last saved: nothing was written."""
+
+    def __init__(self, being: Being, seq: int, head: str) -> None:
+        super().__init__(
+            being,
+            f"being {being.name}: its journal no longer ends at event {seq} (head {head[:12] or 'empty'}) as this "
+            "process last wrote it; another writer appended to it, so nothing was saved",
+        )
+
 
 class Journal:
     """Events of one step, numbered from the being's counter and written on ``save``."""
@@ -68,6 +96,12 @@ class Journal:
         self.pending.append(event)
         return event
 
+    def saved_head(self) -> tuple[int, str]:
+        """The journal's counter and head as the database holds them now, if no one else wrote: before ``pending``."""
+        if self.pending:
+            return self.pending[0].seq - 1, self.pending[0].prev_hash
+        return self.being.event_seq, self.being.event_hash
+
     def save(
         self,
         *,
@@ -78,26 +112,39 @@ class Journal:
     ) -> None:
         """Write the being (its ``fields``, all it runs on unless told), the cycle and the pending events at once.
 
-        Raises ``LeaseLost`` (nothing written) when ``owner`` no longer holds the lease.
+        Raises ``LeaseLost`` (nothing written) when ``owner`` no longer holds
+        the lease, and ``JournalMoved`` (nothing written) when the stored
+        journal no longer ends where this process last left it.
         """
         being = self.being
         now = timezone.now()
         values = {name: getattr(being, name) for name in fields}
         values["lease_until"] = now + timedelta(seconds=settings.SINGULARITY_LEASE_SECS)
         values["updated_at"] = now
-        with transaction.atomic():
-            updated = Being.objects.filter(pk=being.pk, lease_owner=owner).update(**values)
-            if updated != 1:
-                raise LeaseLost(being)
-            if cycle is not None:
-                if cycle.pk is None:
-                    cycle.save(force_insert=True)
-                elif cycle_fields:
-                    cycle.save(update_fields=cycle_fields)
-            if self.pending:
-                Event.objects.bulk_create(self.pending)
+        seq, head = self.saved_head()
+        if cycle is not None and cycle.pk is None:
+            # A cycle's first save inserts its row (and needs its id back): once a cycle, through the ORM.
+            with transaction.atomic():
+                updated = Being.objects.filter(pk=being.pk, lease_owner=owner, event_seq=seq, event_hash=head).update(
+                    **values
+                )
+                if updated != 1:
+                    raise self._refused(owner, seq, head)
+                cycle.save(force_insert=True)
+                if self.pending:
+                    Event.objects.bulk_create(self.pending)
+        else:
+            step = cycle if cycle is not None and cycle_fields else None
+            if not _write_step(being, values, (owner, seq, head), step, cycle_fields, self.pending):
+                raise self._refused(owner, seq, head)
         being.lease_until = values["lease_until"]
         self.pending = []
+
+    def _refused(self, owner: str, seq: int, head: str) -> LeaseLost:
+        """Why a guarded save matched no row: the lease went elsewhere, or the journal moved under it."""
+        if Being.objects.filter(pk=self.being.pk, lease_owner=owner).exists():
+            return JournalMoved(self.being, seq, head)
+        return LeaseLost(self.being)
 
     def discard(self) -> None:
         """Forget unsaved events and give their numbers and the chain's head back."""
@@ -105,3 +152,98 @@ class Journal:
             self.being.event_seq -= len(self.pending)
             self.being.event_hash = self.pending[0].prev_hash
         self.pending = []
+
+
+def _write_step(
+    being: Being,
+    values: dict[str, Any],
+    guard: tuple[str, int, str],
+    cycle: Cycle | None,
+    cycle_fields: tuple[str, ...],
+    events: list[Event],
+) -> bool:
+    """Write one step's save (the being's ``values``, the ``cycle``'s fields, the ``events``); False, with nothing
+    written, when the being's row does not match ``guard`` (its lease owner, event counter and head)."""
+    db = connections[DEFAULT_DB_ALIAS]
+    names = tuple(values)
+    being_params = [_field(Being, name).get_db_prep_save(value, db) for name, value in values.items()]
+    being_params += [being.pk, *guard]
+    cycle_names = cycle_fields if cycle is not None else ()
+    cycle_params = [_field(Cycle, name).get_db_prep_save(getattr(cycle, name), db) for name in cycle_names]
+    if cycle is not None:
+        cycle_params.append(cycle.pk)
+    event_fields = [(_field(Event, name), _field(Event, name).attname) for name in EVENT_FIELDS]
+    event_params = [
+        field.get_db_prep_save(getattr(event, attname), db) for event in events for field, attname in event_fields
+    ]
+    vendor = db.vendor
+    if vendor == "postgresql":
+        # One statement, so one round trip: on its own it is its own transaction, inside an atomic block a part.
+        with db.cursor() as cursor:
+            cursor.execute(
+                _postgres_step(vendor, names, cycle_names, len(events)), being_params + cycle_params + event_params
+            )
+            return cursor.fetchone()[0] == 1
+    with transaction.atomic(), db.cursor() as cursor:
+        cursor.execute(_being_update(vendor, names), being_params)
+        if cursor.rowcount != 1:
+            return False
+        if cycle is not None:
+            cursor.execute(_cycle_update(vendor, cycle_names), cycle_params)
+        width = len(EVENT_FIELDS)
+        for start in range(0, len(events), SQLITE_ROWS_PER_INSERT):
+            rows = min(SQLITE_ROWS_PER_INSERT, len(events) - start)
+            cursor.execute(_event_insert(vendor, rows), event_params[start * width : (start + rows) * width])
+    return True
+
+
+@lru_cache(maxsize=128)
+def _field(model: type, name: str) -> Any:
+    """``model``'s field ``name``, whose ``get_db_prep_save`` makes a value what the ORM would send."""
+    return model._meta.get_field(name)
+
+
+def _column(model: type, name: str) -> str:
+    return connection.ops.quote_name(_field(model, name).column)
+
+
+# The statements depend only on the database's kind (the first argument, their cache key) and their shape.
+
+
+@lru_cache(maxsize=64)
+def _being_update(vendor: str, names: tuple[str, ...]) -> str:
+    sets = ", ".join(f"{_column(Being, name)} = %s" for name in names)
+    guard = " AND ".join(f"{_column(Being, name)} = %s" for name in ("id", "lease_owner", "event_seq", "event_hash"))
+    return f"UPDATE {connection.ops.quote_name(Being._meta.db_table)} SET {sets} WHERE {guard}"
+
+
+@lru_cache(maxsize=64)
+def _cycle_update(vendor: str, names: tuple[str, ...]) -> str:
+    sets = ", ".join(f"{_column(Cycle, name)} = %s" for name in names)
+    return f"UPDATE {connection.ops.quote_name(Cycle._meta.db_table)} SET {sets} WHERE {_column(Cycle, 'id')} = %s"
+
+
+@lru_cache(maxsize=64)
+def _event_insert(vendor: str, rows: int) -> str:
+    columns = ", ".join(_column(Event, name) for name in EVENT_FIELDS)
+    row = "(" + ", ".join(["%s"] * len(EVENT_FIELDS)) + ")"
+    return f"INSERT INTO {connection.ops.quote_name(Event._meta.db_table)} ({columns}) VALUES {', '.join([row] * rows)}"
+
+
+@lru_cache(maxsize=64)
+def _postgres_step(vendor: str, names: tuple[str, ...], cycle_names: tuple[str, ...], rows: int) -> str:
+    """``WITH b AS (guarded UPDATE being … RETURNING 1), c AS (UPDATE cycle … AND EXISTS b), e AS (INSERT events …
+    WHERE EXISTS b) SELECT count(*) FROM b``: the whole step or nothing, in one statement."""
+    parts = [f"b AS ({_being_update(vendor, names)} RETURNING 1)"]
+    if cycle_names:
+        parts.append(f"c AS ({_cycle_update(vendor, cycle_names)} AND EXISTS (SELECT 1 FROM b))")
+    if rows:
+        # Typed placeholders: a VALUES list under a SELECT would otherwise read its untyped literals as text.
+        types = [Event._meta.get_field(name).db_type(connection) for name in EVENT_FIELDS]
+        row = "(" + ", ".join(f"CAST(%s AS {kind})" for kind in types) + ")"
+        columns = ", ".join(_column(Event, name) for name in EVENT_FIELDS)
+        parts.append(
+            f"e AS (INSERT INTO {connection.ops.quote_name(Event._meta.db_table)} ({columns}) SELECT * FROM (VALUES "
+            f"{', '.join([row] * rows)}) AS v WHERE EXISTS (SELECT 1 FROM b))"
+        )
+    return f"WITH {', '.join(parts)} SELECT count(*) FROM b"

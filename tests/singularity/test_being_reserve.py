@@ -368,7 +368,7 @@ def test_being_once_with_a_balance_below_the_worst_case_makes_no_call_and_ends_e
 
 
 def counted_saves(runtime: Runtime) -> list[int]:
-    """Count the runtime's durable saves (each one transaction and one fsync of the journal)."""
+    """Count the runtime's durable saves (each one database commit; the journal is the event table)."""
     count = [0]
     save = runtime.journal.save
 

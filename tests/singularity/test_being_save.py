@@ -1,0 +1,179 @@
+"""A being's durable save per step: as few statements as the database allows, guarded by the lease and the
+journal's head (the head lives in the process that holds the lease; the database is its check)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from singularity.being.export import verify_being
+from singularity.being.lease import LeaseLost
+from singularity.being.runtime import DEBIT_FIELDS, Prices
+from singularity.being.store import Journal, JournalMoved
+from singularity.models import Being, Cycle, Event
+from singularity.tools import build_catalogue
+from tests.fakes.gateway import Reply
+from tests.singularity.helpers import ROOT, make_being, make_runtime
+
+REMEMBER = ("self__remember", {"key": "k", "value": "v"})
+USAGE = {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}
+
+
+@pytest.fixture
+def catalogue(settings, tmp_path):
+    settings.SINGULARITY_WORKSPACE = tmp_path / "workspace"
+    with build_catalogue(mcp_config_path="") as cat:
+        yield cat
+
+
+def stored_events(being: Being) -> list[tuple[int, str]]:
+    return list(Event.objects.filter(being=being).order_by("seq").values_list("seq", "hash"))
+
+
+def foreign_append(being: Being, owner: str) -> None:
+    """Another writer (a second process given the same owner, a hand-run script) appends one event."""
+    other = Being.objects.get(pk=being.pk)
+    journal = Journal(other)
+    journal.emit(Event.Kind.WARNING, {"message": "written elsewhere"})
+    journal.save(owner=owner)
+
+
+@pytest.mark.django_db(transaction=True)  # outside a test's own transaction, so the save's own shows
+def test_a_model_rounds_save_is_one_statement_on_postgres_and_one_short_transaction_on_sqlite(fake_gateway, catalogue):
+    fake_gateway.script(Reply(tool_calls=[REMEMBER], usage=USAGE), Reply(content="done", usage=USAGE))
+    being = make_being(starting="10")
+    runtime = make_runtime(being, fake_gateway.gateway(), catalogue, prices=Prices(1, 1, 1))
+    rounds: list[list[str]] = []
+    debit = runtime._debit
+
+    def counted(*args, **kwargs):
+        with CaptureQueriesContext(connection) as ctx:
+            debit(*args, **kwargs)
+        rounds.append([query["sql"].split()[0].upper() for query in ctx.captured_queries])
+
+    runtime._debit = counted  # type: ignore[method-assign]
+    runtime.run_cycle()
+    assert len(rounds) == 2
+    for statements in rounds:
+        if connection.vendor == "postgresql":
+            # The being's UPDATE, the cycle's and the events' INSERT in one WITH, committed on its own.
+            assert statements == ["WITH"]
+        else:
+            assert statements == ["BEGIN", "UPDATE", "UPDATE", "INSERT", "COMMIT"]
+    being.refresh_from_db()
+    assert being.api_spent + being.instance_spent == Decimal(10) - being.remaining
+    assert being.total_tokens == 220
+    assert Cycle.objects.get(being=being).rounds == 2
+    assert verify_being(being).whole
+
+
+@pytest.mark.django_db
+def test_a_round_writes_only_what_its_debit_changed(fake_gateway, catalogue):
+    # The mind is as the last save left it (only the model call ran since): the round leaves it alone, so a
+    # change made by someone holding no lease to a column the round does not own is not overwritten by it.
+    assert "memories" not in DEBIT_FIELDS and "remaining" in DEBIT_FIELDS and "event_hash" in DEBIT_FIELDS
+    fake_gateway.script(Reply(content="done", usage=USAGE))
+    being = make_being(starting="10")
+    runtime = make_runtime(being, fake_gateway.gateway(), catalogue, prices=Prices(1, 1, 1))
+    runtime.run_cycle()
+    being.refresh_from_db()
+    assert being.remaining == Decimal(10) - Decimal("0.000110") - being.instance_spent
+    assert [kind for kind in Event.objects.filter(being=being).order_by("seq").values_list("kind", flat=True)] == [
+        "cycle_started",
+        "model_completed",
+        "cost_debited",
+    ]
+
+
+@pytest.mark.django_db
+def test_a_journal_appended_to_by_another_writer_stops_the_runtime_with_nothing_written(fake_gateway, catalogue):
+    fake_gateway.script(Reply(content="one", usage=USAGE))
+    being = make_being(starting="10")
+    runtime = make_runtime(being, fake_gateway.gateway(), catalogue, prices=Prices(1, 1, 1))
+    runtime.run_cycle()
+    foreign_append(being, runtime.owner)
+    before = stored_events(being)
+    stored = Being.objects.get(pk=being.pk)
+
+    fake_gateway.script(Reply(content="two", usage=USAGE))
+    with pytest.raises(JournalMoved, match="another writer appended to it, so nothing was saved"):
+        runtime.run_cycle()
+    assert stored_events(being) == before  # nothing written: the other writer's event is the head still
+    after = Being.objects.get(pk=being.pk)
+    assert (after.event_seq, after.event_hash, after.remaining) == (
+        stored.event_seq,
+        stored.event_hash,
+        stored.remaining,
+    )
+    assert verify_being(after).whole
+
+
+@pytest.mark.django_db
+def test_a_rounds_save_after_another_writer_appended_is_refused_whole(fake_gateway, catalogue):
+    # The step's save (not a cycle's first) checks the head too: no event, no debit, no cycle change is written.
+    fake_gateway.script(Reply(content="one", usage=USAGE))
+    being = make_being(starting="10")
+    runtime = make_runtime(being, fake_gateway.gateway(), catalogue, prices=Prices(1, 1, 1))
+    runtime.run_cycle()
+    cycle = Cycle.objects.get(being=being)
+    foreign_append(being, runtime.owner)
+    before, remaining = stored_events(being), Being.objects.get(pk=being.pk).remaining
+
+    being.remaining -= Decimal(1)
+    cycle.rounds = 9
+    runtime.journal.emit(Event.Kind.WARNING, {"message": "mine"})
+    with pytest.raises(JournalMoved):
+        runtime.journal.save(owner=runtime.owner, cycle=cycle, cycle_fields=("rounds",), fields=DEBIT_FIELDS)
+    assert stored_events(being) == before
+    assert Being.objects.get(pk=being.pk).remaining == remaining
+    assert Cycle.objects.get(pk=cycle.pk).rounds == 1
+
+
+@pytest.mark.django_db
+def test_a_save_after_the_lease_went_elsewhere_is_lease_lost_not_a_moved_journal(fake_gateway, catalogue):
+    fake_gateway.script(Reply(content="one", usage=USAGE))
+    being = make_being(starting="10")
+    runtime = make_runtime(being, fake_gateway.gateway(), catalogue, prices=Prices(1, 1, 1))
+    runtime.run_cycle()
+    Being.objects.filter(pk=being.pk).update(lease_owner="someone-else")
+    before = stored_events(being)
+    runtime.journal.emit(Event.Kind.WARNING, {"message": "mine"})
+    with pytest.raises(LeaseLost) as caught:
+        runtime.journal.save(owner=runtime.owner, fields=DEBIT_FIELDS)
+    assert not isinstance(caught.value, JournalMoved)
+    assert "lease lost" in str(caught.value)
+    assert stored_events(being) == before
+
+
+@pytest.mark.django_db
+def test_sqlite_commits_are_fsynced_only_when_asked(tmp_path):
+    # NORMAL (the default) survives a killed process; FULL fsyncs every commit; anything else is refused by name.
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            assert cursor.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    script = (
+        "import django; django.setup(); from django.db import connection; "
+        "print(connection.cursor().execute('PRAGMA synchronous').fetchone()[0])"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SINGULARITY_")}
+    env |= {"DATABASE_URL": f"sqlite:///{tmp_path}/s.sqlite3", "DJANGO_SETTINGS_MODULE": "singularity.settings"}
+    read = {}
+    for value in ("full", "EXTRA"):
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            cwd=ROOT,
+            env=env | {"SINGULARITY_SQLITE_SYNCHRONOUS": value},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        read[value] = (done.returncode, done.stdout.strip(), done.stderr)
+    assert read["full"][:2] == (0, "2")  # FULL
+    assert read["EXTRA"][0] != 0
+    assert "SINGULARITY_SQLITE_SYNCHRONOUS: expected NORMAL or FULL, got 'EXTRA'" in read["EXTRA"][2]
