@@ -25,9 +25,25 @@ RETRY_WAIT_SECS = 60
 NS_PER_SEC = 1_000_000_000
 
 
-def prompt_tokens_bound(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
-    """At most this many prompt tokens: the UTF-8 bytes of the messages and tools as JSON."""
-    return len(json.dumps({"messages": messages, "tools": tools}, ensure_ascii=False, default=str).encode())
+def json_bytes(value: Any) -> int:
+    """The UTF-8 bytes of ``value`` as JSON (the standard separators)."""
+    return len(json.dumps(value, ensure_ascii=False, default=str).encode())
+
+
+#: ``{"messages": `` … ``, "tools": `` … ``}``: what the two lists' JSON is wrapped in.
+_WRAPPING = len('{"messages": ') + len(', "tools": ') + len("}")
+
+
+def prompt_tokens_bound(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, tools_bytes: int | None = None
+) -> int:
+    """At most this many prompt tokens: the UTF-8 bytes of the messages and tools as JSON.
+
+    ``tools_bytes`` is ``json_bytes(tools)`` when the caller has it already (a cycle's tools do not change while it
+    runs, and their schemas are most of a short prompt); the result is the same either way.
+    """
+    tools_size = json_bytes(tools) if tools_bytes is None else tools_bytes
+    return _WRAPPING + json_bytes(messages) + tools_size
 
 
 def call_deadline_ns(timeout_secs: float | None = None, retries: int | None = None) -> int:

@@ -28,7 +28,7 @@ from singularity.being.framing import framing_message, system_message
 from singularity.being.lease import LeaseLost
 from singularity.being.ledger import CreditRefused, apply_credit, apply_debit
 from singularity.being.model_choice import SWITCH_MODEL, switch_refusal
-from singularity.being.reserve import call_deadline_ns, prompt_tokens_bound, reservation
+from singularity.being.reserve import call_deadline_ns, json_bytes, prompt_tokens_bound, reservation
 from singularity.being.revenue import find_revenue
 from singularity.being.storable import StorableGateway, storable, storable_outcome, storable_text
 from singularity.being.store import JOURNAL_FIELDS, RUNTIME_FIELDS, Journal
@@ -104,6 +104,8 @@ class Runtime:
         self.reserve = settings.SINGULARITY_COST_RESERVATION if reserve is None else reserve
         self.max_tokens = max_tokens or settings.BRAMA_MAX_TOKENS
         self.deadline_ns = call_deadline_ns() if deadline_ns is None else deadline_ns
+        #: The current cycle's tools and the bytes of their JSON (``_bound``).
+        self._sized_tools: tuple[list[dict], int] | None = None
         #: A cycle that failed before its failure could be recorded: (number, error), recorded first thing next cycle.
         self.unrecorded: tuple[int, Exception] | None = None
 
@@ -261,11 +263,18 @@ class Runtime:
         if not self.reserve:
             return
         being = self.being
-        bound = prompt_tokens_bound(messages, tools)
+        bound = self._bound(messages, tools)
         hold = reservation(self.prices, prompt_tokens=bound, max_tokens=self.max_tokens, deadline_ns=self.deadline_ns)
         if hold.total > being.remaining or being.reserved_api or being.reserved_instance:
             return
         self._held(hold, bound, round_number)
+
+    def _bound(self, messages: list[dict[str, Any]], tools: list[dict]) -> int:
+        """``prompt_tokens_bound`` with the tools' size measured once a cycle (the cycle's tools are one list that
+        does not change while it runs; a different list is measured again)."""
+        if self._sized_tools is None or self._sized_tools[0] is not tools:
+            self._sized_tools = (tools, json_bytes(tools))
+        return prompt_tokens_bound(messages, tools, tools_bytes=self._sized_tools[1])
 
     def _held(self, hold: Debit, bound: int, round_number: int) -> None:
         """Set ``hold`` on the being and journal it (``cost_reserved``); the caller saves."""
@@ -295,7 +304,7 @@ class Runtime:
         if not self.reserve:
             return None
         being = self.being
-        bound = prompt_tokens_bound(messages, tools)
+        bound = self._bound(messages, tools)
         hold = reservation(self.prices, prompt_tokens=bound, max_tokens=self.max_tokens, deadline_ns=self.deadline_ns)
         held = EXACT.add(being.reserved_api, being.reserved_instance)
         if held and held >= hold.total and being.reserved_api >= hold.api and being.reserved_instance >= hold.instance:

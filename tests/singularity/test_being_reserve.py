@@ -426,3 +426,16 @@ def test_a_reservation_held_for_a_call_a_stop_prevented_is_released_not_debited(
     released = Event.objects.filter(being=being, kind="warning").order_by("-seq").first()
     assert "not made" in released.data["message"] and Decimal(released.data["released"]) > 0
     assert_ledger_identity(being)
+
+
+def test_the_bound_is_the_same_with_the_tools_measured_once():
+    """The tools' size measured once a cycle gives the very bound the whole request's JSON gives."""
+    import json
+
+    from singularity.being.reserve import json_bytes
+
+    messages = [{"role": "system", "content": "Zażółć gęślą jaźń"}, {"role": "user", "content": "ok", "n": 3}]
+    tools = [{"type": "function", "function": {"name": "self__echo", "parameters": {"type": "object"}}}]
+    whole = len(json.dumps({"messages": messages, "tools": tools}, ensure_ascii=False).encode())
+    assert prompt_tokens_bound(messages, tools) == whole
+    assert prompt_tokens_bound(messages, tools, tools_bytes=json_bytes(tools)) == whole
