@@ -43,9 +43,16 @@ sys.path.insert(0, str(ROOT / "bench"))
 def land(args: argparse.Namespace, ready: Any, stop: Any, report: Any) -> None:
     """The worker: land ``args.warm`` grades as fast as it can (the entities' first cycles open, so later bad
     landings are held, the trigger's steady state), set ``ready``, then land ``args.batch`` grades every
-    ``args.batch / args.rate`` seconds until ``stop`` is set."""
+    ``args.batch / args.rate`` seconds until ``stop`` is set.
+
+    ``args.share`` (``(i, n)``, default ``(0, 1)``) lands on every n-th entity from the i-th only: n workers, each
+    its own entities (no two hand the trigger the same entity at once) and each ``rate`` its part of the whole.
+    ``args.nice`` (default 0) lowers the worker's priority first, as ``manage.py up`` lowers a grading worker's
+    (``WORKER_NICE``): the web keeps its share of the CPU while it lands."""
     import dashboard_scale
 
+    if getattr(args, "nice", 0):
+        os.nice(args.nice)
     dashboard_scale.configure(args.db, args.pg_url, args.sqlite_path, False)
     from django.utils import timezone
     from loop_trigger import Lander
@@ -54,9 +61,13 @@ def land(args: argparse.Namespace, ready: Any, stop: Any, report: Any) -> None:
     from grading.models import Entity
 
     entities = list(
-        Entity.objects.filter(loop_enabled=True, slug__startswith="bench-").exclude(slug__startswith="bench-template")
+        Entity.objects.filter(loop_enabled=True, slug__startswith="bench-")
+        .exclude(slug__startswith="bench-template")
+        .order_by("pk")
     )
-    lander = Lander(entities, args.seed)  # the trigger bench's: graded now, two in five bad
+    part, parts = getattr(args, "share", (0, 1))
+    entities = entities[part::parts]
+    lander = Lander(entities, args.seed + part)  # the trigger bench's: graded now, two in five bad
     ids: list[str] = []
     landed, busy, started = 0, 0.0, time.perf_counter()
     interval = args.batch / args.rate
