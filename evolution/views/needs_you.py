@@ -25,14 +25,16 @@ PER_PAGE = 50
 @login_required
 def needs_you_page(request: HttpRequest) -> HttpResponse:
     """Every place the loop waits for a person, oldest first, each saying who acts and where: 50 a page."""
-    found = needs_you.items()
     text = request.GET.get("page", "")
-    pages = max(1, -(-len(found) // PER_PAGE))
-    page = min(int(text), pages) if text.isdigit() and int(text) > 0 else 1
-    shown = found[(page - 1) * PER_PAGE : page * PER_PAGE]
+    asked = int(text) if text.isdigit() and int(text) > 0 else 1
+    count, shown = needs_you.page(start=(asked - 1) * PER_PAGE, stop=asked * PER_PAGE)
+    pages = max(1, -(-count // PER_PAGE))
+    page = min(asked, pages)
+    if page != asked:  # past the last page: the last one (built only once the count is known)
+        count, shown = needs_you.page(start=(page - 1) * PER_PAGE, stop=page * PER_PAGE)
     for item in shown:
         item["badge"] = GATE_BADGE.get(item["gate"], "warning")
-    context = {"items": shown, "count": len(found), "page": page, "pages": pages}
+    context = {"items": shown, "count": count, "page": page, "pages": pages}
     return render(request, "evolution/needs_you.html", context)
 
 
