@@ -720,8 +720,14 @@ def _fleet_waits(now: datetime) -> list[dict[str, Any]]:
 
 
 def public(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The items without their bookkeeping keys (what the API, the pages and the digest read)."""
-    return [{k: v for k, v in item.items() if not k.startswith("_")} for item in found]
+    """The items without their bookkeeping key (``_entity``, the one ``_item`` adds): what the API, the pages and
+    the digest read. A copy of each: the fleet's reads keep the items with it."""
+    answer = []
+    for item in found:
+        item = item.copy()
+        item.pop("_entity", None)
+        answer.append(item)
+    return answer
 
 
 def count(now: datetime | None = None) -> int:
