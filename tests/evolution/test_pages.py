@@ -328,7 +328,13 @@ def test_the_story_tells_every_chapter(web) -> None:
     later = make_cycle(cycle.entity, phase=Cycle.Phase.SETTLED, status=Cycle.Status.VALIDATED,
                        at=cycle.started_at + timedelta(days=1))  # fmt: skip
     recall(lesson, make_round(later, status=Round.Status.SKIPPED))
-    html = web.get(f"/evolution/cycles/{cycle.pk}/").content.decode()
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as read:
+        html = web.get(f"/evolution/cycles/{cycle.pk}/").content.decode()
+    recalls = [q for q in read.captured_queries if q["sql"].startswith('SELECT "evolution_recall"."id"')]
+    assert len(recalls) == 1  # what it remembered and who recalled it: one read
     assert "Kept" in html and "Improvement · n = 2" in html
     for run in window:
         assert f'href="/evolution/runs/{run.pk}/"' in html
@@ -342,6 +348,19 @@ def test_the_story_tells_every_chapter(web) -> None:
     assert f"cycle {older.pk} · r1 · skipped" in remembered and "turned down by carol: “not now”" in remembered
     recalled = html[html.index('id="recalled-by"') :]
     assert f"cycle {later.pk} · r1 · kept" in recalled
+
+
+def test_the_story_reads_its_rounds_once(web) -> None:
+    """The rounds the story's detail read (with their cards) draw the proposed files' diffs too: not read again."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    cycle, _ = shipped_story()
+    with CaptureQueriesContext(connection) as read:
+        html = web.get(f"/evolution/cycles/{cycle.pk}/").content.decode()
+    assert "features/digest/digest.scenario.md" in html  # a round's file, drawn as a diff
+    rounds = [q["sql"] for q in read.captured_queries if q["sql"].startswith('SELECT "evolution_round"."id"')]
+    assert len(rounds) == 1, rounds
 
 
 def test_proposal_opens_that_round_expanded(web) -> None:
