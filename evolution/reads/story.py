@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from django.db.models import Prefetch, Q, prefetch_related_objects
+from django.db.models import Prefetch, prefetch_related_objects
 
 from evolution.core import outcomes as verdicts
 from evolution.core import spend
@@ -159,29 +159,14 @@ def _lesson_dict(lesson: Lesson) -> dict[str, Any]:
     }
 
 
-def _recalls(cycle: Cycle) -> tuple[list[Recall], list[Recall]]:
-    """(the recalls of this cycle's rounds — what it remembered —, those of its lessons by later cycles' rounds — who
-    recalled it —) in one statement, each with what its list names (the other cycle's rounds prefetched)."""
-    both = list(
-        Recall.objects.filter(Q(round__cycle=cycle) | Q(lesson__cycle=cycle)).select_related(
-            "lesson__cycle", "lesson__round", "round__cycle"
-        )
-    )
-    remembered = sorted((r for r in both if r.round.cycle_id == cycle.pk), key=lambda r: (r.round.number, r.lesson_id))
-    recalled = sorted(
-        (r for r in both if r.lesson.cycle_id == cycle.pk and r.round.cycle_id != cycle.pk),
-        key=lambda r: (r.round.cycle.started_at, r.round.number),
-    )
-    by_number = Prefetch("rounds", queryset=Round.objects.order_by("number"))
-    if remembered:
-        prefetch_related_objects([r.lesson.cycle for r in remembered], by_number)
-    if recalled:
-        prefetch_related_objects([r.round.cycle for r in recalled], by_number)
-    return remembered, recalled
-
-
-def _remembered(recalls: list[Recall]) -> list[dict[str, Any]]:
+def _remembered(cycle: Cycle) -> list[dict[str, Any]]:
     """The lessons this cycle's rounds were handed ("It remembered"), each named by the cycle it came from."""
+    recalls = (
+        Recall.objects.filter(round__cycle=cycle)
+        .select_related("lesson__cycle", "lesson__round", "round")
+        .prefetch_related(Prefetch("lesson__cycle__rounds", queryset=Round.objects.order_by("number")))
+        .order_by("round__number", "lesson_id")
+    )
     rows = []
     for recall in recalls:
         lesson = recall.lesson
@@ -205,8 +190,15 @@ def _remembered(recalls: list[Recall]) -> list[dict[str, Any]]:
     return rows
 
 
-def _recalled_by(recalls: list[Recall]) -> list[dict[str, Any]]:
+def _recalled_by(cycle: Cycle) -> list[dict[str, Any]]:
     """The later cycles whose rounds were handed this cycle's lessons."""
+    recalls = (
+        Recall.objects.filter(lesson__cycle=cycle)
+        .exclude(round__cycle=cycle)
+        .select_related("round__cycle", "lesson")
+        .prefetch_related(Prefetch("round__cycle__rounds", queryset=Round.objects.order_by("number")))
+        .order_by("round__cycle__started_at", "round__number")
+    )
     return [
         {
             "lessonId": recall.lesson_id,
@@ -246,7 +238,6 @@ def cycle_detail(cycle: Cycle) -> dict[str, Any]:
     executions = {str(e.pk): e for e in Execution.objects.filter(pk__in=wanted).select_related("grade")}
     people = people_values(wanted) if wanted else {}
     lessons = list(cycle.lessons.select_related("round").order_by("id"))
-    remembered, recalled = _recalls(cycle)
     entity = cycle.entity
     return {
         "id": cycle.pk,
@@ -291,8 +282,8 @@ def cycle_detail(cycle: Cycle) -> dict[str, Any]:
         "lessons": [_lesson_dict(lesson) for lesson in lessons],
         "lessonError": cycle.lesson_error,
         "noLesson": no_lesson_words(cycle) if cycle.status else "",
-        "remembered": _remembered(remembered),
-        "recalledBy": _recalled_by(recalled),
+        "remembered": _remembered(cycle),
+        "recalledBy": _recalled_by(cycle),
         "strength": strength_of(cycle),
         "strengthWords": verdicts.strength_words(cycle),
         "seenOnly": verdicts.seen_only(cycle),
