@@ -53,7 +53,8 @@ def land(args: argparse.Namespace, ready: Any, stop: Any, report: Any) -> None:
 
     if getattr(args, "nice", 0):
         os.nice(args.nice)
-    dashboard_scale.configure(args.db, args.pg_url, args.sqlite_path, False)
+    # The caller migrated the database: two landers migrating at once collide (``ro_runs`` created twice).
+    dashboard_scale.configure(args.db, args.pg_url, args.sqlite_path, False, migrate=False)
     from django.utils import timezone
     from loop_trigger import Lander
 
@@ -73,11 +74,37 @@ def land(args: argparse.Namespace, ready: Any, stop: Any, report: Any) -> None:
     interval = args.batch / args.rate
     next_at = started
     warming = args.warm
+    error = ""
+    try:
+        _land_until(
+            args, stop, ready, lander, trigger, timezone, ids, interval, warming, (landed, busy, started, next_at)
+        )
+    except Exception:  # reported with what it landed, so the caller cleans up and says why  # noqa: BLE001
+        import traceback
+
+        error = traceback.format_exc()
+    landed, busy, started = _tally["landed"], _tally["busy"], _tally["started"]
+    report.put({"landed": landed, "seconds": time.perf_counter() - started, "busy": busy, "ids": ids, "error": error})
+
+
+#: What ``_land_until`` has landed so far (read by ``land`` even when it raised).
+_tally: dict[str, float] = {}
+
+
+def _land_until(
+    args: argparse.Namespace, stop: Any, ready: Any, lander: Any, trigger: Any, timezone: Any, ids: list[str],
+    interval: float, warming: int, state: tuple[int, float, float, float],
+) -> None:  # fmt: skip
+    """``land``'s loop: warm up, set ``ready``, then land a batch every ``interval`` until ``stop``; ``_tally``
+    holds the counts as they are."""
+    landed, busy, started, next_at = state
+    _tally.update(landed=landed, busy=busy, started=started)
     while not stop.is_set():
         if warming <= 0 and not ready.is_set():
             ready.set()
             landed, busy, started = 0, 0.0, time.perf_counter()
             next_at = started
+            _tally.update(landed=landed, busy=busy, started=started)
         began = time.perf_counter()
         batch = [run for run, _ in lander.land(args.batch)]
         trigger.on_landed(batch, now=timezone.now())
@@ -87,13 +114,13 @@ def land(args: argparse.Namespace, ready: Any, stop: Any, report: Any) -> None:
             continue
         busy += time.perf_counter() - began
         landed += len(batch)
+        _tally.update(landed=landed, busy=busy, started=started)
         next_at += interval
         pause = next_at - time.perf_counter()
         if pause > 0:
             time.sleep(pause)
         else:
             next_at = time.perf_counter()  # behind: land the next batch at once, never in a burst to catch up
-    report.put({"landed": landed, "seconds": time.perf_counter() - started, "busy": busy, "ids": ids})
 
 
 def time_table(client: Any, requests: int, gap: float = 0.0) -> dict[str, float]:

@@ -306,21 +306,30 @@ def pages_phase(args: argparse.Namespace) -> None:
     timed: dict[str, dict[str, Any]] = {}
     reports: list[dict[str, Any]] = []
     try:
-        for ready in readies:
-            if not ready.wait(timeout=1800):
-                raise SystemExit("the landers did not finish their warm-up in 30 minutes")
+        deadline = time.monotonic() + 1800
+        while not all(ready.is_set() for ready in readies):
+            dead = [n for n, (lander, ready) in enumerate(zip(landers, readies, strict=True)) if not lander.is_alive()
+                    and not ready.is_set()]  # fmt: skip
+            if dead or time.monotonic() > deadline:
+                raise SystemExit(f"lander(s) {dead} stopped before their warm-up ended" if dead else
+                                 "the landers did not finish their warm-up in 30 minutes")  # fmt: skip
+            time.sleep(1)
         time.sleep(2)
         for label, path, headers in pages:
             timed[label] = time_over_http(args.port, session, path, headers, args.requests)
             print(f"   {label}: p95 {timed[label]['p95']:.0f} ms (load {timed[label]['load']:.1f})", flush=True)
     finally:
         stop_landing.set()
-        reports = [landed_q.get(timeout=120) for _ in landers]
+        reports = [landed_q.get(timeout=600) for _ in landers]  # a lander that raised reports too (its error)
+        for r in reports:
+            if r.get("error"):
+                print(f"a lander stopped on an error:\n{r['error']}", file=sys.stderr, flush=True)
         for lander in landers:
             lander.join(timeout=60)
         server.terminate()
         server.wait(timeout=60)
-    removed = fleet_while_landing.clean_up(first_cycle, [i for r in reports for i in r["ids"]])
+        # What the landers added goes even when the phase stopped early: the data set stays as it was built.
+        removed = fleet_while_landing.clean_up(first_cycle, [i for r in reports for i in r["ids"]])
     floor = timed["login page (floor)"]
     landed = {"landed": sum(r["landed"] for r in reports), "seconds": max(r["seconds"] for r in reports)}
     rate = landed["landed"] / landed["seconds"]
