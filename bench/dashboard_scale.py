@@ -59,8 +59,9 @@ SPAN = timedelta(days=30)
 LIVE = (("deciding", 40), ("merge_wait", 20), ("watching", 20), ("analysing", 20))
 
 
-def configure(db: str, pg_url: str, sqlite_path: str, rebuild: bool) -> None:
-    """Point Django at the named database (created when missing, dropped first with ``rebuild``) and migrate."""
+def configure(db: str, pg_url: str, sqlite_path: str, rebuild: bool, *, migrate: bool = True) -> None:
+    """Point Django at the named database (created when missing, dropped first with ``rebuild``) and migrate
+    (``migrate`` False: a process beside the one that migrated it, as two migrating at once collide)."""
     var = tempfile.mkdtemp(prefix="bench-var-")
     os.environ["SINGULARITY_VAR_DIR"] = var
     os.environ["CELERY_BROKER_URL"] = "memory://localhost/"
@@ -86,6 +87,8 @@ def configure(db: str, pg_url: str, sqlite_path: str, rebuild: bool) -> None:
     import django
 
     django.setup()
+    if not migrate:
+        return
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)

@@ -43,10 +43,18 @@ sys.path.insert(0, str(ROOT / "bench"))
 def land(args: argparse.Namespace, ready: Any, stop: Any, report: Any) -> None:
     """The worker: land ``args.warm`` grades as fast as it can (the entities' first cycles open, so later bad
     landings are held, the trigger's steady state), set ``ready``, then land ``args.batch`` grades every
-    ``args.batch / args.rate`` seconds until ``stop`` is set."""
+    ``args.batch / args.rate`` seconds until ``stop`` is set.
+
+    ``args.share`` (``(i, n)``, default ``(0, 1)``) lands on every n-th entity from the i-th only: n workers, each
+    its own entities (no two hand the trigger the same entity at once) and each ``rate`` its part of the whole.
+    ``args.nice`` (default 0) lowers the worker's priority first, as ``manage.py up`` lowers a grading worker's
+    (``WORKER_NICE``): the web keeps its share of the CPU while it lands."""
     import dashboard_scale
 
-    dashboard_scale.configure(args.db, args.pg_url, args.sqlite_path, False)
+    if getattr(args, "nice", 0):
+        os.nice(args.nice)
+    # The caller migrated the database: two landers migrating at once collide (``ro_runs`` created twice).
+    dashboard_scale.configure(args.db, args.pg_url, args.sqlite_path, False, migrate=False)
     from django.utils import timezone
     from loop_trigger import Lander
 
@@ -54,19 +62,49 @@ def land(args: argparse.Namespace, ready: Any, stop: Any, report: Any) -> None:
     from grading.models import Entity
 
     entities = list(
-        Entity.objects.filter(loop_enabled=True, slug__startswith="bench-").exclude(slug__startswith="bench-template")
+        Entity.objects.filter(loop_enabled=True, slug__startswith="bench-")
+        .exclude(slug__startswith="bench-template")
+        .order_by("pk")
     )
-    lander = Lander(entities, args.seed)  # the trigger bench's: graded now, two in five bad
+    part, parts = getattr(args, "share", (0, 1))
+    entities = entities[part::parts]
+    lander = Lander(entities, args.seed + part)  # the trigger bench's: graded now, two in five bad
     ids: list[str] = []
     landed, busy, started = 0, 0.0, time.perf_counter()
     interval = args.batch / args.rate
     next_at = started
     warming = args.warm
+    error = ""
+    try:
+        _land_until(
+            args, stop, ready, lander, trigger, timezone, ids, interval, warming, (landed, busy, started, next_at)
+        )
+    except Exception:  # reported with what it landed, so the caller cleans up and says why  # noqa: BLE001
+        import traceback
+
+        error = traceback.format_exc()
+    landed, busy, started = _tally["landed"], _tally["busy"], _tally["started"]
+    report.put({"landed": landed, "seconds": time.perf_counter() - started, "busy": busy, "ids": ids, "error": error})
+
+
+#: What ``_land_until`` has landed so far (read by ``land`` even when it raised).
+_tally: dict[str, float] = {}
+
+
+def _land_until(
+    args: argparse.Namespace, stop: Any, ready: Any, lander: Any, trigger: Any, timezone: Any, ids: list[str],
+    interval: float, warming: int, state: tuple[int, float, float, float],
+) -> None:  # fmt: skip
+    """``land``'s loop: warm up, set ``ready``, then land a batch every ``interval`` until ``stop``; ``_tally``
+    holds the counts as they are."""
+    landed, busy, started, next_at = state
+    _tally.update(landed=landed, busy=busy, started=started)
     while not stop.is_set():
         if warming <= 0 and not ready.is_set():
             ready.set()
             landed, busy, started = 0, 0.0, time.perf_counter()
             next_at = started
+            _tally.update(landed=landed, busy=busy, started=started)
         began = time.perf_counter()
         batch = [run for run, _ in lander.land(args.batch)]
         trigger.on_landed(batch, now=timezone.now())
@@ -76,13 +114,13 @@ def land(args: argparse.Namespace, ready: Any, stop: Any, report: Any) -> None:
             continue
         busy += time.perf_counter() - began
         landed += len(batch)
+        _tally.update(landed=landed, busy=busy, started=started)
         next_at += interval
         pause = next_at - time.perf_counter()
         if pause > 0:
             time.sleep(pause)
         else:
             next_at = time.perf_counter()  # behind: land the next batch at once, never in a burst to catch up
-    report.put({"landed": landed, "seconds": time.perf_counter() - started, "busy": busy, "ids": ids})
 
 
 def time_table(client: Any, requests: int, gap: float = 0.0) -> dict[str, float]:

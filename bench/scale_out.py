@@ -20,11 +20,13 @@ With ``--runs 300`` it took 11 minutes on the shared 2-core machine (load averag
 ``WEB_CONCURRENCY`` 2 × 4 threads) while grades land at ``--rate`` (500) a second, on the data set of
 ``bench/dashboard_scale.py`` (1,000 entities in the loop, ``--runs-each`` 1,000 graded runs each: 1M runs and
 grades, five settled cycles an entity, 100 live, 10,080 cards; built set-based in SQL in some 2–3 minutes when the
-database is empty, then reused). The grades land from a second process as ``bench/fleet_while_landing.py`` lands
-them (graded runs on random entities, two in five bad, handed to the loop's trigger in batches of 100, after a
-warm-up of 10,000). A logged-in session (a cookie, as a browser sends it) requests every dashboard page and read
+database is empty, then reused). The grades land from ``--landers`` (2) other processes as
+``bench/fleet_while_landing.py`` lands them (graded runs on random entities, two in five bad, handed to the loop's
+trigger in batches of 100, after a warm-up of 10,000), each on its own share of the entities at its part of the rate
+and at the grading workers' priority (``--lander-nice``, ``manage.py up``'s ``WORKER_NICE``: 10): one process
+reached only some 360/s, its 1.7 ms of CPU a grade (its own and its Postgres backend's) done in turn. A logged-in session (a cookie, as a browser sends it) requests every dashboard page and read
 API — a warm-up of 3, then ``--requests`` (20) timed, p50 and p95 — and the login page (which reads no data) in the
-same run as the floor, with the load average at each page. What the lander added is deleted at the end.
+same run as the floor, with the load average at each page. What the landers added is deleted at the end.
 
     .venv/bin/python bench/scale_out.py --phase pages --pages-pg-url postgres://postgres@127.0.0.1:5432/dash_1m
 
@@ -286,32 +288,55 @@ def pages_phase(args: argparse.Namespace) -> None:
     first_cycle = (Cycle.objects.aggregate(top=Max("pk"))["top"] or 0) + 1
     connection.close()
     server = start_gunicorn(args.pages_pg_url, args.port)
-    lander_args = argparse.Namespace(db="postgres", pg_url=args.pages_pg_url, sqlite_path="", seed=7, warm=args.warm,
-                                     batch=100, rate=args.rate)  # fmt: skip
+    # The landers stand in for the grading workers: ``--landers`` processes, each its own share of the entities at
+    # its part of ``--rate``, at the workers' priority (``--lander-nice``: ``manage.py up``'s ``WORKER_NICE``).
     ctx = multiprocessing.get_context("spawn")
-    ready, stop_landing, landed_q = ctx.Event(), ctx.Event(), ctx.Queue()
-    lander = ctx.Process(target=fleet_while_landing.land, args=(lander_args, ready, stop_landing, landed_q))
+    stop_landing, landed_q = ctx.Event(), ctx.Queue()
+    landers, readies = [], []
+    for part in range(args.landers):
+        lander_args = argparse.Namespace(db="postgres", pg_url=args.pages_pg_url, sqlite_path="", seed=7,
+                                         warm=args.warm // args.landers, batch=100, rate=args.rate / args.landers,
+                                         share=(part, args.landers), nice=args.lander_nice)  # fmt: skip
+        readies.append(ctx.Event())
+        landers.append(ctx.Process(target=fleet_while_landing.land,
+                                   args=(lander_args, readies[-1], stop_landing, landed_q)))  # fmt: skip
     started = time.monotonic()
-    lander.start()
+    for lander in landers:
+        lander.start()
     timed: dict[str, dict[str, Any]] = {}
+    reports: list[dict[str, Any]] = []
     try:
-        if not ready.wait(timeout=1800):
-            raise SystemExit("the lander did not finish its warm-up in 30 minutes")
+        deadline = time.monotonic() + 1800
+        while not all(ready.is_set() for ready in readies):
+            dead = [n for n, (lander, ready) in enumerate(zip(landers, readies, strict=True)) if not lander.is_alive()
+                    and not ready.is_set()]  # fmt: skip
+            if dead or time.monotonic() > deadline:
+                raise SystemExit(f"lander(s) {dead} stopped before their warm-up ended" if dead else
+                                 "the landers did not finish their warm-up in 30 minutes")  # fmt: skip
+            time.sleep(1)
         time.sleep(2)
         for label, path, headers in pages:
             timed[label] = time_over_http(args.port, session, path, headers, args.requests)
             print(f"   {label}: p95 {timed[label]['p95']:.0f} ms (load {timed[label]['load']:.1f})", flush=True)
     finally:
         stop_landing.set()
-        landed = landed_q.get(timeout=120)
-        lander.join(timeout=60)
+        reports = [landed_q.get(timeout=600) for _ in landers]  # a lander that raised reports too (its error)
+        for r in reports:
+            if r.get("error"):
+                print(f"a lander stopped on an error:\n{r['error']}", file=sys.stderr, flush=True)
+        for lander in landers:
+            lander.join(timeout=60)
         server.terminate()
         server.wait(timeout=60)
-    removed = fleet_while_landing.clean_up(first_cycle, landed["ids"])
+        # What the landers added goes even when the phase stopped early: the data set stays as it was built.
+        removed = fleet_while_landing.clean_up(first_cycle, [i for r in reports for i in r["ids"]])
     floor = timed["login page (floor)"]
+    landed = {"landed": sum(r["landed"] for r in reports), "seconds": max(r["seconds"] for r in reports)}
     rate = landed["landed"] / landed["seconds"]
+    busy = ", ".join(f"{r['busy'] / r['seconds']:.0%}" for r in reports)
     print(f"\ngunicorn, {len(pages)} pages × {args.requests} requests; grades landing at {rate:.0f}/s "
-          f"(aimed at {args.rate:.0f}/s, {landed['landed']:,} landed while timed); whole phase "
+          f"(aimed at {args.rate:.0f}/s by {args.landers} lander(s) at nice {args.lander_nice}, busy {busy} of the "
+          f"time; {landed['landed']:,} landed while timed); whole phase "
           f"{time.monotonic() - started:.0f} s; load average at the end "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")  # fmt: skip
     print(f"cleaned up: {removed['runs']:,} rows of runs and grades, {removed['cycles']:,} of cycles")
@@ -334,6 +359,19 @@ def main() -> None:
     parser.add_argument("--runs-each", type=int, default=1000, help="pages: graded runs an entity when built")
     parser.add_argument("--rate", type=float, default=500, help="pages: grades landing a second while timed")
     parser.add_argument("--warm", type=int, default=10000, help="pages: grades landed before the timing starts")
+    parser.add_argument(
+        "--landers",
+        type=int,
+        default=2,
+        help="pages: processes landing the grades, each its share of the entities and of --rate (one process "
+        "reached some 360/s on the shared 2-core machine: 1.7 ms of CPU a grade, its own and its Postgres backend's)",
+    )
+    parser.add_argument(
+        "--lander-nice",
+        type=int,
+        default=10,
+        help="pages: the landers' niceness: the grading workers' under manage.py up (WORKER_NICE, default 10)",
+    )
     parser.add_argument("--requests", type=int, default=20, help="pages: timed requests a page")
     parser.add_argument("--only", default="", help="pages: time only the pages whose label contains this")
     parser.add_argument("--port", type=int, default=8771)

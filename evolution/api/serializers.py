@@ -7,12 +7,16 @@ string. Serializers validate input; they never change anything.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db.models.manager import BaseManager
-from rest_framework import serializers
+from django.utils import timezone
+from rest_framework import ISO_8601, serializers
 from rest_framework.fields import SkipField
 from rest_framework.relations import PKOnlyObject
+from rest_framework.settings import api_settings
 
 from singularity.serializers import MoneyString, NullableMoneyString
 
@@ -485,6 +489,16 @@ def represent(serializer: serializers.BaseSerializer, instance: Any) -> Any:
     if isinstance(serializer, serializers.ListSerializer):
         items = instance.all() if isinstance(instance, BaseManager) else instance
         return [represent(serializer.child, item) for item in items]
+    return _represent(serializer, instance, timezone.get_current_timezone() if settings.USE_TZ else None)
+
+
+def _represent(serializer: serializers.BaseSerializer, instance: Any, zone: Any) -> Any:
+    """``represent`` with the current time zone read once (``zone``): an instant is rendered as DRF's
+    ``DateTimeField`` renders it in ISO 8601 — in that zone, ``Z`` for UTC — without reading the zone again for
+    each of the thousand a fleet's answer holds."""
+    if isinstance(serializer, serializers.ListSerializer):
+        items = instance.all() if isinstance(instance, BaseManager) else instance
+        return [_represent(serializer.child, item, zone) for item in items]
     out: dict[str, Any] = {}
     mapping = isinstance(instance, dict)
     for name, field, kind, direct in _plan(serializer):
@@ -502,7 +516,10 @@ def represent(serializer: serializers.BaseSerializer, instance: Any) -> Any:
         elif kind == "int":
             out[name] = int(value)
         elif kind == "nested":
-            out[name] = represent(field, value)
+            out[name] = _represent(field, value, zone)
+        elif kind == "instant" and zone is not None and isinstance(value, datetime) and value.tzinfo is not None:
+            text = value.astimezone(zone).isoformat()
+            out[name] = text[:-6] + "Z" if text.endswith("+00:00") else text
         else:
             out[name] = field.to_representation(value)
     return out
@@ -521,8 +538,22 @@ def _plan(serializer: serializers.BaseSerializer) -> list[tuple[str, Any, str, b
                 kind = "char"
             elif type(field) is serializers.IntegerField:
                 kind = "int"
+            elif isinstance(field, serializers.DateTimeField) and _iso_instant(field):
+                kind = "instant"
             else:
                 kind = "field"
             plan.append((field.field_name, field, kind, field.source_attrs == [field.field_name]))
         serializer.__dict__["_represent_plan"] = plan
     return plan
+
+
+def _iso_instant(field: serializers.DateTimeField) -> bool:
+    """Whether ``field`` renders an aware instant as DRF's default does: ISO 8601 in the current time zone (no
+    format, zone or representation of its own)."""
+    return (
+        getattr(field, "format", api_settings.DATETIME_FORMAT) == ISO_8601
+        and not hasattr(field, "timezone")
+        and type(field).to_representation is serializers.DateTimeField.to_representation
+        and type(field).enforce_timezone is serializers.DateTimeField.enforce_timezone
+        and type(field).default_timezone is serializers.DateTimeField.default_timezone
+    )

@@ -632,6 +632,62 @@ def items(now: datetime | None = None, *, entity: Entity | None = None) -> list[
     return public(_fleet_waits(now))
 
 
+def page(now: datetime | None = None, *, start: int = 0, stop: int | None = None) -> tuple[int, list[dict[str, Any]]]:
+    """(``len(items(now))``, ``items(now)[start:stop]``): the fleet's waits counted, and only those shown built.
+
+    A live cycle's waits are placed in the list from their plain rows (``cycle_waits``: the gate and since when)
+    and built into items (``cycle_items``' ``stuck_item``, ``card_item``, ``pr_item``) only for the page: with a
+    worker down every live cycle waits (a thousand stuck analyses), and the needs-you page shows fifty. The waits of
+    no live cycle (cards, an entity's own, failures, the forge) are few and built as ``items`` builds them. The
+    order is ``collect``'s: the oldest wait first, then by gate, ties in the order ``collect`` builds them.
+    """
+    from evolution.steering import autonomy, supervision
+
+    now = now or timezone.now()
+    scope = Entity.objects.filter(loop_enabled=True, present=True)
+    breaker = autonomy.pauses_of(autonomy.settles_in(scope))
+    budget = spend.month_refusals_in(scope, now=now)
+    read = _standing(scope, [*breaker, *budget])
+    held = supervision.holds_in(scope)
+    live = live_rows(None, named=True)
+    others = collect(now, entities=read, live=[], breaker=breaker, held=held, whole=True, scope=scope,
+                     budget=budget, unbuilt=live)  # fmt: skip
+    far = now + timedelta(days=36500)
+
+    def key(since: datetime | None, gate: str) -> tuple[datetime, int]:
+        return (since or far, GATES.index(gate) if gate in GATES else len(GATES))
+
+    by_id = {e.pk: e for e in read}
+    placed: list[tuple[tuple[datetime, int], Any]] = []  # (its place, the item or the wait to build it from)
+    for cycle in live:
+        for gate, rnd, what in cycle_waits(cycle, cycle.rounds, now):
+            if gate == "stuck":
+                placed.append((key(what, "stuck"), (cycle, gate, rnd, what)))
+            elif gate == "card":
+                placed.append((key(what.created_at, what.kind), (cycle, gate, rnd, what)))
+            elif gate == "merge":
+                placed.append((key(cycle.applied_at, "merge"), (cycle, gate, rnd, what)))
+            else:
+                placed.append((key(rnd.revert_opened_at, "revert"), (cycle, gate, rnd, what)))
+    # ``collect`` lists the live cycles' items first, then the rest, and sorts stably: the same order here.
+    placed.extend((key(item["since"], item["gate"]), item) for item in others)
+    placed.sort(key=lambda entry: entry[0])
+    shown = []
+    for _, entry in placed[start:stop]:
+        if isinstance(entry, tuple):
+            cycle, gate, rnd, what = entry
+            if cycle.entity_id in by_id:
+                cycle.entity = by_id[cycle.entity_id]
+            if gate == "stuck":
+                entry = stuck_item(cycle, rnd, what, now)
+            elif gate == "card":
+                entry = card_item(cycle, rnd, what)
+            else:
+                entry = pr_item(cycle, rnd, revert=gate == "revert")
+        shown.append(entry)
+    return len(placed), public(shown)
+
+
 def _standing(scope: QuerySet[Entity], also: Iterable[int]) -> list[Entity]:
     """The entities of ``scope`` in the loop with a wait of their own to build (``collect``): a load error, a
     standing waiting window, or an id of ``also`` (the breaker's pauses and the monthly ceiling's refusals).
@@ -664,8 +720,14 @@ def _fleet_waits(now: datetime) -> list[dict[str, Any]]:
 
 
 def public(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The items without their bookkeeping keys (what the API, the pages and the digest read)."""
-    return [{k: v for k, v in item.items() if not k.startswith("_")} for item in found]
+    """The items without their bookkeeping key (``_entity``, the one ``_item`` adds): what the API, the pages and
+    the digest read. A copy of each: the fleet's reads keep the items with it."""
+    answer = []
+    for item in found:
+        item = item.copy()
+        item.pop("_entity", None)
+        answer.append(item)
+    return answer
 
 
 def count(now: datetime | None = None) -> int:

@@ -333,7 +333,7 @@ def cycle_story(request: HttpRequest, pk: int) -> HttpResponse:
 
     cycle = get_object_or_404(Cycle.objects.select_related("entity", "requested_by", "anchor", "idea"), pk=pk)
     detail = story.cycle_detail(cycle)
-    rounds = {rnd.number: rnd for rnd in cycle.rounds.select_related("cycle__entity")}
+    rounds = {rnd.number: rnd for rnd in cycle.rounds.all()}  # as the detail read them (each knows its cycle)
     for shown in detail["rounds"]:
         rnd = rounds.get(shown["number"])
         shown["diffs"] = file_diffs(rnd) if rnd is not None and rnd.files else []

@@ -135,24 +135,32 @@ def rateable_entities(entity: Entity | None = None) -> list[Entity]:
 RATE_READ = ("kind", "target_kind", "slug", "name")
 
 
-def rateable(entity: Entity | None = None) -> list[Entity]:
+def rateable(entity: Entity | None = None, *, metrics: bool = False) -> list[Entity]:
     """The entities ``rateable_entities`` answers, by kind and id, without their terms (a fleet's resolved terms
     are kilobytes an entity; Rate runs reads them for the entities on its page only, ``with_terms``).
 
     On Postgres one statement on the ``rateable`` column the database keeps from the terms (``RATED_PATH``),
     so no entity's terms are read, not even in the database. Elsewhere two: every entity's
-    ``evaluation.metrics`` block alone, then the rateable ones.
+    ``evaluation.metrics`` block alone, then the rateable ones. ``metrics`` hands each its ``evaluation.metrics``
+    block too (``metrics_block``, read in the same statement): what ``rated_metrics`` reads, then without a statement.
     """
     entities = Entity.objects.filter(evaluation_enabled=True, load_error="")
     if entity is not None:
         entities = entities.filter(pk=entity.pk)
     if connection.vendor == "postgresql":
-        return list(entities.filter(rateable=True).only(*RATE_READ).order_by("kind", "slug"))
-    blocks = entities.values_list("pk", "terms__evaluation__metrics")
-    wanted = [pk for pk, metrics in blocks if isinstance(metrics, dict) and any(map(_rated_spec, metrics.values()))]
+        read = entities.filter(rateable=True).only(*RATE_READ).order_by("kind", "slug")
+        if metrics:
+            read = read.annotate(metrics_block=F("terms__evaluation__metrics"))
+        return list(read)
+    blocks = dict(entities.values_list("pk", "terms__evaluation__metrics"))
+    wanted = [pk for pk, block in blocks.items() if isinstance(block, dict) and any(map(_rated_spec, block.values()))]
     if not wanted:
         return []
-    return list(entities.filter(pk__in=wanted).only(*RATE_READ).order_by("kind", "slug"))
+    found = list(entities.filter(pk__in=wanted).only(*RATE_READ).order_by("kind", "slug"))
+    if metrics:
+        for e in found:
+            e.metrics_block = blocks[e.pk]  # type: ignore[attr-defined]
+    return found
 
 
 def _rated_spec(spec: Any) -> bool:
@@ -375,13 +383,16 @@ def waiting_for(user: Any, entities: list[Entity], *, metric: str = "") -> Waiti
 
 def rated_metrics(entities: list[Entity]) -> dict[int, list[str]]:
     """The ids of the metrics people rate, an entity of ``entities``: one statement reading their metrics blocks
-    alone (``entities`` are read without their terms)."""
+    alone (``entities`` are read without their terms), none when ``rateable(metrics=True)`` read them."""
     if not entities:
         return {}
-    wanted = {e.pk for e in entities}
-    blocks = Entity.objects.filter(pk__in=wanted, evaluation_enabled=True, load_error="").values_list(
-        "pk", "terms__evaluation__metrics"
-    )
+    if all("metrics_block" in e.__dict__ for e in entities):  # read with them: ``rateable(metrics=True)``'s, graded
+        blocks = [(e.pk, e.metrics_block) for e in entities]  # type: ignore[attr-defined]
+    else:
+        wanted = {e.pk for e in entities}
+        blocks = Entity.objects.filter(pk__in=wanted, evaluation_enabled=True, load_error="").values_list(
+            "pk", "terms__evaluation__metrics"
+        )
     return {
         pk: [metric_id for metric_id, spec in metrics.items() if _rated_spec(spec)]
         for pk, metrics in blocks
@@ -430,7 +441,7 @@ def rate_runs(request: HttpRequest) -> HttpResponse:
         before = parse_rate_cursor(request.GET["before"]) if request.GET.get("before") else None
     except ValueError as exc:
         return HttpResponseBadRequest(str(exc))
-    every = rateable()  # their terms are read for the entities on the page only
+    every = rateable(metrics=True)  # their terms are read for the entities on the page only
     chosen = _entity_filter(request)
     if chosen is None and request.GET.get("entity"):
         named = request.GET["entity"][:100]

@@ -12,6 +12,7 @@ import random
 from datetime import timedelta
 
 import pytest
+import time_machine
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -117,6 +118,21 @@ def test_needs_you_and_the_fleets_order_are_what_reading_every_entity_gives(seed
     entities = whole_fleet()
     assert supervision.holds_in(scope) == supervision.holds_many(entities)
     assert autonomy.pauses_of(autonomy.settles_in(scope)) == autonomy.paused_many(entities)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_page_of_the_waits_is_that_slice_of_the_list_built_alone(seed):
+    """The needs-you page builds only the waits it shows: the same items, count and order as the whole list, with
+    stuck analyses (every live cycle waits when no worker runs) among cards, merges, failures and windows."""
+    every_wait(random.Random(seed), "w", 24)
+    for i in range(6):  # analyses nobody started: stuck once a few ticks have passed
+        make_round(make_cycle(in_loop(f"stuck-{i}"), phase=Cycle.Phase.ANALYSING), status=Round.Status.ANALYSING,
+                   brief={})  # fmt: skip
+    with time_machine.travel(timezone.now() + timedelta(minutes=30), tick=False):
+        whole = needs_you.items()
+        assert any(item["gate"] == "stuck" for item in whole) and len(whole) > 10
+        for start, stop in ((0, 5), (3, 11), (0, None), (len(whole) - 2, len(whole) + 5), (len(whole) + 1, None)):
+            assert needs_you.page(start=start, stop=stop) == (len(whole), whole[start:stop])
 
 
 def test_a_group_hold_reaches_its_members_through_the_fleets_read():

@@ -73,3 +73,18 @@ def test_represent_keeps_drfs_edge_cases():
         "nextCursor": None,
     }
     assert represent(LoopStatusSerializer(), answer) == LoopStatusSerializer(answer).data
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin", "America/New_York"])
+def test_instants_are_drfs_words_in_the_current_time_zone(zone, settings):
+    """Instants are rendered in the zone once read (``represent``'s fast path): DRF's ISO 8601 in the current
+    zone, ``Z`` for UTC, microseconds kept; a naive one and a text one go through DRF's own field."""
+    from datetime import datetime as dt
+
+    settings.TIME_ZONE = zone
+    aware = timezone.now().replace(microsecond=123456)
+    for since in (aware, aware.replace(microsecond=0), dt(2026, 3, 29, 1, 30), "2026-12-01T00:00:00Z"):
+        wait = {"gate": "merge", "targetKind": None, "targetId": None, "cycleId": None, "round": None,
+                "since": since, "until": None, "card": None, "pr": None, "next": "n", "url": "/x/"}  # fmt: skip
+        answer = {"entities": [], "needsYou": 1, "needsYouItems": [wait], "nextCursor": None}
+        assert represent(LoopStatusSerializer(), answer) == LoopStatusSerializer(answer).data

@@ -344,6 +344,19 @@ def test_the_story_tells_every_chapter(web) -> None:
     assert f"cycle {later.pk} · r1 · kept" in recalled
 
 
+def test_the_story_reads_its_rounds_once(web) -> None:
+    """The rounds the story's detail read (with their cards) draw the proposed files' diffs too: not read again."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    cycle, _ = shipped_story()
+    with CaptureQueriesContext(connection) as read:
+        html = web.get(f"/evolution/cycles/{cycle.pk}/").content.decode()
+    assert "features/digest/digest.scenario.md" in html  # a round's file, drawn as a diff
+    rounds = [q["sql"] for q in read.captured_queries if q["sql"].startswith('SELECT "evolution_round"."id"')]
+    assert len(rounds) == 1, rounds
+
+
 def test_proposal_opens_that_round_expanded(web) -> None:
     cycle, _ = shipped_story()
     html = web.get(f"/evolution/cycles/{cycle.pk}/?proposal=1").content.decode()

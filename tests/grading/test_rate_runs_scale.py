@@ -187,3 +187,18 @@ def test_the_rated_metrics_of_a_pages_entities_read_their_blocks_alone_not_the_f
     ((sql, params),) = statements
     asked = [p for p in params if isinstance(p, int)]
     assert " IN " in sql and sorted(asked) == sorted([entities[0].pk, entities[1].pk])
+
+
+def test_rate_runs_reads_the_rateable_entities_and_their_metrics_blocks_in_one_statement(bob):
+    """``rateable(metrics=True)`` hands each entity its metrics block: ``rated_metrics`` then reads nothing, and
+    answers as it does reading the blocks itself."""
+    from grading.views.rate import rateable, rated_metrics
+
+    entities = [make_entity(f"e{i:03d}") for i in range(4)]
+    with CaptureQueriesContext(connection) as read:
+        every = rateable(metrics=True)
+    with CaptureQueriesContext(connection) as after:
+        found = rated_metrics(every)
+    assert len(read.captured_queries) == (1 if connection.vendor == "postgresql" else 2)
+    assert len(after.captured_queries) == 0
+    assert found == rated_metrics(rateable()) and set(found) == {e.pk for e in entities}
