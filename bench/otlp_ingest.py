@@ -141,8 +141,14 @@ def make_traces(count: int, *, memory: bool = False, provider: Any = None, rate:
     return kept.get_finished_spans() if kept is not None else None
 
 
-def exporter_process(url: str, key: str, count: int, out: Any, rate: float = 0.0) -> None:
-    """Export ``count`` traces through the SDK's batch processor; put (export durations, failures, start, end)."""
+def exporter_process(url: str, key: str, count: int, out: Any, rate: float = 0.0, nice: int = 0) -> None:
+    """Export ``count`` traces through the SDK's batch processor; put (export durations, failures, start, end).
+
+    ``nice``: the agents' scheduling priority below the server's (agents run on hosts of their own in production;
+    here they share the server's two cores).
+    """
+    if nice:
+        os.nice(nice)
     import requests
     from opentelemetry.exporter.otlp.proto.http import Compression
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -299,6 +305,9 @@ def main() -> None:
         "--rate", type=float, default=0.0, help="traces a second offered, all processes together (0: flat out)"
     )
     parser.add_argument("--sweeps", type=int, default=1, help="sweeps at once, each its own process (SKIP LOCKED)")
+    parser.add_argument(
+        "--exporter-nice", type=int, default=0, help="the exporting agents' niceness (they share the server's CPU)"
+    )
     args = parser.parse_args()
 
     fresh_database(args.pg_url)
@@ -341,7 +350,9 @@ def main() -> None:
         context = multiprocessing.get_context("spawn")
         out = context.Queue()
         workers = [
-            context.Process(target=exporter_process, args=(url, key, args.traces, out, args.rate / args.procs))
+            context.Process(
+                target=exporter_process, args=(url, key, args.traces, out, args.rate / args.procs, args.exporter_nice)
+            )
             for _ in range(args.procs)
         ]
         for worker in workers:
@@ -362,6 +373,8 @@ def main() -> None:
     traces = args.traces * args.procs
     sweep = sweeps(args.sweeps, env)
     offered = f"offered at {args.rate:,.0f} traces/s" if args.rate else "made flat out"
+    if args.exporter_nice:
+        offered += f", the exporters at nice {args.exporter_nice}"
     print(f"traces: {traces:,} of 6 spans from {args.procs} processes, {offered}, into {args.server} "
           f"({args.web_concurrency} workers × {args.web_threads} threads); spans not accepted: {failed:,}")  # fmt: skip
     print(f"export requests on the wire: {len(posts):,}, p50 {percentile(posts, 0.5) * 1000:.0f} ms, "
