@@ -9,7 +9,6 @@ followed until it merges, closes or runs out of time, and each ends the hold.
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
@@ -21,6 +20,7 @@ from evolution.core import outcomes as verdicts
 from evolution.loop import machine
 from evolution.models import Cycle, PullRequest, Round
 from hitl.models import Notice
+from tests.concurrency import at_once
 from tests.evolution.forge_helpers import forge_brain
 from tests.evolution.watch_helpers import HOUR, T0, cycle_in, open_pull, pulse, refreshed, ticks
 
@@ -225,21 +225,7 @@ def test_two_workers_polling_at_once_act_on_a_cycle_once(tmp_path, settings):
     pull = open_pull(forge)
     cycle, _ = waiting(pulse(), pull)
     forge.forge.close_pull(pull.number, by="bob")
-    barrier = threading.Barrier(2)
-    polled = []
-
-    def work():
-        try:
-            barrier.wait()
-            polled.append(machine.poll_due(T0 + 2 * MINUTE))
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=work) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    polled = at_once(lambda: machine.poll_due(T0 + 2 * MINUTE))
     assert sorted(polled) == [0, 1]
     assert refreshed(cycle).status == Cycle.Status.UNVALIDATED
     assert Notice.objects.filter(subject=f"cycle {cycle.pk}", kind="settled").count() == 1

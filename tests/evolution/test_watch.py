@@ -10,7 +10,6 @@ instant the test travels to.
 from __future__ import annotations
 
 import hashlib
-import threading
 from datetime import timedelta
 
 import pytest
@@ -23,6 +22,7 @@ from evolution.models import Cycle, Round
 from grading.models import Episode, Execution, Grade
 from hitl.models import Notice
 from singularity.brain.modules import load_at
+from tests.concurrency import at_once
 from tests.evolution.watch_helpers import (
     HOUR,
     NONE_JUDGE,
@@ -515,21 +515,7 @@ def test_two_workers_hearing_the_last_grade_settle_the_watch_once():
     cycle = shipped(entity)
     ticks(entity, "gggg", start=T0 + MINUTE)
     last = made_grade(entity, T0 + HOUR)
-    barrier = threading.Barrier(2)
-    settled = []
-
-    def work():
-        try:
-            barrier.wait()
-            settled.append(machine.on_grades([last.pk], now=T0 + HOUR))
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=work) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    settled = at_once(lambda: machine.on_grades([last.pk], now=T0 + HOUR))
     assert sorted(settled) == [0, 1]
     assert refreshed(cycle).status == Cycle.Status.VALIDATED
     assert Notice.objects.filter(subject=f"cycle {cycle.pk}", kind="settled").count() == 1

@@ -28,6 +28,7 @@ from grading.models import Entity, Execution, Grade, OtlpSpan, OtlpTrace, Unknow
 from grading.tasks.grading import assemble_traces
 from singularity.models import ApiToken
 from singularity.schedule import BEAT_SCHEDULE
+from tests.concurrency import at_once
 from tests.grading.grading_helpers import brain_repo, make_entity
 from tests.grading.otlp_helpers import agent_spans, encoded, export
 
@@ -403,8 +404,6 @@ def test_a_number_json_cannot_hold_is_kept_as_otlp_json_writes_it_and_stops_no_s
 def test_two_sweeps_at_once_make_each_trace_one_run(key, triage):
     # Issue 30: the beat's sweeps may overlap (a batch past the 5 s beat, two workers): each takes its batch under a
     # row lock the other skips, so every trace becomes exactly one run, whoever took it.
-    import threading
-
     from django.db import connection
 
     if connection.vendor != "postgresql":
@@ -412,21 +411,7 @@ def test_two_sweeps_at_once_make_each_trace_one_run(key, triage):
     body = encoded([span for _ in range(60) for span in agent_spans()])
     send_in_process(key, body)
     later = timezone.now() + timedelta(hours=1)
-    barrier = threading.Barrier(2)
-    taken: list[int] = []
-
-    def sweep() -> None:
-        try:
-            barrier.wait()
-            taken.append(otlp_assemble.sweep(now=later, limit=7))
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=sweep) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    taken = at_once(lambda: otlp_assemble.sweep(now=later, limit=7))
     assert sum(taken) == 60 and Execution.objects.count() == 60
     runs = list(OtlpTrace.objects.values_list("execution_id", flat=True))
     assert len(runs) == 60 and None not in runs and len(set(runs)) == 60

@@ -13,6 +13,7 @@ from django.utils import timezone
 from hitl.actions import answer_card, cancel_card, expire_due_cards, open_card, retry_handler, run_handler
 from hitl.models import Card, Delivery, Notice
 from singularity.errors import ConfigError
+from tests.concurrency import at_once
 from tests.hitl.helpers import DECIDE, PRODUCER, RATING_BUTTONS, RATING_FORM, make_card
 
 pytestmark = pytest.mark.django_db
@@ -257,20 +258,6 @@ def test_two_racing_answers_write_one(handler, alice, bob):
 def test_two_producers_racing_to_open_one_key_get_one_card():
     if connection.vendor != "postgresql":
         pytest.skip("needs Postgres: SQLite serialises writers")
-    barrier = threading.Barrier(4)
-    opened = []
-
-    def open_it():
-        barrier.wait()
-        try:
-            opened.append(make_card(key="rating:run-77").pk)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=open_it) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    opened = at_once(lambda: make_card(key="rating:run-77").pk, 4)
     assert len(opened) == 4 and len(set(opened)) == 1
     assert Card.objects.filter(key="rating:run-77").count() == 1

@@ -16,6 +16,7 @@ from singularity.being.actions import create_being, request_stop, start_on_worke
 from singularity.being.worker import run_worker_cycle, wake_due_beings
 from singularity.celery import app as celery_app
 from singularity.models import Being, Cycle, Event
+from tests.concurrency import at_once
 from tests.fakes.gateway import Reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -53,21 +54,7 @@ def test_a_worker_cycle_runs_and_schedules_the_next_one(gateway_settings, fake_g
 def test_two_workers_racing_run_one_cycle(gateway_settings, fake_gateway):
     fake_gateway.handler = lambda request, headers: Reply(content="slow", delay_s=0.5)
     being = start_on_workers(create_being("ada"), by="alice")
-    results: list[bool] = []
-    barrier = threading.Barrier(2)
-
-    def worker() -> None:
-        barrier.wait()
-        try:
-            results.append(run_worker_cycle(being.pk))
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=worker) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
+    results = at_once(lambda: run_worker_cycle(being.pk), timeout=30)
     assert sorted(results) == [False, True]
     assert len(fake_gateway.requests) == 1
     assert Cycle.objects.filter(being=being).count() == 1
