@@ -641,15 +641,8 @@ def page(now: datetime | None = None, *, start: int = 0, stop: int | None = None
     no live cycle (cards, an entity's own, failures, the forge) are few and built as ``items`` builds them. The
     order is ``collect``'s: the oldest wait first, then by gate, ties in the order ``collect`` builds them.
     """
-    from evolution.steering import autonomy, supervision
-
     now = now or timezone.now()
-    scope = Entity.objects.filter(loop_enabled=True, present=True)
-    breaker = autonomy.pauses_of(autonomy.settles_in(scope))
-    budget = spend.month_refusals_in(scope, now=now)
-    read = _standing(scope, [*breaker, *budget])
-    held = supervision.holds_in(scope)
-    live = live_rows(None, named=True)
+    scope, read, breaker, budget, held, live = _fleet_read(now)
     others = collect(now, entities=read, live=[], breaker=breaker, held=held, whole=True, scope=scope,
                      budget=budget, unbuilt=live)  # fmt: skip
     far = now + timedelta(days=36500)
@@ -708,6 +701,13 @@ def _fleet_waits(now: datetime) -> list[dict[str, Any]]:
     """Every wait on a person in the fleet (``items`` and ``count``): the breaker's settles, the monthly
     ceiling, the entities with a wait of their own, the holds, the live cycles (rounds and cards), the
     pending grant cards and the failures, each read once and only as far as its waits read it."""
+    scope, read, breaker, budget, held, live = _fleet_read(now)
+    return collect(now, entities=read, live=live, breaker=breaker, held=held, whole=True, scope=scope, budget=budget)
+
+
+def _fleet_read(now: datetime) -> tuple[Any, ...]:
+    """What the fleet's waits are built from, each read once: the entities in the loop, those of them with a
+    wait of their own, the breaker's settles, the monthly ceiling's refusals, the holds and the live cycles."""
     from evolution.steering import autonomy, supervision
 
     scope = Entity.objects.filter(loop_enabled=True, present=True)
@@ -715,8 +715,7 @@ def _fleet_waits(now: datetime) -> list[dict[str, Any]]:
     budget = spend.month_refusals_in(scope, now=now)
     read = _standing(scope, [*breaker, *budget])
     held = supervision.holds_in(scope)
-    live = live_rows(None, named=True)
-    return collect(now, entities=read, live=live, breaker=breaker, held=held, whole=True, scope=scope, budget=budget)
+    return scope, read, breaker, budget, held, live_rows(None, named=True)
 
 
 def public(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
