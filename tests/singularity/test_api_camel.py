@@ -22,7 +22,7 @@ from rest_framework.test import APIClient
 
 from grading.models import Execution
 from singularity.apikit.camel import DATA_FIELDS, SUNSET, camel, old_spellings
-from singularity.models import ApiToken
+from tests.evolution.settings_helpers import client_for
 from tests.grading.rating_helpers import make_grade, make_run
 from tests.grading.runs_helpers import make_entity
 
@@ -49,10 +49,7 @@ SPAN = {
 
 @pytest.fixture
 def person(alice) -> APIClient:
-    _, key = ApiToken.issue(alice, "script")
-    api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
-    return api
+    return client_for(alice)
 
 
 @pytest.fixture
