@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -44,6 +45,14 @@ def foreign_append(being: Being, owner: str) -> None:
     journal.save(owner=owner)
 
 
+def ran_a_cycle(fake_gateway, catalogue) -> tuple[Being, Any]:
+    """A being with 10 USD and its runtime, after one cycle of the replies scripted."""
+    being = make_being(starting="10")
+    runtime = make_runtime(being, fake_gateway.gateway(), catalogue, prices=Prices(1, 1, 1))
+    runtime.run_cycle()
+    return being, runtime
+
+
 @pytest.mark.django_db(transaction=True)  # outside a test's own transaction, so the save's own shows
 def test_a_model_rounds_save_is_one_statement_on_postgres_and_one_short_transaction_on_sqlite(fake_gateway, catalogue):
     fake_gateway.script(Reply(tool_calls=[REMEMBER], usage=USAGE), Reply(content="done", usage=USAGE))
@@ -79,9 +88,7 @@ def test_a_round_writes_only_what_its_debit_changed(fake_gateway, catalogue):
     # change made by someone holding no lease to a column the round does not own is not overwritten by it.
     assert "memories" not in DEBIT_FIELDS and "remaining" in DEBIT_FIELDS and "event_hash" in DEBIT_FIELDS
     fake_gateway.script(Reply(content="done", usage=USAGE))
-    being = make_being(starting="10")
-    runtime = make_runtime(being, fake_gateway.gateway(), catalogue, prices=Prices(1, 1, 1))
-    runtime.run_cycle()
+    being, runtime = ran_a_cycle(fake_gateway, catalogue)
     being.refresh_from_db()
     assert being.remaining == Decimal(10) - Decimal("0.000110") - being.instance_spent
     assert [kind for kind in Event.objects.filter(being=being).order_by("seq").values_list("kind", flat=True)] == [
@@ -94,9 +101,7 @@ def test_a_round_writes_only_what_its_debit_changed(fake_gateway, catalogue):
 @pytest.mark.django_db
 def test_a_journal_appended_to_by_another_writer_stops_the_runtime_with_nothing_written(fake_gateway, catalogue):
     fake_gateway.script(Reply(content="one", usage=USAGE))
-    being = make_being(starting="10")
-    runtime = make_runtime(being, fake_gateway.gateway(), catalogue, prices=Prices(1, 1, 1))
-    runtime.run_cycle()
+    being, runtime = ran_a_cycle(fake_gateway, catalogue)
     foreign_append(being, runtime.owner)
     before = stored_events(being)
     stored = Being.objects.get(pk=being.pk)
@@ -118,9 +123,7 @@ def test_a_journal_appended_to_by_another_writer_stops_the_runtime_with_nothing_
 def test_a_rounds_save_after_another_writer_appended_is_refused_whole(fake_gateway, catalogue):
     # The step's save (not a cycle's first) checks the head too: no event, no debit, no cycle change is written.
     fake_gateway.script(Reply(content="one", usage=USAGE))
-    being = make_being(starting="10")
-    runtime = make_runtime(being, fake_gateway.gateway(), catalogue, prices=Prices(1, 1, 1))
-    runtime.run_cycle()
+    being, runtime = ran_a_cycle(fake_gateway, catalogue)
     cycle = Cycle.objects.get(being=being)
     foreign_append(being, runtime.owner)
     before, remaining = stored_events(being), Being.objects.get(pk=being.pk).remaining
@@ -138,9 +141,7 @@ def test_a_rounds_save_after_another_writer_appended_is_refused_whole(fake_gatew
 @pytest.mark.django_db
 def test_a_save_after_the_lease_went_elsewhere_is_lease_lost_not_a_moved_journal(fake_gateway, catalogue):
     fake_gateway.script(Reply(content="one", usage=USAGE))
-    being = make_being(starting="10")
-    runtime = make_runtime(being, fake_gateway.gateway(), catalogue, prices=Prices(1, 1, 1))
-    runtime.run_cycle()
+    being, runtime = ran_a_cycle(fake_gateway, catalogue)
     Being.objects.filter(pk=being.pk).update(lease_owner="someone-else")
     before = stored_events(being)
     runtime.journal.emit(Event.Kind.WARNING, {"message": "mine"})
