@@ -121,9 +121,9 @@ def _check_request(
     if actor_user is None or not getattr(actor_user, "is_authenticated", False):
         raise _Refusal("refused", "unauthorized_responder: only a signed-in person rates")
     if not isinstance(idempotency_key, str) or not idempotency_key.strip():
-        raise _Refusal("invalid", "idempotency_key: required")
+        raise _Refusal("invalid", "idempotencyKey: required")
     if len(idempotency_key) > MAX_KEY_CHARS:
-        raise _Refusal("invalid", f"idempotency_key: at most {MAX_KEY_CHARS} characters")
+        raise _Refusal("invalid", f"idempotencyKey: at most {MAX_KEY_CHARS} characters")
     if not isinstance(ratings, list) or not ratings:
         raise _Refusal("invalid", "ratings: at least one rating is required")
     execution = _find_run(run_kind, run_id)
@@ -138,10 +138,10 @@ def _check_request(
     rows, seen = [], set()
     for index, item in enumerate(ratings):
         if not isinstance(item, dict):
-            raise _Refusal("invalid", f"ratings[{index}]: expected an object with metric_id, value and note")
+            raise _Refusal("invalid", f"ratings[{index}]: expected an object with metricId, value and note")
         metric_id = item.get("metric_id", item.get("metricId"))
         if not isinstance(metric_id, str) or not metric_id:
-            raise _Refusal("invalid", f"ratings[{index}].metric_id: required")
+            raise _Refusal("invalid", f"ratings[{index}].metricId: required")
         if metric_id not in metrics:
             raise _Refusal("invalid", f"ratings[{index}]: entity {entity} has no metric {metric_id!r}")
         if not human_rated(metrics[metric_id]):

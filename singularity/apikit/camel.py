@@ -16,6 +16,8 @@ free-form JSON a user sent, settings values, file paths.
 Deprecation: until ``SUNSET`` a snake_case key in a body or a query parameter where a camelCase spelling
 exists is still read, and the answer says so: ``Deprecation`` (RFC 9745), ``Sunset`` (RFC 8594) and one
 ``Warning: 299 - "<old> is deprecated: spell it <new>"`` per old key. A camelCase request gets none of them.
+After ``SUNSET`` such a request is refused, 400 ``invalid`` naming the first old key and its new spelling,
+and nothing it asked for is done: the ``Sunset`` header said so for six months.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
 from django.utils.encoding import force_str
 from django.utils.functional import Promise
 from djangorestframework_camel_case.settings import api_settings as camel_settings
@@ -99,6 +102,14 @@ def old_spellings(data: Any, ignore: Iterable[str] | None = None) -> list[str]:
     return found
 
 
+def retired(names: list[str]) -> str | None:
+    """After ``SUNSET``, the refusal of a request that used the old spellings ``names``; None before, or if none."""
+    if not names or timezone.now() <= SUNSET:
+        return None
+    when = f"{SUNSET:%d %B %Y}".lstrip("0")
+    return f"{names[0]}: the snake_case spelling was retired on {when}; spell it {camel(names[0])}"
+
+
 def _snake(name: str) -> str:
     return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
 
@@ -129,8 +140,11 @@ class CamelJSONParser(StrictJSONParser):
     def parse(self, stream: Any, media_type: str | None = None, parser_context: dict[str, Any] | None = None) -> Any:
         data = super().parse(stream, media_type, parser_context)
         request = (parser_context or {}).get("request")
+        old = old_spellings(data)
+        if refusal := retired(old):
+            raise ParseError(refusal)
         if request is not None:
-            _remember(request, old_spellings(data))
+            _remember(request, old)
         try:
             return underscoreize(data, **_options())
         except (TypeError, ValueError) as exc:  # pragma: no cover - json_input only yields JSON types
@@ -160,7 +174,10 @@ class CamelQueryMiddleware:
         if not path.startswith(PREFIX) or path.startswith(self.SKIP):
             return self.get_response(request)
         if request.GET:
-            _remember(request, [name for name in request.GET if camel(name) != name])
+            old = [name for name in request.GET if camel(name) != name]
+            if refusal := retired(old):
+                return JsonResponse({"error": "invalid", "detail": refusal}, status=400)
+            _remember(request, old)
             request.GET = underscoreize(request.GET, **_options())
         response = self.get_response(request)
         if names := getattr(request, OLD_SPELLINGS, None):

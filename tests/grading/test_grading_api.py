@@ -220,7 +220,7 @@ def test_an_unknown_run_is_404_and_a_missing_key_400(person) -> None:
     no_key = rating_body(run, {"metricId": "layout_fit", "value": 4})
     del no_key["idempotencyKey"]
     response = person.post("/api/ratings/", no_key, format="json")
-    assert (response.status_code, response.json()["detail"]) == (400, "idempotency_key: required")
+    assert (response.status_code, response.json()["detail"]) == (400, "idempotencyKey: required")
     assert person.post("/api/ratings/", [1, 2], format="json").status_code == 400
 
 

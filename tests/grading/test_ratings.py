@@ -162,7 +162,7 @@ def test_a_loop_replay_is_refused(alice) -> None:
         ({"metric_id": "relevance", "value": 3}, ["not rated by people"]),
         ({"metric_id": "quality", "value": 3}, ["not rated by people"]),
         ({"metric_id": "cost_usd", "value": 3}, ["not rated by people"]),
-        ({"value": 3}, ["metric_id: required"]),
+        ({"value": 3}, ["metricId: required"]),
         ({"metric_id": "layout_fit", "value": 3, "note": "x" * 4001}, ["note"]),
     ],
 )
@@ -185,7 +185,7 @@ def test_a_metric_rated_twice_in_one_request_is_invalid(alice, graded_run) -> No
 def test_no_ratings_or_no_key_is_invalid(alice, graded_run) -> None:
     assert refused(rate_as(alice, graded_run), "invalid", "ratings")
     answer = rate_as(alice, graded_run, {"metric_id": "helpful", "value": 1}, key="  ")
-    assert refused(answer, "invalid", "idempotency_key")
+    assert refused(answer, "invalid", "idempotencyKey")
 
 
 def test_a_rating_changes_a_metric_never_the_judges_verdict(alice, graded_run) -> None:

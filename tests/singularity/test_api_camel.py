@@ -156,6 +156,38 @@ def test_a_snake_case_query_parameter_is_read_and_answered_with_the_deprecation_
     assert snake.json() == camel_case.json() and not deprecated(camel_case)
 
 
+AFTER_SUNSET = SUNSET.timestamp() + 1
+
+
+def test_after_the_sunset_a_snake_case_body_is_refused_naming_the_old_and_new_spelling(person):
+    with time_machine.travel(AFTER_SUNSET, tick=False):
+        response = person.post("/api/beings/", {"name": "nova", "starting_usd": "2.50"}, format="json")
+        camel_case = person.post("/api/beings/", {"name": "vega", "startingUsd": "2.50"}, format="json")
+    assert response.status_code == 400
+    assert response.json()["detail"] == (
+        "starting_usd: the snake_case spelling was retired on 30 June 2027; spell it startingUsd"
+    )
+    assert person.get("/api/beings/nova/").status_code == 404
+    assert camel_case.status_code == 201 and not deprecated(camel_case)
+
+
+def test_after_the_sunset_a_snake_case_query_parameter_is_refused(triage, person):
+    with time_machine.travel(AFTER_SUNSET, tick=False):
+        snake = person.get("/api/loop/status/", {"target_kind": "scenario", "targetId": "triage"})
+        camel_case = person.get("/api/loop/status/", {"targetKind": "scenario", "targetId": "triage"})
+    assert snake.status_code == 400
+    assert snake.json()["detail"] == (
+        "target_kind: the snake_case spelling was retired on 30 June 2027; spell it targetKind"
+    )
+    assert camel_case.status_code == 200
+
+
+def test_until_the_sunset_the_old_spelling_is_still_read(person):
+    with time_machine.travel(SUNSET.timestamp(), tick=False):
+        response = person.post("/api/beings/", {"name": "nova", "starting_usd": "2.50"}, format="json")
+    assert response.status_code == 201 and "Sunset" in response
+
+
 def test_an_unknown_query_parameter_is_still_refused_in_either_spelling(person):
     for name in ("afterSequence", "after_sequence"):
         response = person.get(f"/api/beings/nova/events/?{name}=1")
