@@ -1,0 +1,148 @@
+"""A trace that breaks its sweep batch is set aside with its error; every trace behind it still becomes a run.
+
+The sweep (``grading.otlp_assemble.sweep_once``) takes a batch of due traces
+in one transaction. Before, anything one trace broke (a value the database
+refuses, stored bytes that do not read) rolled the batch back, and the next
+sweep took the same batch again: every trace behind the poisoned one waited
+for ever. The poison here is real: bytes that are not a span, a text
+PostgreSQL refuses.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from grading import otlp_assemble
+from grading.api_otlp import export_traces
+from grading.models import Entity, Execution, Grade, OtlpSpan, OtlpTrace
+from singularity.models import ApiToken
+from tests.grading.grading_helpers import make_entity
+from tests.grading.otlp_helpers import agent_spans, encoded
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def key(django_user_model) -> str:
+    _, key = ApiToken.issue(django_user_model.objects.create_user("agent-owner"), "otlp", is_agent=True)
+    return key
+
+
+@pytest.fixture
+def triage(key) -> Entity:
+    return make_entity("triage", evaluation={"method": "none", "sample": {"rate": 1.0, "maxPerDay": 1000}})
+
+
+def send(key: str, body: bytes) -> None:
+    from django.test import RequestFactory
+
+    request = RequestFactory().post(
+        "/v1/traces", data=body, content_type="application/x-protobuf", HTTP_AUTHORIZATION=f"Bearer {key}"
+    )
+    assert export_traces(request).status_code == 200
+
+
+def traces(key: str, bodies: list[bytes]) -> list[OtlpTrace]:
+    """One export request a body, each its own trace, received a second apart in that order (the sweep's order)."""
+    for body in bodies:
+        send(key, body)
+    received = list(OtlpTrace.objects.order_by("pk"))
+    assert len(received) == len(bodies)
+    start = timezone.now() - timedelta(minutes=1)
+    for index, trace in enumerate(received):
+        OtlpTrace.objects.filter(pk=trace.pk).update(first_received_at=start + timedelta(seconds=index))
+    return received
+
+
+def with_nul() -> bytes:
+    """A trace whose tool call's result holds a NUL character: kept by SQLite, refused by PostgreSQL's text."""
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(encoded(agent_spans()))
+    span = request.resource_spans[0].scope_spans[0].spans[1]
+    span.attributes.add(key="gen_ai.tool.call.result").value.string_value = "found\x00it"
+    return request.SerializeToString()
+
+
+LATER = timedelta(hours=1)
+
+
+def test_bytes_that_do_not_read_set_their_trace_aside_and_the_rest_of_the_batch_become_runs(
+    key, triage, caplog, django_capture_on_commit_callbacks
+):
+    taken = traces(key, [encoded(agent_spans()) for _ in range(5)])
+    poisoned = taken[2]
+    span = OtlpSpan.objects.filter(trace=poisoned).first()
+    OtlpSpan.objects.filter(pk=span.pk).update(raw=b"\xff\xff\xff")  # not a span: the bytes do not read
+    now = timezone.now() + LATER
+    with (
+        caplog.at_level(logging.WARNING, logger="grading.otlp"),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        assert otlp_assemble.sweep_once(now=now) == 5
+    assert Execution.objects.count() == 4
+    # Booked once each on commit; nothing of the parts rolled back is booked.
+    assert sorted(Grade.objects.values_list("execution", flat=True)) == sorted(
+        Execution.objects.values_list("pk", flat=True)
+    )
+    healthy = OtlpTrace.objects.exclude(pk=poisoned.pk)
+    assert None not in healthy.values_list("execution", flat=True)
+    poisoned.refresh_from_db()
+    assert poisoned.execution is None and poisoned.assembled_at == now
+    assert poisoned.assembly_error.startswith("DecodeError: Error parsing message")
+    warned = [
+        record for record in caplog.records if record.name == "grading.otlp" and record.levelno >= logging.WARNING
+    ]
+    assert len(warned) == 1 and poisoned.trace_id in warned[0].getMessage()
+    assert "DecodeError" in warned[0].getMessage()
+    # Never taken again; its spans are kept as they came, for a person to read.
+    assert otlp_assemble.sweep_once(now=now + timedelta(minutes=1)) == 0
+    assert OtlpSpan.objects.filter(trace=poisoned).count() == 4
+    assert OtlpSpan.objects.count() == 4 and Execution.objects.count() == 4
+
+
+def test_a_value_the_database_refuses_sets_aside_only_its_trace(key, triage, caplog):
+    taken = traces(key, [encoded(agent_spans()), encoded(agent_spans()), with_nul(), encoded(agent_spans())])
+    now = timezone.now() + LATER
+    with caplog.at_level(logging.WARNING, logger="grading.otlp"):
+        assert otlp_assemble.sweep_once(now=now) == 4
+    poisoned = OtlpTrace.objects.get(pk=taken[2].pk)
+    if connection.vendor == "postgresql":
+        assert Execution.objects.count() == 3 and poisoned.execution is None
+        assert poisoned.assembly_error.startswith("DataError: ") and "\\u0000" in poisoned.assembly_error
+        assert [(r.name, r.levelno) for r in caplog.records].count(("grading.otlp", logging.WARNING)) == 1
+    else:  # SQLite keeps the NUL: nothing to set aside
+        assert Execution.objects.count() == 4 and poisoned.execution is not None and not poisoned.assembly_error
+    assert OtlpTrace.objects.exclude(pk=poisoned.pk).filter(execution=None).count() == 0
+    assert otlp_assemble.sweep_once(now=now + timedelta(minutes=1)) == 0
+
+
+def test_a_trace_set_aside_is_kept_past_the_others_prune_and_a_late_span_of_it_is_dropped(key, triage):
+    first, poisoned = traces(key, [encoded(agent_spans()), encoded(agent_spans())])
+    OtlpSpan.objects.filter(trace=poisoned).update(raw=b"\x0a")
+    now = timezone.now() + LATER
+    assert otlp_assemble.sweep(now=now) == 2
+    otlp_assemble.sweep(now=now + otlp_assemble.keep() + timedelta(seconds=1))
+    assert list(OtlpTrace.objects.values_list("pk", flat=True)) == [poisoned.pk]
+    assert OtlpSpan.objects.filter(trace=poisoned).count() == 4
+
+
+def test_a_healthy_batch_is_one_transaction_of_as_many_statements_whatever_its_size(key, triage):
+    def sweep(count: int) -> list[str]:
+        traces(key, [encoded(agent_spans()) for _ in range(count)])
+        with CaptureQueriesContext(connection) as queries:
+            assert otlp_assemble.sweep_once(now=timezone.now() + LATER) == count
+        OtlpTrace.objects.all().delete()
+        return [query["sql"] for query in queries]
+
+    # The traces locked, their entities, people and spans read, the runs inserted, the traces marked, the spans
+    # deleted; and the savepoints of the sweep's transaction and of report_many's (nested in the test's).
+    one, twenty = sweep(1), sweep(20)
+    assert len(one) == len(twenty) == 11
+    assert len([sql for sql in twenty if sql.startswith("SAVEPOINT")]) == 2
