@@ -320,6 +320,16 @@ def set_aside() -> QuerySet[OtlpTrace]:
     return OtlpTrace.objects.exclude(assembly_error="").select_related("entity").order_by("-assembled_at", "-pk")
 
 
+def error_in_short(error: str) -> str:
+    """A set-aside trace's error as a person reads it first: its first line, and the database's DETAIL when it has one
+    (PostgreSQL's message goes on with the statement it refused)."""
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    detail = next((line for line in lines[1:] if line.startswith("DETAIL:")), "")
+    return f"{lines[0]} ({detail.removeprefix('DETAIL:').strip()})" if detail else lines[0]
+
+
 def prune(*, now: datetime | None = None, limit: int = PRUNE_BATCH) -> int:
     """Remove the rows of traces assembled ``OTLP_KEEP_SECS`` ago or more, a batch at a time; return how many.
 

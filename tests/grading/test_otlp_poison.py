@@ -21,6 +21,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from grading import otlp_assemble
 from grading.api_otlp import export_traces
+from grading.doctor import run_doctor
 from grading.models import Entity, Execution, Grade, OtlpSpan, OtlpTrace
 from singularity.models import ApiToken
 from tests.grading.grading_helpers import make_entity
@@ -146,3 +147,40 @@ def test_a_healthy_batch_is_one_transaction_of_as_many_statements_whatever_its_s
     one, twenty = sweep(1), sweep(20)
     assert len(one) == len(twenty) == 11
     assert len([sql for sql in twenty if sql.startswith("SAVEPOINT")]) == 2
+
+
+def test_the_doctor_counts_the_traces_set_aside_and_names_the_first_with_its_error(key, triage):
+    assert [f.line() for f in run_doctor(only=["OTLP traces"])] == ["[pass] OTLP traces: nothing to report"]
+    first, _, last = traces(key, [encoded(agent_spans()) for _ in range(3)])
+    OtlpSpan.objects.filter(trace__in=[first, last]).update(raw=b"\xff")
+    otlp_assemble.sweep_once(now=timezone.now() + LATER)
+    (finding,) = run_doctor(only=["OTLP traces"])
+    assert finding.level == "warn"
+    assert finding.message.startswith("2 trace(s) sent to /v1/traces could not become runs")
+    assert f"The first: trace {first.trace_id} of scenario:triage" in finding.message
+    assert finding.message.endswith(
+        "DecodeError: Error parsing message with type 'opentelemetry.proto.trace.v1.Span': Wire format was corrupt"
+    )
+
+
+def test_the_entities_page_lists_the_traces_set_aside_with_their_error(key, triage, client, django_user_model):
+    client.force_login(django_user_model.objects.create_user("viewer"))
+    assert "Traces that could not become runs" not in client.get("/evolution/entities/").content.decode()
+    kept, poisoned = traces(key, [encoded(agent_spans()), encoded(agent_spans())])
+    OtlpSpan.objects.filter(trace=poisoned).update(raw=b"\xff")
+    otlp_assemble.sweep_once(now=timezone.now() + LATER)
+    page = client.get("/evolution/entities/").content.decode()
+    assert "Traces that could not become runs" in page and "1 trace sent to" in page
+    assert poisoned.trace_id in page and kept.trace_id not in page
+    assert OtlpTrace.objects.get(pk=poisoned.pk).assembly_error.split(":")[0] in page
+
+
+def test_a_postgres_refusal_reads_in_short_as_its_first_line_and_detail():
+    error = (
+        'DataError: unsupported Unicode escape sequence\nLINE 1: ...FROM jsonb_to_recordset( E\'[{"id": ...\n'
+        "        ^\nDETAIL:  \\u0000 cannot be converted to text.\nCONTEXT:  JSON data, line 1: ..."
+    )
+    assert otlp_assemble.error_in_short(error) == (
+        "DataError: unsupported Unicode escape sequence (\\u0000 cannot be converted to text.)"
+    )
+    assert otlp_assemble.error_in_short("ValueError: bad") == "ValueError: bad"
