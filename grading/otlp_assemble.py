@@ -320,6 +320,12 @@ def set_aside() -> QuerySet[OtlpTrace]:
     return OtlpTrace.objects.exclude(assembly_error="").select_related("entity").order_by("-assembled_at", "-pk")
 
 
+def take_again(traces: QuerySet[OtlpTrace]) -> int:
+    """Make traces set aside due again (their spans were kept): the next sweep takes them as it took them first, and
+    sets aside again one that still fails. Return how many."""
+    return traces.exclude(assembly_error="").update(assembly_error="", assembled_at=None)
+
+
 def error_in_short(error: str) -> str:
     """A set-aside trace's error as a person reads it first: its first line, and the database's DETAIL when it has one
     (PostgreSQL's message goes on with the statement it refused)."""

@@ -184,3 +184,26 @@ def test_a_postgres_refusal_reads_in_short_as_its_first_line_and_detail():
         "DataError: unsupported Unicode escape sequence (\\u0000 cannot be converted to text.)"
     )
     assert otlp_assemble.error_in_short("ValueError: bad") == "ValueError: bad"
+
+
+def test_a_person_removes_a_trace_set_aside_or_has_it_taken_again_in_the_admin(key, triage, admin_client):
+    kept, poisoned, removed = traces(key, [encoded(agent_spans()) for _ in range(3)])
+    good = {pk: bytes(raw) for pk, raw in OtlpSpan.objects.filter(trace=poisoned).values_list("pk", "raw")}
+    OtlpSpan.objects.filter(trace__in=[poisoned, removed]).update(raw=b"\xff")
+    now = timezone.now() + LATER
+    otlp_assemble.sweep_once(now=now)
+    listed = admin_client.get("/admin/grading/otlptrace/").content.decode()
+    assert poisoned.trace_id in listed and removed.trace_id in listed and kept.trace_id not in listed
+    assert "/admin/grading/otlptrace/add/" not in listed
+    admin_client.post(f"/admin/grading/otlptrace/{removed.pk}/delete/", {"post": "yes"})
+    assert not OtlpTrace.objects.filter(pk=removed.pk).exists()
+    for pk, raw in good.items():  # the cause mended: its spans read again
+        OtlpSpan.objects.filter(pk=pk).update(raw=raw)
+    response = admin_client.post(
+        "/admin/grading/otlptrace/", {"action": "take_again", "_selected_action": [poisoned.pk]}, follow=True
+    )
+    assert "1 trace(s) will be taken again by the next sweep" in response.content.decode()
+    assert otlp_assemble.sweep_once(now=now + timedelta(minutes=1)) == 1
+    poisoned.refresh_from_db()
+    assert poisoned.execution is not None and poisoned.assembly_error == ""
+    assert Execution.objects.count() == 2 and len(poisoned.execution.trace) == 3
