@@ -1,4 +1,5 @@
-"""The admin for grading: entities with their load errors, runs, grades and ratings, all read-only.
+"""The admin for grading: entities with their load errors, runs, grades and ratings, all read-only; and the OTLP
+traces set aside by the sweep, which a person removes or has taken again.
 
 Entities change only through the brain sync, runs through the executions
 module, grades through the grader and ratings through the one door
@@ -7,9 +8,14 @@ module, grades through the grader and ratings through the one door
 
 from __future__ import annotations
 
-from django.contrib import admin
+from typing import Any
 
-from grading.models import Entity, Execution, Grade, RateSkip, Rating
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from grading.models import Entity, Execution, Grade, OtlpTrace, RateSkip, Rating
+from grading.otlp_assemble import set_aside, take_again
 from singularity.admin import ReadOnlyAdmin
 from singularity.templatetags.singularity_tags import money
 
@@ -70,3 +76,25 @@ class RateSkipAdmin(ReadOnlyAdmin):
     list_display = ["execution", "user", "created_at"]
     search_fields = ["execution__id", "user__username"]
     list_select_related = ["user", "execution"]
+
+
+@admin.register(OtlpTrace)
+class SetAsideTraceAdmin(ReadOnlyAdmin):
+    """Traces sent to /v1/traces that could not become runs (``grading.otlp_assemble.sweep_once``), kept with their
+    spans: removed once read, or taken again (after a fix) by the next sweep."""
+
+    list_display = ["trace_id", "entity", "assembled_at", "assembly_error"]
+    search_fields = ["trace_id", "entity__slug", "assembly_error"]
+    list_select_related = ["entity"]
+    actions = ["take_again"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[OtlpTrace]:
+        return set_aside()
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm("grading.delete_otlptrace")
+
+    @admin.action(description="Take again at the next sweep", permissions=["delete"])
+    def take_again(self, request: HttpRequest, queryset: QuerySet[OtlpTrace]) -> None:
+        count = take_again(queryset)
+        self.message_user(request, f"{count} trace(s) will be taken again by the next sweep", messages.SUCCESS)

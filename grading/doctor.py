@@ -401,3 +401,21 @@ def loop_autonomy_section(ctx: DoctorContext) -> Iterator[Check]:
                     f"{_label(entity)}: decide and merge auto, judged by quality alone — autonomy judged by a single "
                     "scalar is blind; declare metrics first",
                 )
+
+
+@section("OTLP traces")
+def otlp_traces_section(ctx: DoctorContext) -> Iterator[Check]:
+    from grading.otlp_assemble import error_in_short, set_aside
+    from singularity.display import instant_text
+
+    count = set_aside().count()
+    if not count:
+        return
+    first = set_aside().order_by("assembled_at", "pk").first()
+    assert first is not None
+    yield Check(
+        WARN,
+        f"{count:,} trace(s) sent to /v1/traces could not become runs: each is set aside with its spans and no "
+        f"sweep takes it again (listed on the Entities page). The first: trace {first.trace_id} of "
+        f"{_label(first.entity)}, set aside {instant_text(first.assembled_at)}: {error_in_short(first.assembly_error)}",
+    )

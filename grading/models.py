@@ -528,7 +528,9 @@ class OtlpTrace(models.Model):
 
     Kept after assembly so a retried export of the same trace id attaches to
     its run instead of opening another, for ``OTLP_KEEP_SECS``; then the
-    sweep removes it (``grading.otlp_assemble.prune``).
+    sweep removes it (``grading.otlp_assemble.prune``). A trace that could not
+    become a run is settled with its error (``assembly_error``) and kept, its
+    pending spans with it, until a person removes it.
     """
 
     trace_id = models.CharField(max_length=32, unique=True, help_text="32 hex digits, as OTLP sends it.")
@@ -542,6 +544,9 @@ class OtlpTrace(models.Model):
         Execution, null=True, blank=True, on_delete=models.SET_NULL, related_name="otlp_trace"
     )
     assembled_at = models.DateTimeField(null=True, blank=True)
+    #: Why the trace could not become a run ("<error class>: <message>"), when it was set aside; "" otherwise (the
+    #: database's default too: the export's own INSERT leaves it out).
+    assembly_error = models.TextField(blank=True, default="", db_default="")
     started_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
 
     class Meta:
@@ -551,6 +556,7 @@ class OtlpTrace(models.Model):
             models.Index(
                 fields=["assembled_at"], condition=models.Q(assembled_at__isnull=False), name="otlp_assembled"
             ),
+            models.Index(fields=["assembled_at"], condition=~models.Q(assembly_error=""), name="otlp_set_aside"),
         ]
 
     def __str__(self) -> str:

@@ -11,6 +11,10 @@ a trace is taken under a row lock and marked assembled in the same
 transaction, and its pending spans are deleted then. The trace's row itself
 (trace id → run) stays ``OTLP_KEEP_SECS`` after assembly, so a late span or
 a retried export attaches to its run; then the sweep removes it (``prune``).
+A trace that breaks its batch (a value the database refuses, stored bytes
+that do not read) is found by taking the batch again apart, and set aside
+with its error (``OtlpTrace.assembly_error``) for a person; the others
+become runs in the same sweep (``sweep_once``).
 
 The root span is the run: its times, its status (error → failed, with its
 status message), its input and output (``gen_ai.input.messages`` /
@@ -29,8 +33,8 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connections, router, transaction
-from django.db.models import Q
+from django.db import InterfaceError, OperationalError, connections, router, transaction
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from grading import spans
@@ -195,49 +199,141 @@ def _due(now: datetime) -> Q:
     )
 
 
+def _locked_due(now: datetime, limit: int) -> list[OtlpTrace]:
+    """Up to ``limit`` due traces, oldest first, locked (a trace another sweep holds is skipped)."""
+    return list(
+        OtlpTrace.objects.select_for_update(skip_locked=True, of=("self",))
+        .filter(_due(now))
+        .order_by("first_received_at")[:limit]
+    )
+
+
+def _take(traces: list[OtlpTrace], now: datetime) -> None:
+    """Make the traces' runs (``report_many``), mark the traces assembled and delete their pending spans.
+
+    The caller holds the traces locked, in a transaction: anything one trace
+    breaks (a value the database refuses, stored bytes that do not read)
+    raises, and the caller rolls back.
+    """
+    # Each entity and person read once for the batch (a batch is mostly one agent's), not joined to each trace.
+    entities = Entity.objects.in_bulk({trace.entity_id for trace in traces})
+    people = get_user_model().objects.in_bulk({trace.started_by_id for trace in traces} - {None})
+    received: dict[int, list[dict[str, Any]]] = {trace.pk: [] for trace in traces}
+    most_bytes = dict.fromkeys(received, 0)
+    trace_ids = {trace.pk: trace.trace_id for trace in traces}
+    pending = OtlpSpan.objects.filter(trace_id__in=list(received)).values_list("trace_id", "span", "raw")
+    for trace_pk, span, raw in pending:
+        if raw is not None:
+            span = _read(bytes(raw), trace_ids[trace_pk])
+            most_bytes[trace_pk] += most_stored_bytes(raw)
+        elif span is not None:  # kept as JSON (before migration 0015)
+            most_bytes[trace_pk] += spans.span_bytes(span)
+        if span is not None:
+            received[trace_pk].append(span)
+    traces = [trace for trace in traces if received[trace.pk]]
+    rows = [(entities[t.entity_id], _assembled(t, received[t.pk], most_bytes[t.pk])) for t in traces]
+    by_user: dict[Any, list[int]] = {}
+    for index, trace in enumerate(traces):
+        by_user.setdefault(people.get(trace.started_by_id), []).append(index)
+    executions: dict[int, Any] = {}
+    for user, indexes in by_user.items():
+        for index, execution in zip(indexes, _report([rows[i] for i in indexes], user), strict=True):
+            executions[index] = execution
+    for index, trace in enumerate(traces):
+        trace.execution = executions[index]
+        trace.assembled_at = now
+    _mark_assembled(traces, now)
+    OtlpSpan.objects.filter(trace_id__in=list(received)).delete()
+    OtlpTrace.objects.filter(pk__in=[pk for pk, got in received.items() if not got]).update(assembled_at=now)
+
+
+#: Errors that say nothing of a trace (the database gone, a deadlock, a statement cancelled): the batch is left
+#: for the next sweep, never set aside.
+PASSING = (OperationalError, InterfaceError)
+#: How much of an error's text is kept on its trace.
+ERROR_CHARS = 2000
+
+
+def _error_text(exc: BaseException) -> str:
+    """``"<class>: <message>"``, bounded, with any NUL written out (PostgreSQL's text cannot hold one)."""
+    return f"{type(exc).__name__}: {exc}".replace("\x00", "\\x00")[:ERROR_CHARS]
+
+
+def _set_aside(trace: OtlpTrace, exc: BaseException, now: datetime) -> None:
+    """Settle a trace that could not become a run with its error: never taken again, its spans kept, and shown."""
+    error = _error_text(exc)
+    OtlpTrace.objects.filter(pk=trace.pk).update(assembled_at=now, assembly_error=error)
+    logger.warning("OTLP trace %s could not become a run; set aside with its spans kept: %s", trace.trace_id, error)
+
+
+def _take_apart(traces: list[OtlpTrace], now: datetime) -> None:
+    """Take traces whose batch failed in halves, each in a savepoint, down to each trace that fails alone: set aside.
+
+    A batch with one bad trace of n is taken in about 2·log2(n) parts; every
+    good trace becomes its run, as in the one transaction it failed in.
+    """
+    half = max(1, len(traces) // 2)
+    for part in (traces[:half], traces[half:]):
+        if not part:
+            continue
+        try:
+            with transaction.atomic():
+                _take(part, now)
+        except PASSING:
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever a trace breaks, it is isolated and set aside, not lost
+            if len(part) == 1:
+                _set_aside(part[0], exc, now)
+            else:
+                _take_apart(part, now)
+
+
 def sweep_once(*, now: datetime | None = None, limit: int = BATCH) -> int:
-    """Assemble up to ``limit`` due traces into runs in one transaction; return how many were taken."""
+    """Assemble up to ``limit`` due traces into runs in one transaction; return how many were taken.
+
+    When the batch fails for something one trace holds (not a ``PASSING``
+    error), it is rolled back and taken again apart (``_take_apart``): the
+    trace that fails alone is set aside with its error (``set_aside``), and
+    the others become runs, so no trace waits behind a bad one.
+    """
     now = now or timezone.now()
     # A batch's objects live until it ends: the collector would walk them again and again for nothing.
-    with collector_paused(), transaction.atomic():
-        traces = list(
-            OtlpTrace.objects.select_for_update(skip_locked=True, of=("self",))
-            .filter(_due(now))
-            .order_by("first_received_at")[:limit]
-        )
-        if not traces:
-            return 0
-        # Each entity and person read once for the batch (a batch is mostly one agent's), not joined to each trace.
-        entities = Entity.objects.in_bulk({trace.entity_id for trace in traces})
-        people = get_user_model().objects.in_bulk({trace.started_by_id for trace in traces} - {None})
-        received: dict[int, list[dict[str, Any]]] = {trace.pk: [] for trace in traces}
-        most_bytes = dict.fromkeys(received, 0)
-        trace_ids = {trace.pk: trace.trace_id for trace in traces}
-        pending = OtlpSpan.objects.filter(trace_id__in=list(received)).values_list("trace_id", "span", "raw")
-        for trace_pk, span, raw in pending:
-            if raw is not None:
-                span = _read(bytes(raw), trace_ids[trace_pk])
-                most_bytes[trace_pk] += most_stored_bytes(raw)
-            elif span is not None:  # kept as JSON (before migration 0015)
-                most_bytes[trace_pk] += spans.span_bytes(span)
-            if span is not None:
-                received[trace_pk].append(span)
-        traces = [trace for trace in traces if received[trace.pk]]
-        rows = [(entities[t.entity_id], _assembled(t, received[t.pk], most_bytes[t.pk])) for t in traces]
-        by_user: dict[Any, list[int]] = {}
-        for index, trace in enumerate(traces):
-            by_user.setdefault(people.get(trace.started_by_id), []).append(index)
-        executions: dict[int, Any] = {}
-        for user, indexes in by_user.items():
-            for index, execution in zip(indexes, _report([rows[i] for i in indexes], user), strict=True):
-                executions[index] = execution
-        for index, trace in enumerate(traces):
-            trace.execution = executions[index]
-            trace.assembled_at = now
-        _mark_assembled(traces, now)
-        OtlpSpan.objects.filter(trace_id__in=list(received)).delete()
-        OtlpTrace.objects.filter(pk__in=[pk for pk, got in received.items() if not got]).update(assembled_at=now)
-    return len(received)
+    with collector_paused():
+        try:
+            with transaction.atomic():
+                traces = _locked_due(now, limit)
+                if traces:
+                    _take(traces, now)
+                return len(traces)
+        except PASSING:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one trace broke the batch: found below, not retried whole for ever
+            logger.info("OTLP sweep: a batch failed (%s); taking it again apart", _error_text(exc).split("\n")[0])
+        with transaction.atomic():
+            traces = _locked_due(now, limit)
+            _take_apart(traces, now)
+            return len(traces)
+
+
+def set_aside() -> QuerySet[OtlpTrace]:
+    """The traces that could not become runs, newest first (``sweep_once``), their entities joined."""
+    return OtlpTrace.objects.exclude(assembly_error="").select_related("entity").order_by("-assembled_at", "-pk")
+
+
+def take_again(traces: QuerySet[OtlpTrace]) -> int:
+    """Make traces set aside due again (their spans were kept): the next sweep takes them as it took them first, and
+    sets aside again one that still fails. Return how many."""
+    return traces.exclude(assembly_error="").update(assembly_error="", assembled_at=None)
+
+
+def error_in_short(error: str) -> str:
+    """A set-aside trace's error as a person reads it first: its first line, and the database's DETAIL when it has one
+    (PostgreSQL's message goes on with the statement it refused)."""
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    detail = next((line for line in lines[1:] if line.startswith("DETAIL:")), "")
+    return f"{lines[0]} ({detail.removeprefix('DETAIL:').strip()})" if detail else lines[0]
 
 
 def prune(*, now: datetime | None = None, limit: int = PRUNE_BATCH) -> int:
@@ -249,7 +345,8 @@ def prune(*, now: datetime | None = None, limit: int = PRUNE_BATCH) -> int:
     cutoff = (now or timezone.now()) - keep()
     total = 0
     while True:
-        pks = list(OtlpTrace.objects.filter(assembled_at__lte=cutoff).order_by().values_list("pk", flat=True)[:limit])
+        done = OtlpTrace.objects.filter(assembled_at__lte=cutoff, assembly_error="")  # one set aside waits for a person
+        pks = list(done.order_by().values_list("pk", flat=True)[:limit])
         if pks:
             with transaction.atomic():
                 OtlpSpan.objects.filter(trace_id__in=pks).delete()

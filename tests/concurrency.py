@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from django.db import connection
@@ -14,11 +14,17 @@ T = TypeVar("T")
 def at_once(work: Callable[[], T], times: int = 2, *, timeout: float | None = None) -> list[T]:
     """Run ``work`` in ``times`` threads released together, each on its own database connection (closed after);
     return what they returned, in the order they finished. An error in a thread is raised here, not lost."""
-    barrier = threading.Barrier(times)
+    return each_at_once([work] * times, timeout=timeout)
+
+
+def each_at_once(works: Sequence[Callable[[], T]], *, timeout: float | None = None) -> list[T]:
+    """``at_once`` for different work: each of ``works`` in its own thread, all released together; return what they
+    returned, in the order they finished. An error in a thread is raised here, not lost."""
+    barrier = threading.Barrier(len(works))
     done: list[T] = []
     errors: list[BaseException] = []
 
-    def run() -> None:
+    def run(work: Callable[[], T]) -> None:
         try:
             barrier.wait()
             done.append(work())
@@ -27,7 +33,7 @@ def at_once(work: Callable[[], T], times: int = 2, *, timeout: float | None = No
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=run) for _ in range(times)]
+    threads = [threading.Thread(target=run, args=(work,)) for work in works]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -9,7 +9,8 @@ from django.db.models.expressions import RawSQL
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from grading.models import Entity, Grade, UnknownAgent
+from grading.models import Entity, Grade, OtlpTrace, UnknownAgent
+from grading.otlp_assemble import error_in_short, set_aside
 from grading.otlp_ingest import file_to_add, resolve
 
 
@@ -54,9 +55,9 @@ def entity_list(request: HttpRequest) -> HttpResponse:
     entities = list(entities_for_list(list(shown.object_list)))
     for entity in entities:
         entity.runs_label = runs_label(entity.runs)  # type: ignore[attr-defined]
-    return render(
-        request, "grading/entity_list.html", {"entities": entities, "page": shown, "unknown_agents": unknown_agents()}
-    )
+    context = {"entities": entities, "page": shown, "unknown_agents": unknown_agents()}
+    context["set_aside"], context["set_aside_count"] = traces_set_aside()
+    return render(request, "grading/entity_list.html", context)
 
 
 #: Agents listed as seen, not in the brain (the most recent first).
@@ -74,3 +75,16 @@ def unknown_agents() -> list[UnknownAgent]:
     for agent in agents:
         agent.file_to_add = file_to_add(agent.name)  # type: ignore[attr-defined]
     return agents
+
+
+#: Traces set aside listed (the newest first); the count says how many there are in all.
+SET_ASIDE_SHOWN = 20
+
+
+def traces_set_aside() -> tuple[list[OtlpTrace], int]:
+    """The newest traces that could not become runs (``grading.otlp_assemble.sweep_once``), each with its error in
+    short, and how many there are."""
+    traces = list(set_aside()[:SET_ASIDE_SHOWN])
+    for trace in traces:
+        trace.error_in_short = error_in_short(trace.assembly_error)  # type: ignore[attr-defined]
+    return traces, (len(traces) if len(traces) < SET_ASIDE_SHOWN else set_aside().count())

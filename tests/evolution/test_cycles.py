@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
@@ -13,6 +12,7 @@ from django.utils import timezone
 from evolution.core import cycles
 from evolution.loop import machine, trigger
 from evolution.models import Cycle, Round
+from tests.concurrency import each_at_once
 from tests.evolution.loop_helpers import cycles_of, graded, history, looped, settled_cycle
 
 pytestmark = pytest.mark.django_db
@@ -141,23 +141,14 @@ def test_two_workers_racing_to_open_make_one_cycle():
     entity = looped()
     history(entity, "bggg")
     grades = [graded(entity, bad=True) for _ in range(2)]
-    barrier = threading.Barrier(len(grades))
-    results = []
-
-    def work(grade):
-        try:
-            barrier.wait()
-            results.append(
-                machine.open_cycle(entity, origin=Cycle.Origin.GRADE, anchor=grade.execution, window={"runIds": []})
+    results = each_at_once(
+        [
+            lambda grade=grade: machine.open_cycle(
+                entity, origin=Cycle.Origin.GRADE, anchor=grade.execution, window={"runIds": []}
             )
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=work, args=(g,)) for g in grades]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+            for grade in grades
+        ]
+    )
     assert sorted(r.opened for r in results) == [False, True]
     assert Cycle.objects.filter(entity=entity, analysed=True).count() == 1
     assert Cycle.objects.filter(claim=entity.pk).count() == 1

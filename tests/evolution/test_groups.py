@@ -18,6 +18,7 @@ from evolution.presets import repair
 from evolution.steering import groups
 from grading.models import Entity
 from hitl.models import Notice
+from tests.concurrency import each_at_once
 from tests.evolution.loop_helpers import graded, history, looped, proposed_round
 from tests.evolution.watch_helpers import HOUR, T0, made_grade, pulse, refreshed, shipped
 
@@ -334,8 +335,6 @@ def test_a_judge_that_cannot_be_resolved_skips_the_cycle_with_a_notice_naming_th
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_of_two_members_accepted_at_once_exactly_one_wins(monkeypatch):
-    import threading
-
     from django.db import connection
 
     if connection.vendor != "postgresql":
@@ -344,20 +343,7 @@ def test_of_two_members_accepted_at_once_exactly_one_wins(monkeypatch):
     layout = member("layout", group={"repair": "wait"})
     publish = member("publish", group={"repair": "wait"})
     rounds = [_deciding(layout), _deciding(publish)]
-    barrier = threading.Barrier(2)
-
-    def accept(rnd: Round) -> None:
-        try:
-            barrier.wait()
-            machine.accept(rnd, decided_by="alice", now=timezone.now())
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=accept, args=(rnd,)) for rnd in rounds]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    each_at_once([lambda rnd=rnd: machine.accept(rnd, decided_by="alice", now=timezone.now()) for rnd in rounds])
     cycles = [refreshed(rnd.cycle) for rnd in rounds]
     winners = [c for c in cycles if c.phase == Cycle.Phase.APPLYING]
     losers = [c for c in cycles if c.status == Cycle.Status.SKIPPED]

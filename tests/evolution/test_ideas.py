@@ -4,7 +4,6 @@ the sweep, withdrawn idempotently, an agent's approved by a person, the author t
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
@@ -17,6 +16,7 @@ from evolution.models import Cycle, Idea, Lesson, Round, Supervision
 from evolution.steering import ideas
 from hitl.actions import answer_card, expire_due_cards
 from hitl.models import Card, Notice
+from tests.concurrency import each_at_once
 from tests.evolution.loop_helpers import graded, looped, settled_cycle
 
 pytestmark = pytest.mark.django_db
@@ -347,29 +347,13 @@ def test_post_sweep_and_landing_grade_racing_make_one_cycle():
     first = intake.post(entity, "A", author="alice").idea
     machine.settle(live, Cycle.Status.SKIPPED, reason="done")
     grade = graded(entity, bad=True)
-    barrier = threading.Barrier(3)
-    errors = []
-
-    def work(step):
-        try:
-            barrier.wait()
-            step()
-        except Exception as exc:  # noqa: BLE001 - handed to the test thread and asserted there
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    steps = [
-        lambda: intake.post(entity, "B", author="bob"),
-        lambda: intake.deliver_queued(),
-        lambda: trigger.on_landed([grade.pk]),
-    ]
-    threads = [threading.Thread(target=work, args=(s,)) for s in steps]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    each_at_once(  # a step's error is raised here
+        [
+            lambda: intake.post(entity, "B", author="bob"),
+            lambda: intake.deliver_queued(),
+            lambda: trigger.on_landed([grade.pk]),
+        ]
+    )
     opened = Cycle.objects.filter(entity=entity, analysed=True).exclude(pk=live.pk)
     assert opened.count() == 1 and Cycle.objects.filter(claim=entity.pk).count() == 1
     first.refresh_from_db()

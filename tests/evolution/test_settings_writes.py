@@ -15,6 +15,7 @@ from evolution.steering import settings as sw
 from evolution.steering.settings import write as sw_write
 from hitl.actions import answer_card, run_handler
 from hitl.models import Card, Notice
+from tests.concurrency import each_at_once
 from tests.evolution.settings_helpers import (
     DIGEST,
     DIGEST_TEXT,
@@ -455,26 +456,16 @@ def test_two_writers_at_once_take_turns_and_the_second_validates_afresh(tmp_path
     if connection.vendor != "postgresql":
         pytest.skip("real parallel writers need Postgres")
     sb = settings_brain(tmp_path, settings)
-    barrier = threading.Barrier(2)
-    answers: dict[str, object] = {}
 
     def write(name, key, value):
         try:
-            barrier.wait()
-            answers[name] = sw.loop_set(None, key, "set", value, actor=name)
+            return name, sw.loop_set(None, key, "set", value, actor=name)
         except sw.SettingsRefusal as refusal:
-            answers[name] = refusal
-        finally:
-            connection.close()
+            return name, refusal
 
-    threads = [
-        threading.Thread(target=write, args=("alice", "loop.threshold", 0.7)),
-        threading.Thread(target=write, args=("bob", "loop.maxChangedLines", 300)),
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    answers = dict(
+        each_at_once([lambda: write("alice", "loop.threshold", 0.7), lambda: write("bob", "loop.maxChangedLines", 300)])
+    )
     ok = [name for name, answer in answers.items() if isinstance(answer, sw.Answer)]
     refused = [a for a in answers.values() if isinstance(a, sw.SettingsRefusal)]
     assert ok and all(r.code == "conflict" for r in refused)
@@ -495,27 +486,19 @@ def test_two_writers_of_conflicting_values_never_both_land_unvalidated(tmp_path,
         pytest.skip("real parallel writers need Postgres")
     sb = settings_brain(tmp_path, settings)
     sw.loop_set(sb.pricing, "loop.trigger.windowRuns", value=4, actor="setup")
-    barrier = threading.Barrier(2)
-    answers: dict[str, object] = {}
     pricing = sb.pricing
 
     def write(name, key, value):
         try:
-            barrier.wait()
-            answers[name] = sw.loop_set(pricing, key, "set", value, actor=name)
+            return name, sw.loop_set(pricing, key, "set", value, actor=name)
         except sw.SettingsRefusal as refusal:
-            answers[name] = refusal
-        finally:
-            connection.close()
+            return name, refusal
 
-    threads = [
-        threading.Thread(target=write, args=("alice", "loop.trigger.windowRuns", 2)),
-        threading.Thread(target=write, args=("bob", "loop.trigger.minFailures", 3)),
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    answers = dict(
+        each_at_once(
+            [lambda: write("alice", "loop.trigger.windowRuns", 2), lambda: write("bob", "loop.trigger.minFailures", 3)]
+        )
+    )
     outcomes = sorted(type(a).__name__ for a in answers.values())
     assert outcomes == ["Answer", "SettingsRefusal"]
     (refusal,) = [a for a in answers.values() if isinstance(a, sw.SettingsRefusal)]

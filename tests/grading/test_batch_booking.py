@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,6 +19,7 @@ from grading.models import Execution, Grade, SampleDay
 from grading.sampling import in_rate
 from grading.tasks import grading as grading_tasks
 from singularity.errors import StateError
+from tests.concurrency import each_at_once
 from tests.grading.grading_helpers import brain_repo, make_entity, make_run
 
 Sampling = Execution.Sampling
@@ -181,27 +181,10 @@ def test_concurrent_batches_never_book_past_the_ceiling():
     entity = make_entity(evaluation={"method": "none", "sample": {"maxPerDay": 7}, "gradeAfterHours": 1})
     batches = [[make_run(entity) for _ in range(5)] for _ in range(4)]
     singles = [make_run(entity) for _ in range(4)]
-    start = threading.Barrier(len(batches) + len(singles))
-    errors: list[BaseException] = []
-
-    def book(runs: list[Execution]) -> None:
-        try:
-            start.wait()
-            if len(runs) == 1:
-                on_terminal(runs[0])
-            else:
-                on_terminal_many(runs)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=book, args=(runs,)) for runs in batches + [[run] for run in singles]]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors
+    each_at_once(
+        [lambda runs=runs: on_terminal_many(runs) for runs in batches]
+        + [lambda run=run: on_terminal(run) for run in singles]
+    )
     assert SampleDay.objects.get(entity=entity).booked == 7
     assert Grade.objects.filter(entity=entity, holds_slot=True).count() == 7
     assert Execution.objects.filter(entity=entity, sampling=Sampling.SKIPPED_CAP).count() == 24 - 7

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from io import StringIO
@@ -10,7 +9,6 @@ from io import StringIO
 import pytest
 import time_machine
 from django.core.management import CommandError, call_command
-from django.db import connection
 
 from grading.booking import (
     GIVE_UP_AFTER,
@@ -27,6 +25,7 @@ from grading.grade import grade_now
 from grading.models import Execution, Grade
 from grading.sampling import booked_on, calendar_day
 from singularity.celery import app as celery_app
+from tests.concurrency import each_at_once
 from tests.grading.grading_helpers import make_entity, make_run
 
 #: Method none: grading needs no model, so these tests are about the booking alone.
@@ -302,26 +301,9 @@ def test_two_workers_racing_grade_one_run_once():
     grade = on_terminal(run)
     from grading.grade import _grade
 
-    start = threading.Barrier(6)
-    did: list[bool] = []
-    errors: list[BaseException] = []
-
-    def worker() -> None:
-        try:
-            mine = Grade.objects.get(pk=grade.pk)
-            start.wait()
-            did.append(_grade(mine))
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=worker) for _ in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors
+    # Each worker holds its own copy, read before any is released: all six see the grade pending.
+    copies = [Grade.objects.get(pk=grade.pk) for _ in range(6)]
+    did = each_at_once([lambda mine=mine: _grade(mine) for mine in copies])
     assert did.count(True) == 1
     grade.refresh_from_db()
     assert grade.status == Grade.Status.GRADED and grade.attempts == 1

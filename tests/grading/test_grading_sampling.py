@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import threading
 import uuid
 from datetime import UTC, datetime
 
 import pytest
 import time_machine
-from django.db import close_old_connections, connection
 
 from grading.booking import book_exempt, on_terminal, register_exemption, unregister_exemption
 from grading.models import Execution, Grade, SampleDay
 from grading.sampling import booked_on, calendar_day, in_rate, take_slot
+from tests.concurrency import at_once, each_at_once
 from tests.grading.grading_helpers import make_entity, make_run
 
 Sampling = Execution.Sampling
@@ -213,26 +212,7 @@ def test_asking_twice_books_once():
 def test_concurrent_bookings_never_exceed_the_ceiling():
     entity = make_entity(evaluation={"sample": {"maxPerDay": 3}})
     day = calendar_day()
-    start = threading.Barrier(12)
-    results: list[bool] = []
-    errors: list[BaseException] = []
-
-    def book() -> None:
-        try:
-            start.wait()
-            results.append(take_slot(entity, day, 3))
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-        finally:
-            close_old_connections()
-            connection.close()
-
-    threads = [threading.Thread(target=book) for _ in range(12)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors
+    results = at_once(lambda: take_slot(entity, day, 3), 12)
     assert sum(results) == 3
     assert SampleDay.objects.get(entity=entity, day=day).booked == 3
 
@@ -242,23 +222,6 @@ def test_concurrent_terminals_book_at_most_the_ceiling():
     # Delayed, so nothing is enqueued: this test is about the slots.
     entity = make_entity(evaluation={"sample": {"maxPerDay": 2}, "gradeAfterHours": 1})
     runs = [make_run(entity) for _ in range(8)]
-    start = threading.Barrier(len(runs))
-    errors: list[BaseException] = []
-
-    def finish(run: Execution) -> None:
-        try:
-            start.wait()
-            on_terminal(run)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=finish, args=(run,)) for run in runs]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors
+    each_at_once([lambda run=run: on_terminal(run) for run in runs])
     assert Grade.objects.filter(entity=entity).count() == 2
     assert Execution.objects.filter(entity=entity, sampling=Sampling.SKIPPED_CAP).count() == 6

@@ -73,7 +73,7 @@ def test_the_list_shows_every_entity_with_status_switches_runs_and_last_grade(we
     )
     for n in range(5):
         make_entity(f"other-{n}")
-    with django_assert_max_num_queries(7):  # one of them: the agents seen, not in the brain
+    with django_assert_max_num_queries(8):  # two of them: the agents seen, not in the brain; the traces set aside
         response = web.get("/evolution/entities/")
     html = response.content.decode()
     assert response.status_code == 200

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
@@ -13,7 +12,7 @@ from django.utils import timezone
 from hitl.actions import answer_card, cancel_card, expire_due_cards, open_card, retry_handler, run_handler
 from hitl.models import Card, Delivery, Notice
 from singularity.errors import ConfigError
-from tests.concurrency import at_once
+from tests.concurrency import at_once, each_at_once
 from tests.hitl.helpers import DECIDE, PRODUCER, RATING_BUTTONS, RATING_FORM, make_card
 
 pytestmark = pytest.mark.django_db
@@ -230,21 +229,14 @@ def test_two_racing_answers_write_one(handler, alice, bob):
     if connection.vendor != "postgresql":
         pytest.skip("needs Postgres: SQLite serialises writers")
     card = make_card(key="decide:race")
-    barrier = threading.Barrier(2)
-    results = {}
 
     def answer(user, choice):
-        barrier.wait()
-        try:
-            results[user.username] = answer_card(card.pk, user=user, is_agent=False, choice=choice, via="dashboard")
-        finally:
-            connection.close()
+        return lambda: (
+            user.username,
+            answer_card(card.pk, user=user, is_agent=False, choice=choice, via="dashboard"),
+        )
 
-    threads = [threading.Thread(target=answer, args=(u, c)) for u, c in ((alice, "accept"), (bob, "skip"))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    results = dict(each_at_once([answer(alice, "accept"), answer(bob, "skip")]))
     codes = sorted(r.code for r in results.values())
     assert codes == ["already_closed", "answered"]
     winner = next(name for name, r in results.items() if r.ok)
