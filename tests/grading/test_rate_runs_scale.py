@@ -202,3 +202,69 @@ def test_rate_runs_reads_the_rateable_entities_and_their_metrics_blocks_in_one_s
     assert len(read.captured_queries) == (1 if connection.vendor == "postgresql" else 2)
     assert len(after.captured_queries) == 0
     assert found == rated_metrics(rateable()) and set(found) == {e.pk for e in entities}
+
+
+def test_the_waiting_count_reads_the_newest_runs_up_to_the_cap_in_one_statement(alice, bob, monkeypatch):
+    """``Waiting`` counts among the ``QUEUE_CAP`` newest runs only (``capped`` when an older one exists), neither
+    rated by the viewer (on the metric filtered to) nor skipped by them: the database counts (issue 37)."""
+    from grading.models import RateSkip
+    from grading.views import rate
+
+    entity = make_entity("queue")
+    runs = [make_run(entity, completed_at=timezone.now() - timedelta(minutes=n + 1)) for n in range(6)]
+    Rating.objects.create(execution=runs[0], metric_id="layout_fit", user=alice, value=3, normalized=0.5)
+    Rating.objects.create(execution=runs[1], metric_id="layout_fit", user=bob, value=3, normalized=0.5)
+    RateSkip.objects.create(execution=runs[2], user=alice)
+    Rating.objects.create(execution=runs[3], metric_id="other", user=alice, value=3, normalized=0.5)
+    Rating.objects.create(execution=runs[5], metric_id="layout_fit", user=alice, value=3, normalized=0.5)
+    make_run(entity, loop_launched=True)  # a loop replay is never in the queue
+    make_run(entity, status=Execution.Status.RUNNING)  # nor a run still running
+    with CaptureQueriesContext(connection) as read:
+        assert rate.waiting_for(alice, [entity]) == rate.Waiting(2, 6, False)  # runs[1] and runs[4]
+    assert len(read.captured_queries) == 1
+    assert rate.waiting_for(alice, [entity], metric="layout_fit") == rate.Waiting(3, 6, False)  # and runs[3]
+    assert rate.waiting_for(bob, [entity]) == rate.Waiting(5, 6, False)
+    assert rate.waiting_for(alice, []) == rate.Waiting(0, 0, False)
+    monkeypatch.setattr(rate, "QUEUE_CAP", 4)  # runs[4] and runs[5] are past the cap: counted neither way
+    assert rate.waiting_for(alice, [entity]) == rate.Waiting(1, 4, True)
+    assert rate.waiting_for(alice, [entity], metric="layout_fit") == rate.Waiting(2, 4, True)
+    monkeypatch.setattr(rate, "QUEUE_CAP", 5)  # runs[4] waits, within the cap; runs[5] (rated) is past it
+    assert rate.waiting_for(alice, [entity]) == rate.Waiting(2, 5, True)
+    monkeypatch.setattr(rate, "QUEUE_CAP", 6)
+    assert rate.waiting_for(alice, [entity]) == rate.Waiting(2, 6, False)
+
+
+def test_the_rated_metrics_read_with_the_rateable_entities_are_the_ones_their_blocks_declare():
+    """``rateable(metrics=True)`` answers each entity's rated metric ids (on Postgres from the database, not its
+    metrics block read whole): those ``human_rated`` keeps of the block, in the block's order (issue 37)."""
+    from grading.models import Entity
+    from grading.people import human_rated
+    from grading.views.rate import rateable, rated_metrics
+
+    shapes = {
+        "mixed": {
+            "zeta": {"kind": "reported"},
+            "alpha": {"kind": "judged", "human": True},
+            "b": {"kind": "judged", "human": "true"},
+            "c": {"kind": "judged", "human": 1},
+            "d": {"kind": "computed", "human": True},
+            "e": "reported",
+            "f": None,
+            "g": {},
+            "h": {"kind": ["reported"]},
+            "it's": {"kind": "reported"},
+        },
+        "one": {"m": {"kind": "judged", "human": True}},
+        "none": {"m": {"kind": "judged"}},
+    }
+    for slug, metrics in shapes.items():
+        make_entity(slug, metrics=metrics)
+    every = rateable(metrics=True)
+    blocks = dict(Entity.objects.values_list("pk", "terms__evaluation__metrics"))
+    expected = {
+        e.pk: [m for m, spec in blocks[e.pk].items() if isinstance(spec, dict) and human_rated(spec)] for e in every
+    }
+    assert rated_metrics(every) == expected
+    assert {e.slug for e in every} == {"mixed", "one"}
+    mixed = next(e for e in every if e.slug == "mixed")
+    assert set(expected[mixed.pk]) == {"zeta", "alpha", "it's"}
