@@ -275,6 +275,9 @@ class Execution(models.Model):
             # Calibration's pairs: the ids of an entity's own runs (never loop replays), read from the index
             # alone (``calibration_many`` joins them to people's ratings; no run row is read).
             models.Index(fields=["entity", "id"], condition=models.Q(loop_launched=False), name="execution_own"),
+            # The loop's replays alone: calibration's pairs leave them out without reading a rated run's row
+            # (``calibration._rated_runs``: a probe into this small index, issue 37).
+            models.Index(fields=["id"], condition=models.Q(loop_launched=True), name="execution_replays"),
         ]
 
     def __str__(self) -> str:

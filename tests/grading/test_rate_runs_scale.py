@@ -268,3 +268,26 @@ def test_the_rated_metrics_read_with_the_rateable_entities_are_the_ones_their_bl
     assert {e.slug for e in every} == {"mixed", "one"}
     mixed = next(e for e in every if e.slug == "mixed")
     assert set(expected[mixed.pk]) == {"zeta", "alpha", "it's"}
+
+
+def test_calibrations_pairs_leave_the_replays_out_by_their_index_without_reading_a_rated_run(bob):
+    """The pairs statement joins each rating to its run's grade by key and leaves a loop replay out through the
+    replays' own index (``execution_replays``): no rated run's row is read (issue 37)."""
+    entities = fleet(2, 4, bob)
+    replay = Execution.objects.filter(entity=entities[0]).order_by("-completed_at").first()
+    Execution.objects.filter(pk=replay.pk).update(loop_launched=True)
+    with CaptureQueriesContext(connection) as read:
+        many = calibration_many(entities)
+    assert [c.pairs for c in many[entities[0].pk]] == [1] and [c.pairs for c in many[entities[1].pk]] == [2]
+    pairs = read.captured_queries[-1]["sql"]
+    assert '"grading_execution"' not in pairs.split(" WHERE ")[0]  # joined to the grades alone
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SET enable_seqscan = off")
+        try:
+            cursor.execute(f"EXPLAIN {pairs}")
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        finally:
+            cursor.execute("SET enable_seqscan = on")
+    assert "execution_replays" in plan and "grading_execution_pkey" not in plan and "execution_own" not in plan, plan
