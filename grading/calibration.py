@@ -123,7 +123,7 @@ def _same_judge(facts: dict[str, Any], judge: dict[str, Any]) -> bool:
     return True
 
 
-def calibration_many(entities: list[Entity]) -> dict[int, list[MetricCalibration]]:
+def calibration_many(entities: list[Entity], *, read_terms: bool = False) -> dict[int, list[MetricCalibration]]:
     """The calibration of each entity's judged ``human: true`` metrics (only entities with one are keys).
 
     Two queries for any number of entities: each entity's current judge (its
@@ -137,22 +137,43 @@ def calibration_many(entities: list[Entity]) -> dict[int, list[MetricCalibration
     grade's vector only the rated metric's value is read where the database
     can pick it, and a metric's runs are walked only until its ``maxPairs``
     are found.
+
+    ``read_terms``: the entities were read without their terms; they are read (and set on each) in the first
+    statement, with the judges — of every entity then, as which ones calibrate is known only from the terms
+    (Rate runs: one statement fewer, issue 37).
     """
-    wanted = {e.pk: (e, calibrated_metrics(e)) for e in entities}
-    wanted = {pk: pair for pk, pair in wanted.items() if pair[1]}
-    if not wanted:
-        return {}
     newest = (
         Grade.objects.filter(entity=OuterRef("pk"), status=Grade.Status.GRADED, execution__loop_launched=False)
         .order_by("-graded_at", "-booked_at")
         .values("judge")[:1]
     )
+    read: list[tuple[int, Any]] | None = None
+    if read_terms and entities:
+        terms: dict[int, Any] = {}
+        read = []
+        for pk, their_terms, facts in (
+            Entity.objects.filter(pk__in=[e.pk for e in entities])
+            .annotate(newest_judge=Subquery(newest))
+            .values_list("pk", "terms", "newest_judge")
+        ):
+            terms[pk] = their_terms
+            read.append((pk, facts))
+        for e in entities:
+            e.terms = terms[e.pk]
+    wanted = {e.pk: (e, calibrated_metrics(e)) for e in entities}
+    wanted = {pk: pair for pk, pair in wanted.items() if pair[1]}
+    if not wanted:
+        return {}
+    if read is None:
+        read = list(
+            Entity.objects.filter(pk__in=list(wanted))
+            .annotate(newest_judge=Subquery(newest))
+            .values_list("pk", "newest_judge")
+        )
     judges: dict[int, dict[str, Any] | None] = {}
-    for pk, facts in (
-        Entity.objects.filter(pk__in=list(wanted))
-        .annotate(newest_judge=Subquery(newest))
-        .values_list("pk", "newest_judge")
-    ):
+    for pk, facts in read:
+        if pk not in wanted:
+            continue
         if isinstance(facts, str):  # a JSON subquery comes back as text on some backends
             facts = json.loads(facts)
         judges[pk] = None if facts is None else {k: (facts or {}).get(k) for k in JUDGE_KEYS}

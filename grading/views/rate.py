@@ -487,8 +487,8 @@ def rate_runs(request: HttpRequest) -> HttpResponse:
     shown = {run.entity_id: run.entity for run in runs}
     if chosen is not None and entities:
         shown.setdefault(chosen.pk, entities[0])
-    with_terms(list(shown.values()))  # the rows' metrics and the calibrations read them
-    calibrations = calibration_many(list(shown.values()))
+    # Their terms (the rows' metrics and the calibrations read them) come with the calibrations' judges.
+    calibrations = calibration_many(list(shown.values()), read_terms=True)
     nav = [(f"{e.target_kind}:{e.slug}", e.name or e.slug, chosen is not None and chosen.pk == e.pk) for e in every]
     chosen_key = f"{chosen.target_kind}:{chosen.slug}" if chosen else ""
     rows = rate_rows(request.user, runs, metric=metric)

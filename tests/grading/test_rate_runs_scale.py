@@ -14,6 +14,7 @@ from django.utils import timezone
 from grading.calibration import calibration, calibration_many
 from grading.models import Execution, Rating
 from grading.views import RATE_RUNS
+from grading.views.rate import FEW_ENTITIES as FEW
 from tests.grading.rating_helpers import JUDGE, make_entity, make_grade, make_run
 
 pytestmark = pytest.mark.django_db
@@ -291,3 +292,15 @@ def test_calibrations_pairs_leave_the_replays_out_by_their_index_without_reading
         finally:
             cursor.execute("SET enable_seqscan = on")
     assert "execution_replays" in plan and "grading_execution_pkey" not in plan and "execution_own" not in plan, plan
+
+
+def test_rate_runs_sends_a_pinned_number_of_statements(web, bob):
+    """The page's statements, counted (issue 37): the session and its user, the rateable entities (two elsewhere
+    than on Postgres: their metrics blocks, then them), the page's runs, the page's entities' terms with their
+    judges, the calibrations' pairs, the rows' ratings, the waiting count, and the inbox badge's count."""
+    fleet(FEW + 1, 2, bob)
+    with CaptureQueriesContext(connection) as read:
+        response = web.get("/evolution/rate/")
+    assert response.status_code == 200 and response.context["calibrations"]
+    sent = [q["sql"] for q in read.captured_queries]
+    assert len(sent) == (9 if connection.vendor == "postgresql" else 10), "\n".join(s[:120] for s in sent)
