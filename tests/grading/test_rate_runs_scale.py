@@ -207,7 +207,7 @@ def test_rate_runs_reads_the_rateable_entities_and_their_metrics_blocks_in_one_s
 
 def test_the_waiting_count_reads_the_newest_runs_up_to_the_cap_in_one_statement(alice, bob, monkeypatch):
     """``Waiting`` counts among the ``QUEUE_CAP`` newest runs only (``capped`` when an older one exists), neither
-    rated by the viewer (on the metric filtered to) nor skipped by them: the database counts (issue 37)."""
+    rated by the viewer (on the metric filtered to) nor skipped by them; one statement (issue 37)."""
     from grading.models import RateSkip
     from grading.views import rate
 
