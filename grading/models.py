@@ -56,6 +56,33 @@ class HumanRated(models.Func):
         return self.as_sql(compiler, connection, template=template, **extra)
 
 
+#: The keys of ``evaluation.metrics`` whose spec people rate: ``RATED_PATH``'s filter on each key's value, in the
+#: block's order. Strict, so a spec that is not an object, or lacks ``kind`` (or ``human``), matches nothing; a
+#: block that is not an object has no keys (the error silenced: ``[]``).
+RATED_IDS_PATH = (
+    'strict $.evaluation.metrics.keyvalue() ? (@.value.kind == "reported" || '
+    '(@.value.kind == "judged" && @.value.human == true)).key'
+)
+
+
+@deconstructible(path="grading.models.HumanRatedIds")
+class HumanRatedIds(models.Func):
+    """The ids of the metrics people rate in ``terms`` (``RATED_IDS_PATH``) as a JSON array's text, for
+    ``Entity.rated_metric_ids``. Postgres only (``jsonb_path_query_array`` and the cast to text are immutable);
+    NULL on SQLite, as ``HumanRated`` is."""
+
+    template = "NULL"
+    arity = 1
+
+    def __init__(self, expression: Any = "terms", **extra: Any) -> None:
+        super().__init__(expression, output_field=models.TextField(), **extra)
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        path = RATED_IDS_PATH.replace("'", "''")
+        template = f"(jsonb_path_query_array(%(expressions)s, '{path}'::jsonpath, '{{}}'::jsonb, true))::text"
+        return self.as_sql(compiler, connection, template=template, **extra)
+
+
 class Entity(models.Model):
     class Kind(models.TextChoices):
         WORKFLOW = "workflow"
@@ -125,6 +152,14 @@ class Entity(models.Model):
     rateable = models.GeneratedField(
         expression=HumanRated("terms"),
         output_field=models.BooleanField(null=True),
+        db_persist=True,
+    )
+    #: The ids of the metrics people rate (``people.human_rated``), a JSON array's text in the block's order — what
+    #: Rate runs reads of each rateable entity, not its kilobytes of terms (issue 37). Text, not JSON: a page that
+    #: reads entities whole does not decode it. Postgres only; NULL on SQLite (``HumanRatedIds``).
+    rated_metric_ids = models.GeneratedField(
+        expression=HumanRatedIds("terms"),
+        output_field=models.TextField(null=True),
         db_persist=True,
     )
 
@@ -240,6 +275,9 @@ class Execution(models.Model):
             # Calibration's pairs: the ids of an entity's own runs (never loop replays), read from the index
             # alone (``calibration_many`` joins them to people's ratings; no run row is read).
             models.Index(fields=["entity", "id"], condition=models.Q(loop_launched=False), name="execution_own"),
+            # The loop's replays alone: calibration's pairs leave them out without reading a rated run's row
+            # (``calibration._rated_runs``: a probe into this small index, issue 37).
+            models.Index(fields=["id"], condition=models.Q(loop_launched=True), name="execution_replays"),
         ]
 
     def __str__(self) -> str:

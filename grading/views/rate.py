@@ -19,7 +19,7 @@ from urllib.parse import quote
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import connection
-from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.db.models import BooleanField, Exists, F, Field, Func, OuterRef, Q, QuerySet, Value
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.middleware.csrf import get_token
 from django.shortcuts import redirect, render
@@ -141,8 +141,10 @@ def rateable(entity: Entity | None = None, *, metrics: bool = False) -> list[Ent
 
     On Postgres one statement on the ``rateable`` column the database keeps from the terms (``RATED_PATH``),
     so no entity's terms are read, not even in the database. Elsewhere two: every entity's
-    ``evaluation.metrics`` block alone, then the rateable ones. ``metrics`` hands each its ``evaluation.metrics``
-    block too (``metrics_block``, read in the same statement): what ``rated_metrics`` reads, then without a statement.
+    ``evaluation.metrics`` block alone, then the rateable ones. ``metrics`` hands each what ``rated_metrics``
+    reads, in the same statement, so that it then reads nothing: on Postgres the ids of its rated metrics, which
+    the database keeps (``Entity.rated_metric_ids``: a fleet's blocks are kilobytes each, issue 37); elsewhere its
+    ``evaluation.metrics`` block (``metrics_block``).
     """
     entities = Entity.objects.filter(evaluation_enabled=True, load_error="")
     if entity is not None:
@@ -150,7 +152,7 @@ def rateable(entity: Entity | None = None, *, metrics: bool = False) -> list[Ent
     if connection.vendor == "postgresql":
         read = entities.filter(rateable=True).only(*RATE_READ).order_by("kind", "slug")
         if metrics:
-            read = read.annotate(metrics_block=F("terms__evaluation__metrics"))
+            read = read.annotate(rated_ids=F("rated_metric_ids"))
         return list(read)
     blocks = dict(entities.values_list("pk", "terms__evaluation__metrics"))
     wanted = [pk for pk, block in blocks.items() if isinstance(block, dict) and any(map(_rated_spec, block.values()))]
@@ -346,10 +348,26 @@ def _queue(entities: list[Entity]) -> QuerySet[Execution]:
     if len(entities) > FEW_ENTITIES:
         # Many entities: walk the newest runs (``execution_newest``) and keep theirs. ``entity_id + 0`` keeps a
         # planner (SQLite's) from reading every run of the entities through their own index and sorting them.
-        runs = runs.alias(entity_plus=F("entity_id") + 0).filter(entity_plus__in=[e.pk for e in entities])
+        ids = [e.pk for e in entities]
+        if connection.vendor == "postgresql":  # the ids as one array, not a parameter each (issue 37)
+            runs = runs.filter(_AnyOf(F("entity_id") + 0, ids))
+        else:
+            runs = runs.alias(entity_plus=F("entity_id") + 0).filter(entity_plus__in=ids)
     else:
         runs = runs.filter(entity__in=entities)
     return runs
+
+
+class _AnyOf(Func):
+    """``expression = ANY(values)`` with ``values`` one array parameter (Postgres): what ``__in`` asks, without
+    preparing, sending and parsing a parameter per value (a fleet's rateable entities are hundreds)."""
+
+    template = "(%(expressions)s))"
+    arg_joiner = " = ANY("
+    output_field = BooleanField()
+
+    def __init__(self, expression: Any, values: list[Any]) -> None:
+        super().__init__(expression, Value(list(values), output_field=Field()))
 
 
 @dataclass
@@ -370,6 +388,9 @@ def waiting_for(user: Any, entities: list[Entity], *, metric: str = "") -> Waiti
     if metric:
         mine = mine.filter(metric_id=metric)
     skipped = RateSkip.objects.filter(execution_id=OuterRef("pk"), user=user)
+    # The two flags of the newest ``QUEUE_CAP + 1`` (the extra one says ``capped``), counted here: the database walks
+    # the same runs either way, and a count it makes over them (numbered by a window, to leave the extra one out)
+    # costs more to build and to run than reading the thousand pairs of flags (issue 37, measured).
     seen = list(
         _queue(entities)
         .order_by("-completed_at", "-id")
@@ -386,6 +407,8 @@ def rated_metrics(entities: list[Entity]) -> dict[int, list[str]]:
     alone (``entities`` are read without their terms), none when ``rateable(metrics=True)`` read them."""
     if not entities:
         return {}
+    if all("rated_ids" in e.__dict__ for e in entities):  # read with them: ``rateable(metrics=True)``'s, Postgres
+        return {e.pk: json.loads(e.rated_ids) for e in entities}  # type: ignore[attr-defined]
     if all("metrics_block" in e.__dict__ for e in entities):  # read with them: ``rateable(metrics=True)``'s, graded
         blocks = [(e.pk, e.metrics_block) for e in entities]  # type: ignore[attr-defined]
     else:
@@ -461,8 +484,8 @@ def rate_runs(request: HttpRequest) -> HttpResponse:
     shown = {run.entity_id: run.entity for run in runs}
     if chosen is not None and entities:
         shown.setdefault(chosen.pk, entities[0])
-    with_terms(list(shown.values()))  # the rows' metrics and the calibrations read them
-    calibrations = calibration_many(list(shown.values()))
+    # Their terms (the rows' metrics and the calibrations read them) come with the calibrations' judges.
+    calibrations = calibration_many(list(shown.values()), read_terms=True)
     nav = [(f"{e.target_kind}:{e.slug}", e.name or e.slug, chosen is not None and chosen.pk == e.pk) for e in every]
     chosen_key = f"{chosen.target_kind}:{chosen.slug}" if chosen else ""
     rows = rate_rows(request.user, runs, metric=metric)

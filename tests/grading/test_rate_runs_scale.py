@@ -14,6 +14,7 @@ from django.utils import timezone
 from grading.calibration import calibration, calibration_many
 from grading.models import Execution, Rating
 from grading.views import RATE_RUNS
+from grading.views.rate import FEW_ENTITIES as FEW
 from tests.grading.rating_helpers import JUDGE, make_entity, make_grade, make_run
 
 pytestmark = pytest.mark.django_db
@@ -202,3 +203,104 @@ def test_rate_runs_reads_the_rateable_entities_and_their_metrics_blocks_in_one_s
     assert len(read.captured_queries) == (1 if connection.vendor == "postgresql" else 2)
     assert len(after.captured_queries) == 0
     assert found == rated_metrics(rateable()) and set(found) == {e.pk for e in entities}
+
+
+def test_the_waiting_count_reads_the_newest_runs_up_to_the_cap_in_one_statement(alice, bob, monkeypatch):
+    """``Waiting`` counts among the ``QUEUE_CAP`` newest runs only (``capped`` when an older one exists), neither
+    rated by the viewer (on the metric filtered to) nor skipped by them; one statement (issue 37)."""
+    from grading.models import RateSkip
+    from grading.views import rate
+
+    entity = make_entity("queue")
+    runs = [make_run(entity, completed_at=timezone.now() - timedelta(minutes=n + 1)) for n in range(6)]
+    Rating.objects.create(execution=runs[0], metric_id="layout_fit", user=alice, value=3, normalized=0.5)
+    Rating.objects.create(execution=runs[1], metric_id="layout_fit", user=bob, value=3, normalized=0.5)
+    RateSkip.objects.create(execution=runs[2], user=alice)
+    Rating.objects.create(execution=runs[3], metric_id="other", user=alice, value=3, normalized=0.5)
+    Rating.objects.create(execution=runs[5], metric_id="layout_fit", user=alice, value=3, normalized=0.5)
+    make_run(entity, loop_launched=True)  # a loop replay is never in the queue
+    make_run(entity, status=Execution.Status.RUNNING)  # nor a run still running
+    with CaptureQueriesContext(connection) as read:
+        assert rate.waiting_for(alice, [entity]) == rate.Waiting(2, 6, False)  # runs[1] and runs[4]
+    assert len(read.captured_queries) == 1
+    assert rate.waiting_for(alice, [entity], metric="layout_fit") == rate.Waiting(3, 6, False)  # and runs[3]
+    assert rate.waiting_for(bob, [entity]) == rate.Waiting(5, 6, False)
+    assert rate.waiting_for(alice, []) == rate.Waiting(0, 0, False)
+    monkeypatch.setattr(rate, "QUEUE_CAP", 4)  # runs[4] and runs[5] are past the cap: counted neither way
+    assert rate.waiting_for(alice, [entity]) == rate.Waiting(1, 4, True)
+    assert rate.waiting_for(alice, [entity], metric="layout_fit") == rate.Waiting(2, 4, True)
+    monkeypatch.setattr(rate, "QUEUE_CAP", 5)  # runs[4] waits, within the cap; runs[5] (rated) is past it
+    assert rate.waiting_for(alice, [entity]) == rate.Waiting(2, 5, True)
+    monkeypatch.setattr(rate, "QUEUE_CAP", 6)
+    assert rate.waiting_for(alice, [entity]) == rate.Waiting(2, 6, False)
+
+
+def test_the_rated_metrics_read_with_the_rateable_entities_are_the_ones_their_blocks_declare():
+    """``rateable(metrics=True)`` answers each entity's rated metric ids (on Postgres from the database, not its
+    metrics block read whole): those ``human_rated`` keeps of the block, in the block's order (issue 37)."""
+    from grading.models import Entity
+    from grading.people import human_rated
+    from grading.views.rate import rateable, rated_metrics
+
+    shapes = {
+        "mixed": {
+            "zeta": {"kind": "reported"},
+            "alpha": {"kind": "judged", "human": True},
+            "b": {"kind": "judged", "human": "true"},
+            "c": {"kind": "judged", "human": 1},
+            "d": {"kind": "computed", "human": True},
+            "e": "reported",
+            "f": None,
+            "g": {},
+            "h": {"kind": ["reported"]},
+            "it's": {"kind": "reported"},
+        },
+        "one": {"m": {"kind": "judged", "human": True}},
+        "none": {"m": {"kind": "judged"}},
+    }
+    for slug, metrics in shapes.items():
+        make_entity(slug, metrics=metrics)
+    every = rateable(metrics=True)
+    blocks = dict(Entity.objects.values_list("pk", "terms__evaluation__metrics"))
+    expected = {
+        e.pk: [m for m, spec in blocks[e.pk].items() if isinstance(spec, dict) and human_rated(spec)] for e in every
+    }
+    assert rated_metrics(every) == expected
+    assert {e.slug for e in every} == {"mixed", "one"}
+    mixed = next(e for e in every if e.slug == "mixed")
+    assert set(expected[mixed.pk]) == {"zeta", "alpha", "it's"}
+
+
+def test_calibrations_pairs_leave_the_replays_out_by_their_index_without_reading_a_rated_run(bob):
+    """The pairs statement joins each rating to its run's grade by key and leaves a loop replay out through the
+    replays' own index (``execution_replays``): no rated run's row is read (issue 37)."""
+    entities = fleet(2, 4, bob)
+    replay = Execution.objects.filter(entity=entities[0]).order_by("-completed_at").first()
+    Execution.objects.filter(pk=replay.pk).update(loop_launched=True)
+    with CaptureQueriesContext(connection) as read:
+        many = calibration_many(entities)
+    assert [c.pairs for c in many[entities[0].pk]] == [1] and [c.pairs for c in many[entities[1].pk]] == [2]
+    pairs = read.captured_queries[-1]["sql"]
+    assert '"grading_execution"' not in pairs.split(" WHERE ")[0]  # joined to the grades alone
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SET enable_seqscan = off")
+        try:
+            cursor.execute(f"EXPLAIN {pairs}")
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        finally:
+            cursor.execute("SET enable_seqscan = on")
+    assert "execution_replays" in plan and "grading_execution_pkey" not in plan and "execution_own" not in plan, plan
+
+
+def test_rate_runs_sends_a_pinned_number_of_statements(web, bob):
+    """The page's statements, counted (issue 37): the session and its user, the rateable entities (two elsewhere
+    than on Postgres: their metrics blocks, then them), the page's runs, the page's entities' terms with their
+    judges, the calibrations' pairs, the rows' ratings, the waiting count, and the inbox badge's count."""
+    fleet(FEW + 1, 2, bob)
+    with CaptureQueriesContext(connection) as read:
+        response = web.get("/evolution/rate/")
+    assert response.status_code == 200 and response.context["calibrations"]
+    sent = [q["sql"] for q in read.captured_queries]
+    assert len(sent) == (9 if connection.vendor == "postgresql" else 10), "\n".join(s[:120] for s in sent)
