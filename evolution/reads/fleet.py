@@ -40,6 +40,7 @@ from evolution.steering.live import (  # noqa: F401 - the fleet's names for them
 )
 from grading.metrics import human_rated, is_bad, specs
 from grading.models import Entity
+from singularity import written
 from singularity.apikit.pagination import page_size
 
 
@@ -73,8 +74,14 @@ def with_months(entities: list[Entity], *, now: datetime) -> list[Entity]:
             setattr(entity, f"month_{name}", spend.ZERO)
     if not by_id:
         return entities
-    cycles = spend.with_cost(spend.opened_in(start, end).filter(entity_id__in=sorted(by_id)).order_by())
-    for entity_id, status, *parts in cycles.values_list("entity_id", "status", *spend.PARTS):
+    ids = sorted(by_id)
+    cycles = written.rows_compiled_once(
+        ("with_months", start, end, tuple(ids)),
+        lambda: spend.with_cost(spend.opened_in(start, end).filter(entity_id__in=ids).order_by()).values_list(
+            "entity_id", "status", *spend.PARTS
+        ),
+    )
+    for entity_id, status, *parts in cycles:
         entity = by_id[entity_id]
         entity.month_cycles += 1  # type: ignore[attr-defined]
         if status == Cycle.Status.VALIDATED:
@@ -510,19 +517,21 @@ def live_cycles(scope: QuerySet[Entity] | None) -> list[Cycle]:
     from django.db.models import Case, JSONField, When
     from django.db.models.fields.json import KT
 
-    cycles = (
-        Cycle.objects.exclude(phase=Cycle.Phase.SETTLED)
-        .select_related("entity")
-        .only(*LIVE_CYCLE_FIELDS, *LIVE_ENTITY_FIELDS)
-        .annotate(
-            decide_gate=KT("terms__loop__autonomy__decide"),
-            frozen_if_checking=Case(When(phase=Cycle.Phase.CHECKING, then="frozen"), output_field=JSONField()),
+    def statement() -> QuerySet[Cycle]:
+        cycles = (
+            Cycle.objects.exclude(phase=Cycle.Phase.SETTLED)
+            .select_related("entity")
+            .only(*LIVE_CYCLE_FIELDS, *LIVE_ENTITY_FIELDS)
+            .annotate(
+                decide_gate=KT("terms__loop__autonomy__decide"),
+                frozen_if_checking=Case(When(phase=Cycle.Phase.CHECKING, then="frozen"), output_field=JSONField()),
+            )
+            .order_by("started_at", "id")
         )
-        .order_by("started_at", "id")
-    )
-    if scope is not None:
-        cycles = cycles.filter(entity__in=scope.values("pk"))
-    read = list(cycles)
+        return cycles if scope is None else cycles.filter(entity__in=scope.values("pk"))
+
+    scoped = None if scope is None else written.key_of(scope)
+    read = written.objects_compiled_once(("live_cycles", scoped), statement)
     for cycle in read:
         if cycle.phase == Cycle.Phase.CHECKING:  # "checking (3 of 5 pairs graded)" counts the frozen set's slots
             cycle.frozen = cycle.frozen_if_checking  # type: ignore[attr-defined]
@@ -578,8 +587,11 @@ def _shown(scope: QuerySet[Entity], ids: list[int], *, now: datetime) -> list[En
 
     if not ids:
         return []
-    rows = scope.filter(pk__in=ids).select_related("waiting_window").defer(*waits_on.UNREAD)
-    read = {e.pk: e for e in _with_last_settle(rows)}
+
+    def statement() -> QuerySet[Entity]:
+        return _with_last_settle(scope.filter(pk__in=ids).select_related("waiting_window").defer(*waits_on.UNREAD))
+
+    read = {e.pk: e for e in written.objects_compiled_once(("shown", written.key_of(scope), tuple(ids)), statement)}
     # This month's loop spend and what it moved (issue 16): one statement for the page's rows.
     return with_months([read[pk] for pk in ids if pk in read], now=now)
 
@@ -696,7 +708,9 @@ def ranked(scope: QuerySet[Entity], facts: Facts) -> list[int]:
         )
         return (0 if needed else 1, places[state], (name or slug).lower(), slug)
 
-    rows = list(scope.values_list("pk", "name", "slug", "loop_enabled"))
+    rows = written.rows_compiled_once(
+        ("ranked", written.key_of(scope)), lambda: scope.values_list("pk", "name", "slug", "loop_enabled")
+    )
     return [row[0] for row in sorted(rows, key=key)]
 
 
