@@ -98,15 +98,25 @@ def plain_rounds(cycles: list[int] | QuerySet[Any], *, named: bool) -> dict[int,
     split = len(plain)
     answer: dict[int, list[Any]] = {}
     cycle_at = plain.index("cycle_id")
+    # A named card is built as ``Card.objects.only(*carded)`` builds it (``from_db``: its columns in the model's
+    # order, the rest deferred), not by ``Card(...)``, which makes every other field's default (a random short id).
+    placed = _model_order(Card, carded)
     for values in rows:
         if values[-1] is None:
             card = None
         elif named:
-            card = Card(**dict(zip(carded, values[split:-1], strict=True)))
+            card = Card.from_db(connection.alias, carded, [values[split + at] for at in placed])
         else:
             card = card_type._make(values[split:-1])
         answer.setdefault(values[cycle_at], []).append(round_type(*values[:split], card))
     return answer
+
+
+@functools.cache
+def _model_order(model: Any, names: tuple[str, ...]) -> list[int]:
+    """The places in ``names`` of ``model``'s concrete fields that ``names`` holds, in the model's order
+    (``Model.from_db`` reads its values so)."""
+    return [names.index(f.attname) for f in model._meta.concrete_fields if f.attname in names]
 
 
 @functools.lru_cache(maxsize=16)
