@@ -210,3 +210,10 @@ def pks_of(queryset: QuerySet[Any]) -> QuerySet[Any]:
     pks = queryset.values("pk")
     pks.__dict__["_written_key"] = ("pks", key_of(queryset))
     return pks
+
+
+def known_as(queryset: QuerySet[Any], *key: Any) -> QuerySet[Any]:
+    """``queryset``, named in keys of ``rows_compiled_once`` by ``key`` instead of its compiled statement
+    (``key_of``). Danger: ``key`` must name everything that makes its rows (the filter's values too)."""
+    queryset.__dict__["_written_key"] = ("known as", *key)
+    return queryset

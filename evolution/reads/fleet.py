@@ -35,6 +35,7 @@ from evolution.steering.live import (  # noqa: F401 - the fleet's names for them
     RANK_CARD_FIELDS,
     RANK_CYCLE_FIELDS,
     RANK_ROUND_FIELDS,
+    in_the_loop,
     live_rows,
     plain_rounds,
 )
@@ -605,7 +606,8 @@ def _build(
 
     running = [e.pk for e in shown if e.pk in facts.live]
     if live is None:
-        live = _by_entity(live_cycles(Entity.objects.filter(pk__in=running)) if running else [])
+        ids = written.known_as(Entity.objects.filter(pk__in=running), "ids", tuple(running))
+        live = _by_entity(live_cycles(ids) if running else [])
     checks.progress_many([c for pk in running for c in live.get(pk, [])])  # "checking (3 of 5 pairs graded)"
     idle = [e for e in shown if e.loop_enabled and e.pk not in facts.live]
     outcomes = recent_outcomes(idle, now=now)
@@ -723,9 +725,10 @@ def fleet_page(*, query: str = "", page: int = 1, per_page: int = PER_PAGE, now:
     entity's terms, nor how many cycles are live.
     """
     now = now or timezone.now()
-    entities = Entity.objects.filter(loop_enabled=True, present=True)
+    entities = in_the_loop()
     if query:
         entities = entities.filter(Q(name__icontains=query) | Q(slug__icontains=query))
+        written.known_as(entities, "in the loop", "found by", query)
     facts = _facts(entities, now=now, whole=False, build=False)
     order = ranked(entities, facts)
     pages = max(1, -(-len(order) // per_page))
@@ -751,7 +754,7 @@ def fleet(*, now: datetime | None = None) -> list[dict[str, Any]]:
     Each row is a loop_status entry plus ``entity`` (the model row, for
     links). A fixed number of queries whatever the fleet's size.
     """
-    entities = Entity.objects.filter(loop_enabled=True, present=True)
+    entities = in_the_loop()
     return _gather(entities, now=now or timezone.now(), whole=True)[0]
 
 
@@ -788,7 +791,7 @@ def loop_status(
         return {"entities": rows, "needsYou": len(found), "needsYouItems": found, "nextCursor": None}
     from evolution.steering import needs_you as waits_on
 
-    scope = Entity.objects.filter(loop_enabled=True, present=True)
+    scope = in_the_loop()
     facts = _facts(scope, now=now, whole=True)
     rest = scope
     if cursor:

@@ -63,6 +63,12 @@ ROUND_WAIT_FIELDS = (
 CARD_WAIT_FIELDS = ("id", "kind", "status", "expires_at", "created_at")
 
 
+def in_the_loop() -> QuerySet[Entity]:
+    """The entities in the loop (loop on, present in the brain): the fleet's scope, named in the keys of the
+    statements its reads compile once (``written.known_as``) without compiling it to be named."""
+    return written.known_as(Entity.objects.filter(loop_enabled=True, present=True), "in the loop")
+
+
 def named_entity(values: Any) -> SimpleNamespace:
     """An entity as a wait names it, from its ``NAMED`` columns in order: ``pk`` for its id."""
     pk, *rest = values

@@ -59,6 +59,7 @@ from evolution.steering.live import (  # noqa: F401 - the waits' columns, named 
     CYCLE_WAIT_FIELDS,
     NAMED,
     ROUND_WAIT_FIELDS,
+    in_the_loop,
     live_rows,
     named_entity,
 )
@@ -732,7 +733,7 @@ def _fleet_read(now: datetime) -> tuple[Any, ...]:
     wait of their own, the breaker's settles, the monthly ceiling's refusals, the holds and the live cycles."""
     from evolution.steering import autonomy, supervision
 
-    scope = Entity.objects.filter(loop_enabled=True, present=True)
+    scope = in_the_loop()
     breaker = autonomy.pauses_of(autonomy.settles_in(scope))
     budget = spend.month_refusals_in(scope, now=now)
     read = _standing(scope, [*breaker, *budget])
@@ -761,7 +762,7 @@ def count(now: datetime | None = None) -> int:
     from evolution.steering import autonomy, supervision
 
     now = now or timezone.now()
-    scope = Entity.objects.filter(loop_enabled=True, present=True)
+    scope = in_the_loop()
     breaker = autonomy.pauses_of(autonomy.settles_in(scope))
     budget = spend.month_refusals_in(scope, now=now)
     held = supervision.holds_in(scope)
