@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from operator import itemgetter
 from types import SimpleNamespace
 from typing import Any
 
@@ -700,20 +701,23 @@ def ranked(scope: QuerySet[Entity], facts: Facts) -> list[int]:
     named = facts.live.keys() | facts.mine.keys() | facts.paused.keys() | facts.grouped.keys()
     quiet = {on: (1, places[rank_state(0, on, [], False)[0]]) for on in (True, False)}
 
-    def key(row: tuple[int, str, str, bool]) -> tuple[int, int, str, str]:
-        pk, name, slug, enabled = row
-        if pk not in named:
-            return (*quiet[enabled], (name or slug).lower(), slug)
+    def place(pk: int, enabled: bool) -> tuple[int, int]:
         needed, carded = facts.needs(pk)
         state, _ = rank_state(
             pk, enabled, facts.live.get(pk, []), carded, facts.paused.get(pk, ""), facts.grouped.get(pk, "")
         )
-        return (0 if needed else 1, places[state], (name or slug).lower(), slug)
+        return (0 if needed else 1, places[state])
 
     rows = written.rows_compiled_once(
         ("ranked", written.key_of(scope)), lambda: scope.values_list("pk", "name", "slug", "loop_enabled")
     )
-    return [row[0] for row in sorted(rows, key=key)]
+    # Each row's key, then the ids in its order (a stable sort: rows equal in all four keep the statement's order).
+    keyed = [
+        ((*(quiet[enabled] if pk not in named else place(pk, enabled)), (name or slug).lower(), slug), pk)
+        for pk, name, slug, enabled in rows
+    ]
+    keyed.sort(key=itemgetter(0))
+    return [pk for _, pk in keyed]
 
 
 def fleet_page(*, query: str = "", page: int = 1, per_page: int = PER_PAGE, now: datetime | None = None) -> FleetPage:
