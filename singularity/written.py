@@ -58,7 +58,7 @@ def columns(
         column = field.get_col(model._meta.db_table)
         convert = connection.ops.get_db_converters(column) + field.get_db_converters(connection)
         if convert:
-            steps.append((index, column, tuple(convert)))
+            steps.append((index, column, tuple(_any_connection(step) for step in convert)))
     return Columns(", ".join([*parts, *extra]), tuple(steps))
 
 
@@ -158,7 +158,10 @@ def _compile(queryset: QuerySet[Any], *, models: bool) -> Compiled:
     if compiler.has_composite_fields(fields):
         raise TypeError("a statement compiled once reads no composite field")
     converters = compiler.get_converters(fields)
-    steps = tuple((index, expression, tuple(convs)) for index, (convs, expression) in sorted(converters.items()))
+    steps = tuple(
+        (index, expression, tuple(_any_connection(step) for step in convs))
+        for index, (convs, expression) in sorted(converters.items())
+    )
     return Compiled(sql, tuple(params), width, steps, _maker(compiler, queryset.db) if models else None)
 
 
@@ -186,6 +189,16 @@ def _maker(compiler: Any, db: str) -> Callable[[list[tuple[Any, ...]]], list[Any
         return answer
 
     return make
+
+
+def _any_connection(step: Any) -> Any:
+    """A conversion kept past the call that made it: one bound to the backend's operations of the connection it
+    was made on (each thread has its own) is called on the operations of the connection it is given instead."""
+    owner = getattr(step, "__self__", None)
+    if owner is None or owner is not getattr(getattr(owner, "connection", None), "ops", None):
+        return step
+    method = step.__func__
+    return lambda value, expression, conn: method(conn.ops, value, expression, conn)
 
 
 def key_of(queryset: QuerySet[Any]) -> tuple[str, tuple[Any, ...]]:

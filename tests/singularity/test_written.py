@@ -96,3 +96,25 @@ def test_a_scope_is_named_by_its_statement_and_its_ids_by_its_own_name():
     assert written.key_of(Entity.objects.filter(pk__in=[])) == ("", ())  # the ORM's empty result, named
     assert written.key_of(written.pks_of(on)) == ("pks", written.key_of(on))
     assert list(written.pks_of(on)) == list(on.values("pk"))
+
+
+def test_a_conversion_kept_past_its_call_runs_on_the_connection_it_is_handed():
+    """A compiled statement outlives the thread that compiled it: a conversion bound to the backend operations of
+    that thread's connection is called on the operations of the connection reading the rows now."""
+
+    class Ops:
+        def __init__(self, connection):
+            self.connection = connection
+
+        def convert(self, value, expression, connection):
+            return (self.connection.name, value)
+
+    class Connection:
+        def __init__(self, name):
+            self.name = name
+            self.ops = Ops(self)
+
+    compiled_on, read_on = Connection("compiled"), Connection("reading")
+    assert written._any_connection(compiled_on.ops.convert)(1, None, read_on) == ("reading", 1)
+    field = Entity._meta.get_field("terms")
+    assert written._any_connection(field.from_db_value) == field.from_db_value  # a field's own: kept as it is
