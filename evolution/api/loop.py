@@ -27,6 +27,7 @@ from evolution.api.serializers import (
     LoopGetSerializer,
     LoopStatusSerializer,
     represent,
+    shape,
 )
 from evolution.reads import fleet, history, status, story
 from singularity.apikit.camel import camel
@@ -76,7 +77,7 @@ class LoopStatus(APIView):
             )
         except (ValueError, status.NotFound) as exc:
             return _refusal(exc)
-        return Response(represent(LoopStatusSerializer(), answer))  # DRF's shape, read without its field walk
+        return Response(represent(shape(LoopStatusSerializer), answer))  # DRF's shape, read without its field walk
 
 
 class LoopHistory(APIView):
@@ -149,7 +150,7 @@ class LoopGet(APIView):
             )
         except (ValueError, status.NotFound) as exc:
             return _refusal(exc)
-        body = {"entity": represent(EntityStatusSerializer(), row), **HistorySerializer(cycles).data}
+        body = {"entity": represent(shape(EntityStatusSerializer), row), **HistorySerializer(cycles).data}
         return Response(body)
 
 

@@ -7,6 +7,7 @@ string. Serializers validate input; they never change anything.
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 from typing import Any
 
@@ -476,6 +477,14 @@ class AnalyzeAnswerSerializer(serializers.Serializer):
 
 
 # --- A fast path for the big reads ---------------------------------------------------------------
+
+
+@functools.cache
+def shape(kind: type[serializers.BaseSerializer]) -> serializers.BaseSerializer:
+    """One instance of a read shape ``kind`` a process, for ``represent``: its fields (deep copies of the declared
+    ones, a nested shape's too) and their plans (``_plan``) built once, not on every answer. A shape holds no
+    request's state: ``represent`` reads no context."""
+    return kind()
 
 
 def represent(serializer: serializers.BaseSerializer, instance: Any) -> Any:

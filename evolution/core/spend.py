@@ -208,10 +208,15 @@ def month_refusals_in(scope: QuerySet[Entity], *, now: datetime) -> dict[int, st
     (``Entity.loop_month_ceiling``: no entity's terms unpacked; nothing more when no tier writes one); when
     some are set, one more sums the month's cycles of those entities (``spent_many``).
     """
-    rows = (
-        scope.filter(loop_month_ceiling__isnull=False)
-        .exclude(loop_month_ceiling="null")  # SQLite's ->> reads a JSON null as the text null
-        .values_list("pk", "loop_month_ceiling")
+    from singularity import written
+
+    rows = written.rows_compiled_once(
+        ("month_ceilings", written.key_of(scope)),
+        lambda: (
+            scope.filter(loop_month_ceiling__isnull=False)
+            .exclude(loop_month_ceiling="null")  # SQLite's ->> reads a JSON null as the text null
+            .values_list("pk", "loop_month_ceiling")
+        ),
     )
     return _reached({pk: Decimal(str(text)) for pk, text in rows}, now)
 

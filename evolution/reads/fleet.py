@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from operator import itemgetter
 from types import SimpleNamespace
 from typing import Any
 
@@ -35,11 +36,13 @@ from evolution.steering.live import (  # noqa: F401 - the fleet's names for them
     RANK_CARD_FIELDS,
     RANK_CYCLE_FIELDS,
     RANK_ROUND_FIELDS,
+    in_the_loop,
     live_rows,
     plain_rounds,
 )
 from grading.metrics import human_rated, is_bad, specs
 from grading.models import Entity
+from singularity import written
 from singularity.apikit.pagination import page_size
 
 
@@ -73,8 +76,14 @@ def with_months(entities: list[Entity], *, now: datetime) -> list[Entity]:
             setattr(entity, f"month_{name}", spend.ZERO)
     if not by_id:
         return entities
-    cycles = spend.with_cost(spend.opened_in(start, end).filter(entity_id__in=sorted(by_id)).order_by())
-    for entity_id, status, *parts in cycles.values_list("entity_id", "status", *spend.PARTS):
+    ids = sorted(by_id)
+    cycles = written.rows_compiled_once(
+        ("with_months", start, end, tuple(ids)),
+        lambda: spend.with_cost(spend.opened_in(start, end).filter(entity_id__in=ids).order_by()).values_list(
+            "entity_id", "status", *spend.PARTS
+        ),
+    )
+    for entity_id, status, *parts in cycles:
         entity = by_id[entity_id]
         entity.month_cycles += 1  # type: ignore[attr-defined]
         if status == Cycle.Status.VALIDATED:
@@ -510,19 +519,21 @@ def live_cycles(scope: QuerySet[Entity] | None) -> list[Cycle]:
     from django.db.models import Case, JSONField, When
     from django.db.models.fields.json import KT
 
-    cycles = (
-        Cycle.objects.exclude(phase=Cycle.Phase.SETTLED)
-        .select_related("entity")
-        .only(*LIVE_CYCLE_FIELDS, *LIVE_ENTITY_FIELDS)
-        .annotate(
-            decide_gate=KT("terms__loop__autonomy__decide"),
-            frozen_if_checking=Case(When(phase=Cycle.Phase.CHECKING, then="frozen"), output_field=JSONField()),
+    def statement() -> QuerySet[Cycle]:
+        cycles = (
+            Cycle.objects.exclude(phase=Cycle.Phase.SETTLED)
+            .select_related("entity")
+            .only(*LIVE_CYCLE_FIELDS, *LIVE_ENTITY_FIELDS)
+            .annotate(
+                decide_gate=KT("terms__loop__autonomy__decide"),
+                frozen_if_checking=Case(When(phase=Cycle.Phase.CHECKING, then="frozen"), output_field=JSONField()),
+            )
+            .order_by("started_at", "id")
         )
-        .order_by("started_at", "id")
-    )
-    if scope is not None:
-        cycles = cycles.filter(entity__in=scope.values("pk"))
-    read = list(cycles)
+        return cycles if scope is None else cycles.filter(entity__in=scope.values("pk"))
+
+    scoped = None if scope is None else written.key_of(scope)
+    read = written.objects_compiled_once(("live_cycles", scoped), statement)
     for cycle in read:
         if cycle.phase == Cycle.Phase.CHECKING:  # "checking (3 of 5 pairs graded)" counts the frozen set's slots
             cycle.frozen = cycle.frozen_if_checking  # type: ignore[attr-defined]
@@ -578,8 +589,11 @@ def _shown(scope: QuerySet[Entity], ids: list[int], *, now: datetime) -> list[En
 
     if not ids:
         return []
-    rows = scope.filter(pk__in=ids).select_related("waiting_window").defer(*waits_on.UNREAD)
-    read = {e.pk: e for e in _with_last_settle(rows)}
+
+    def statement() -> QuerySet[Entity]:
+        return _with_last_settle(scope.filter(pk__in=ids).select_related("waiting_window").defer(*waits_on.UNREAD))
+
+    read = {e.pk: e for e in written.objects_compiled_once(("shown", written.key_of(scope), tuple(ids)), statement)}
     # This month's loop spend and what it moved (issue 16): one statement for the page's rows.
     return with_months([read[pk] for pk in ids if pk in read], now=now)
 
@@ -593,7 +607,8 @@ def _build(
 
     running = [e.pk for e in shown if e.pk in facts.live]
     if live is None:
-        live = _by_entity(live_cycles(Entity.objects.filter(pk__in=running)) if running else [])
+        ids = written.known_as(Entity.objects.filter(pk__in=running), "ids", tuple(running))
+        live = _by_entity(live_cycles(ids) if running else [])
     checks.progress_many([c for pk in running for c in live.get(pk, [])])  # "checking (3 of 5 pairs graded)"
     idle = [e for e in shown if e.loop_enabled and e.pk not in facts.live]
     outcomes = recent_outcomes(idle, now=now)
@@ -686,18 +701,23 @@ def ranked(scope: QuerySet[Entity], facts: Facts) -> list[int]:
     named = facts.live.keys() | facts.mine.keys() | facts.paused.keys() | facts.grouped.keys()
     quiet = {on: (1, places[rank_state(0, on, [], False)[0]]) for on in (True, False)}
 
-    def key(row: tuple[int, str, str, bool]) -> tuple[int, int, str, str]:
-        pk, name, slug, enabled = row
-        if pk not in named:
-            return (*quiet[enabled], (name or slug).lower(), slug)
+    def place(pk: int, enabled: bool) -> tuple[int, int]:
         needed, carded = facts.needs(pk)
         state, _ = rank_state(
             pk, enabled, facts.live.get(pk, []), carded, facts.paused.get(pk, ""), facts.grouped.get(pk, "")
         )
-        return (0 if needed else 1, places[state], (name or slug).lower(), slug)
+        return (0 if needed else 1, places[state])
 
-    rows = list(scope.values_list("pk", "name", "slug", "loop_enabled"))
-    return [row[0] for row in sorted(rows, key=key)]
+    rows = written.rows_compiled_once(
+        ("ranked", written.key_of(scope)), lambda: scope.values_list("pk", "name", "slug", "loop_enabled")
+    )
+    # Each row's key, then the ids in its order (a stable sort: rows equal in all four keep the statement's order).
+    keyed = [
+        ((*(quiet[enabled] if pk not in named else place(pk, enabled)), (name or slug).lower(), slug), pk)
+        for pk, name, slug, enabled in rows
+    ]
+    keyed.sort(key=itemgetter(0))
+    return [pk for _, pk in keyed]
 
 
 def fleet_page(*, query: str = "", page: int = 1, per_page: int = PER_PAGE, now: datetime | None = None) -> FleetPage:
@@ -709,9 +729,10 @@ def fleet_page(*, query: str = "", page: int = 1, per_page: int = PER_PAGE, now:
     entity's terms, nor how many cycles are live.
     """
     now = now or timezone.now()
-    entities = Entity.objects.filter(loop_enabled=True, present=True)
+    entities = in_the_loop()
     if query:
         entities = entities.filter(Q(name__icontains=query) | Q(slug__icontains=query))
+        written.known_as(entities, "in the loop", "found by", query)
     facts = _facts(entities, now=now, whole=False, build=False)
     order = ranked(entities, facts)
     pages = max(1, -(-len(order) // per_page))
@@ -737,7 +758,7 @@ def fleet(*, now: datetime | None = None) -> list[dict[str, Any]]:
     Each row is a loop_status entry plus ``entity`` (the model row, for
     links). A fixed number of queries whatever the fleet's size.
     """
-    entities = Entity.objects.filter(loop_enabled=True, present=True)
+    entities = in_the_loop()
     return _gather(entities, now=now or timezone.now(), whole=True)[0]
 
 
@@ -774,7 +795,7 @@ def loop_status(
         return {"entities": rows, "needsYou": len(found), "needsYouItems": found, "nextCursor": None}
     from evolution.steering import needs_you as waits_on
 
-    scope = Entity.objects.filter(loop_enabled=True, present=True)
+    scope = in_the_loop()
     facts = _facts(scope, now=now, whole=True)
     rest = scope
     if cursor:

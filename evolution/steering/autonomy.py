@@ -245,9 +245,16 @@ def _bounded(entity_ids: list[int] | QuerySet[Entity], *, with_policy: bool = Fa
     with connection.cursor() as cursor:
         cursor.execute(_bounded_sql(scope_sql, with_policy), _bounded_params(tuple(scope_params)))
         rows = cursor.fetchall()
+    decoded: dict[Any, Any] = {}  # each text of a block decoded once: a fleet's entities mostly share one policy
     settles = [
         _Settle(
-            row[0], row[1], row[2], bool(row[3]), bool(row[5]), bool(row[4]), _block(row[6]) if with_policy else None
+            row[0],
+            row[1],
+            row[2],
+            bool(row[3]),
+            bool(row[5]),
+            bool(row[4]),
+            _block_once(row[6], decoded) if with_policy else None,
         )
         for row in rows
     ]
@@ -257,6 +264,16 @@ def _bounded(entity_ids: list[int] | QuerySet[Entity], *, with_policy: bool = Fa
         cycle = whole.get(settle.pk, settle)
         by_entity.setdefault(settle.entity_id, []).append(cycle)
     return by_entity
+
+
+def _block_once(value: Any, decoded: dict[Any, Any]) -> Any:
+    """``_block(value)``, a text decoded once in ``decoded`` (its readers copy a block before they change it:
+    ``pauses_of``)."""
+    if not isinstance(value, str):
+        return _block(value)
+    if value not in decoded:
+        decoded[value] = _block(value)
+    return decoded[value]
 
 
 def _block(value: Any) -> Any:

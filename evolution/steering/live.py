@@ -63,6 +63,12 @@ ROUND_WAIT_FIELDS = (
 CARD_WAIT_FIELDS = ("id", "kind", "status", "expires_at", "created_at")
 
 
+def in_the_loop() -> QuerySet[Entity]:
+    """The entities in the loop (loop on, present in the brain): the fleet's scope, named in the keys of the
+    statements its reads compile once (``written.known_as``) without compiling it to be named."""
+    return written.known_as(Entity.objects.filter(loop_enabled=True, present=True), "in the loop")
+
+
 def named_entity(values: Any) -> SimpleNamespace:
     """An entity as a wait names it, from its ``NAMED`` columns in order: ``pk`` for its id."""
     pk, *rest = values
@@ -80,18 +86,12 @@ def plain_rounds(cycles: list[int] | QuerySet[Any], *, named: bool) -> dict[int,
     the fleet's page for every live cycle, where a model row or a namespace built from a dict cost more than the
     read."""
     from evolution.core.cycles import among
-    from evolution.models import Round
     from hitl.models import Card
 
     fields = ROUND_WAIT_FIELDS if named else RANK_ROUND_FIELDS
     plain = tuple("cycle_id" if name == "cycle" else name for name in fields if name != "card")
     carded = CARD_WAIT_FIELDS if named else RANK_CARD_FIELDS
-    read = written.columns(
-        [("r", Round, "cycle" if name == "cycle_id" else name) for name in plain]
-        + [("k", Card, name) for name in carded]
-        + [("r", Round, "card")],
-        instead={"brief": BRIEF_WRITTEN.get(connection.vendor, BRIEF_WRITTEN["sqlite"])},
-    )
+    read = _round_columns(connection.alias, connection.vendor, plain, carded)
     if isinstance(cycles, QuerySet):
         subquery, params = cycles.order_by().query.sql_with_params()
         which, params = f"IN ({subquery})", list(params)
@@ -104,15 +104,39 @@ def plain_rounds(cycles: list[int] | QuerySet[Any], *, named: bool) -> dict[int,
     split = len(plain)
     answer: dict[int, list[Any]] = {}
     cycle_at = plain.index("cycle_id")
+    # A named card is built as ``Card.objects.only(*carded)`` builds it (``from_db``: its columns in the model's
+    # order, the rest deferred), not by ``Card(...)``, which makes every other field's default (a random short id).
+    placed = _model_order(Card, carded)
     for values in rows:
         if values[-1] is None:
             card = None
         elif named:
-            card = Card(**dict(zip(carded, values[split:-1], strict=True)))
+            card = Card.from_db(connection.alias, carded, [values[split + at] for at in placed])
         else:
             card = card_type._make(values[split:-1])
         answer.setdefault(values[cycle_at], []).append(round_type(*values[:split], card))
     return answer
+
+
+@functools.cache
+def _model_order(model: Any, names: tuple[str, ...]) -> list[int]:
+    """The places in ``names`` of ``model``'s concrete fields that ``names`` holds, in the model's order
+    (``Model.from_db`` reads its values so)."""
+    return [names.index(f.attname) for f in model._meta.concrete_fields if f.attname in names]
+
+
+@functools.lru_cache(maxsize=16)
+def _round_columns(alias: str, vendor: str, plain: tuple[str, ...], carded: tuple[str, ...]) -> written.Columns:
+    """The select list of ``ROUNDS`` (``plain_rounds``): built once a process for each database and shape."""
+    from evolution.models import Round
+    from hitl.models import Card
+
+    return written.columns(
+        [("r", Round, "cycle" if name == "cycle_id" else name) for name in plain]
+        + [("k", Card, name) for name in carded]
+        + [("r", Round, "card")],
+        instead={"brief": BRIEF_WRITTEN.get(vendor, BRIEF_WRITTEN["sqlite"])},
+    )
 
 
 #: Whether a round's brief is written (not the empty document a round starts with, ``Round.brief``'s default):
@@ -165,26 +189,31 @@ def live_rows(scope: QuerySet[Entity] | None, *, named: bool = False) -> list[An
     """
     from django.db.models import BooleanField, Case, Value, When
 
-    cycles = Cycle.objects.exclude(phase=Cycle.Phase.SETTLED)
-    if scope is not None:
-        cycles = cycles.filter(entity__in=scope.values("pk"))
-    unready = Case(When(window__ready=False, then=Value(True)), default=Value(False), output_field=BooleanField())
     fields = CYCLE_WAIT_FIELDS if named else RANK_CYCLE_FIELDS
     columns = tuple(f"{name}_id" if name == "entity" else name for name in fields)
     names = [f"entity__{name}" for name in NAMED] if named else []
     keys = ("pk", *columns, *(("entity",) if named else ()), "unready", "rounds")
     row_type = _row_type(keys) if not named else _namespace(keys)  # ``needs_you.collect`` names a named row's entity
     width = len(columns)
+
+    def live() -> QuerySet[Cycle]:
+        cycles = Cycle.objects.exclude(phase=Cycle.Phase.SETTLED)
+        return cycles if scope is None else cycles.filter(entity__in=scope.values("pk"))
+
+    def statement() -> QuerySet[Any]:
+        cycles = live()
+        unready = Case(When(window__ready=False, then=Value(True)), default=Value(False), output_field=BooleanField())
+        return cycles.annotate(unready=unready).order_by("started_at", "id").values_list(*columns, *names, "unready")
+
+    scoped = written.key_of(scope) if scope is not None else None
     read: list[Any] = []
-    for values in (
-        cycles.annotate(unready=unready).order_by("started_at", "id").values_list(*columns, *names, "unready")
-    ):
+    for values in written.rows_compiled_once(("live_rows", named, scoped), statement):
         entity = (named_entity(values[width:-1]),) if named else ()
         read.append(row_type(values[0], *values[:width], *entity, values[-1], []))
     if not read:
         return []
     ids = [row.pk for row in read]
-    rounds = plain_rounds(ids if connection.vendor == "postgresql" else cycles.values("pk"), named=named)
+    rounds = plain_rounds(ids if connection.vendor == "postgresql" else live().values("pk"), named=named)
     for cycle in read:
         cycle.rounds.extend(rounds.get(cycle.pk, ()))
     return read

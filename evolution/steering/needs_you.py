@@ -59,11 +59,13 @@ from evolution.steering.live import (  # noqa: F401 - the waits' columns, named 
     CYCLE_WAIT_FIELDS,
     NAMED,
     ROUND_WAIT_FIELDS,
+    in_the_loop,
     live_rows,
     named_entity,
 )
 from grading.models import Entity
 from hitl.models import Card, Notice
+from singularity import written
 
 log = logging.getLogger(__name__)
 
@@ -425,8 +427,12 @@ def _grant_pending() -> QuerySet[Card]:
 
 def _grant_cards() -> list[Card]:
     """Pending approval cards of the loop's producers, each with the entity of the idea it approves (if any)."""
-    idea = Idea.objects.filter(card=OuterRef("pk")).values("entity_id")[:1]
-    return list(_grant_pending().annotate(idea_entity=Subquery(idea)).order_by("created_at"))
+
+    def statement() -> QuerySet[Card]:
+        idea = Idea.objects.filter(card=OuterRef("pk")).values("entity_id")[:1]
+        return _grant_pending().annotate(idea_entity=Subquery(idea)).order_by("created_at")
+
+    return written.objects_compiled_once(("grant_cards",), statement)
 
 
 def _card_entity_id(card: Card) -> int | None:
@@ -449,12 +455,20 @@ def _failures(entity_ids: list[int] | QuerySet[Any] | None) -> list[SimpleNamesp
     """Failed cycles nobody dismissed (``supervision.failures_unread``), with their entities: plain rows of what
     a failure's item reads (``pk``, ``completed_at``, ``reason``; the entity's ``NAMED``, ``pk`` for its id), in
     one statement and no model row (every page of the fleet lists them)."""
-    failed = _unread_failures()
-    if entity_ids is not None:
-        failed = failed.filter(entity_id__in=entity_ids)
     named = [f"entity__{name}" for name in NAMED]
+
+    def statement() -> QuerySet[Any]:
+        failed = _unread_failures()
+        if entity_ids is not None:
+            failed = failed.filter(entity_id__in=entity_ids)
+        return failed.values_list("pk", "completed_at", "reason", *named)
+
+    if isinstance(entity_ids, QuerySet):
+        which: Any = written.key_of(entity_ids)
+    else:
+        which = None if entity_ids is None else tuple(entity_ids)
     rows = []
-    for pk, completed_at, reason, *entity in failed.values_list("pk", "completed_at", "reason", *named):
+    for pk, completed_at, reason, *entity in written.rows_compiled_once(("failures", which), statement):
         rows.append(SimpleNamespace(pk=pk, completed_at=completed_at, reason=reason, entity=named_entity(entity)))
     return rows
 
@@ -488,7 +502,7 @@ def collect(
     by_id = {e.pk: e for e in entities}
     ids: list[int] | QuerySet[Any] | None = None
     if not whole:
-        ids = scope.values("pk") if scope is not None else sorted(by_id)
+        ids = written.pks_of(scope) if scope is not None else sorted(by_id)
     if live is None:
         live = _live_cycles(ids)
     if breaker is None or held is None:
@@ -564,14 +578,18 @@ def candidates(scope: QuerySet[Entity], also: Iterable[int] = ()) -> list[Entity
     """
     from evolution.steering.supervision import may_join_groups
 
-    stands = Q(waiting_window__isnull=False, waiting_window__ended_at__isnull=True)
-    grouped = may_join_groups()
-    return list(
-        scope.filter(loop_enabled=True, present=True)
-        .filter(~Q(load_error="") | stands | grouped | Q(pk__in=sorted(also)))
-        .select_related("waiting_window")
-        .defer(*UNREAD)
-    )
+    also = sorted(also)
+
+    def statement() -> QuerySet[Entity]:
+        stands = Q(waiting_window__isnull=False, waiting_window__ended_at__isnull=True)
+        return (
+            scope.filter(loop_enabled=True, present=True)
+            .filter(~Q(load_error="") | stands | may_join_groups() | Q(pk__in=also))
+            .select_related("waiting_window")
+            .defer(*UNREAD)
+        )
+
+    return written.objects_compiled_once(("candidates", written.key_of(scope), tuple(also)), statement)
 
 
 @dataclass
@@ -688,13 +706,18 @@ def _standing(scope: QuerySet[Entity], also: Iterable[int]) -> list[Entity]:
     ``candidates`` less the entities it reads only for their lock groups (the fleet's holders): their terms
     are never searched here, so the statement reads no entity's terms but those it returns.
     """
-    stands = Q(waiting_window__isnull=False, waiting_window__ended_at__isnull=True)
-    return list(
-        scope.filter(loop_enabled=True, present=True)
-        .filter(~Q(load_error="") | stands | Q(pk__in=sorted(also)))
-        .select_related("waiting_window")
-        .defer(*UNREAD)
-    )
+    also = sorted(also)
+
+    def statement() -> QuerySet[Entity]:
+        stands = Q(waiting_window__isnull=False, waiting_window__ended_at__isnull=True)
+        return (
+            scope.filter(loop_enabled=True, present=True)
+            .filter(~Q(load_error="") | stands | Q(pk__in=also))
+            .select_related("waiting_window")
+            .defer(*UNREAD)
+        )
+
+    return written.objects_compiled_once(("standing", written.key_of(scope), tuple(also)), statement)
 
 
 def _fleet_waits(now: datetime) -> list[dict[str, Any]]:
@@ -710,7 +733,7 @@ def _fleet_read(now: datetime) -> tuple[Any, ...]:
     wait of their own, the breaker's settles, the monthly ceiling's refusals, the holds and the live cycles."""
     from evolution.steering import autonomy, supervision
 
-    scope = Entity.objects.filter(loop_enabled=True, present=True)
+    scope = in_the_loop()
     breaker = autonomy.pauses_of(autonomy.settles_in(scope))
     budget = spend.month_refusals_in(scope, now=now)
     read = _standing(scope, [*breaker, *budget])
@@ -739,7 +762,7 @@ def count(now: datetime | None = None) -> int:
     from evolution.steering import autonomy, supervision
 
     now = now or timezone.now()
-    scope = Entity.objects.filter(loop_enabled=True, present=True)
+    scope = in_the_loop()
     breaker = autonomy.pauses_of(autonomy.settles_in(scope))
     budget = spend.month_refusals_in(scope, now=now)
     held = supervision.holds_in(scope)

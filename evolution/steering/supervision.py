@@ -232,27 +232,34 @@ def holds_in(scope: QuerySet[Entity]) -> dict[int, str]:
     The entities' own holds and the groups' in one statement; only when a group's hold stands are the
     entities whose terms name a group (``loop.group``) read, for their membership.
     """
-    newest_of_entity = (
-        Supervision.objects.filter(entity_id=OuterRef("entity_id"), kind__in=_STANDING)
-        .order_by("-created_at", "-id")
-        .values("pk")[:1]
-    )
-    newest_of_group = (
-        Supervision.objects.filter(entity__isnull=True, group=OuterRef("group"), kind__in=_STANDING)
-        .order_by("-created_at", "-id")
-        .values("pk")[:1]
-    )
-    standing = Supervision.objects.filter(kind=Supervision.Kind.HOLD).filter(
-        Q(entity__in=scope.values("pk"), pk=Subquery(newest_of_entity))
-        | Q(entity__isnull=True, pk=Subquery(newest_of_group))
-    )
+    from singularity import written
+
+    def statement() -> QuerySet[Any]:
+        newest_of_entity = (
+            Supervision.objects.filter(entity_id=OuterRef("entity_id"), kind__in=_STANDING)
+            .order_by("-created_at", "-id")
+            .values("pk")[:1]
+        )
+        newest_of_group = (
+            Supervision.objects.filter(entity__isnull=True, group=OuterRef("group"), kind__in=_STANDING)
+            .order_by("-created_at", "-id")
+            .values("pk")[:1]
+        )
+        standing = Supervision.objects.filter(kind=Supervision.Kind.HOLD).filter(
+            Q(entity__in=scope.values("pk"), pk=Subquery(newest_of_entity))
+            | Q(entity__isnull=True, pk=Subquery(newest_of_group))
+        )
+        return standing.values_list("entity_id", "group", "actor", "reason")
+
+    # What ``_sentence`` reads of a hold (its actor and reason), the statement compiled once a process.
     own: dict[int, Supervision] = {}
     held_groups: dict[str, Supervision] = {}
-    for row in standing:
-        if row.entity_id is not None:
-            own[row.entity_id] = row
+    for entity_id, group, actor, reason in written.rows_compiled_once(("holds_in", written.key_of(scope)), statement):
+        row = Supervision(entity_id=entity_id, group=group, actor=actor, reason=reason)
+        if entity_id is not None:
+            own[entity_id] = row
         else:
-            held_groups[row.group] = row
+            held_groups[group] = row
     answer = {pk: _sentence(row) for pk, row in own.items()}
     if held_groups:
         members = scope.filter(may_join_groups()).exclude(pk__in=list(own)).only("pk", "terms")

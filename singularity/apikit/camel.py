@@ -55,6 +55,10 @@ def camel(name: str) -> str:
     return re.sub(camelize_re, underscore_to_camel, name) if "_" in name else name
 
 
+#: Values the walk hands back as they are, told by their exact type (a ``str`` subclass may be a lazy ``Promise``).
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
 def camelize(data: Any, ignore: frozenset[str]) -> Any:
     """The library's ``camelize`` (ignore_fields only), with each name's spelling computed once a process.
 
@@ -64,10 +68,13 @@ def camelize(data: Any, ignore: frozenset[str]) -> Any:
     if isinstance(data, dict):
         out = {}
         for key, value in data.items():
-            if isinstance(key, Promise):
+            if type(key) is not str and isinstance(key, Promise):
                 key = force_str(key)
             new = camel(key) if isinstance(key, str) else key
-            out[new] = value if key in ignore or new in ignore else camelize(value, ignore)
+            if type(value) in _LEAVES or key in ignore or new in ignore:  # a leaf is itself (the walk's last line)
+                out[new] = value
+            else:
+                out[new] = camelize(value, ignore)
         return out
     if isinstance(data, (list, tuple)):
         return [camelize(item, ignore) for item in data]

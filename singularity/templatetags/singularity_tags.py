@@ -137,12 +137,7 @@ def instant(value: datetime | None) -> SafeString:
     """
     if value is None:
         return SafeString("")
-    return format_html(
-        '<time datetime="{}" title="{}">{}</time>',
-        display.iso(value),
-        display.instant_title(value),
-        display.instant_text(value),
-    )
+    return format_html('<time datetime="{}" title="{}">{}</time>', *display.instant_parts(value))
 
 
 @register.filter

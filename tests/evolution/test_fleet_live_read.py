@@ -100,3 +100,21 @@ def test_the_lean_live_read_reads_no_column_it_left_out_as_live_cycles_grow():
         fleet.fleet_page(per_page=50)  # every entity on the page: its live cycles are read whole
         fleet.loop_status(limit=50)
     assert len(many.captured_queries) == len(few.captured_queries)
+
+
+def test_a_named_live_read_hands_each_card_its_own_columns_and_makes_no_default_for_the_rest():
+    """The needs-you list and loop_status build their card items from these: each column in its place (the
+    statement reads them in another order than the model declares them), the rest left unread, not invented."""
+    from evolution.steering.live import CARD_WAIT_FIELDS, live_rows
+
+    rnd = make_round(make_cycle(in_loop("named-card"), phase=Cycle.Phase.DECIDING), status=Round.Status.PROPOSED)
+    card = make_card(rnd)
+    (cycle,) = live_rows(None, named=True)
+    read = cycle.rounds[0].card
+    stored = Card.objects.get(pk=card.pk)
+    assert {name: getattr(read, name) for name in CARD_WAIT_FIELDS} == {
+        name: getattr(stored, name) for name in CARD_WAIT_FIELDS
+    }
+    assert read.created_at != read.expires_at
+    assert "short_id" in read.get_deferred_fields()  # unread, not a random one made up
+    assert read.get_absolute_url() == stored.get_absolute_url()

@@ -200,3 +200,38 @@ def test_the_needs_you_page_lists_fifty_waits_a_page_oldest_first(web):
     second = web.get("/evolution/needs-you/?page=2").content.decode()
     assert second.count('class="needs-you-item"') == 5 and "← Previous" in second
     assert web.get("/evolution/needs-you/?page=banana").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "path,htmx,built",
+    [
+        ("/evolution/", False, 3),  # the session, its user, the navigation's pending cards
+        ("/evolution/", True, 2),
+        ("/evolution/needs-you/", False, 3),
+        ("/api/loop/status/", False, 3),
+    ],
+)
+def test_the_fleet_wide_pages_build_their_statements_once_a_process(web, path, htmx, built, monkeypatch):
+    """Issue 37: building and compiling a statement cost the fleet's pages more CPU than the database spent on
+    it. A page asked again runs the same statements (as many, the same text), and the ORM builds only the few
+    whose text follows what they read (the session's, the navigation's, a page's own rows); the rest run as
+    compiled the first time (``singularity.written``)."""
+    from django.db.models.sql.compiler import SQLCompiler
+
+    every_wait(random.Random(7), "c", 12)
+    idle("calm", 5)
+    headers = {"HTTP_HX_REQUEST": "true"} if htmx else {}
+    with CaptureQueriesContext(connection) as first:
+        assert web.get(path, **headers).status_code == 200
+    compiled = SQLCompiler.execute_sql
+    runs: list[str] = []
+
+    def counted(self, *args, **kwargs):
+        runs.append(self.query.model.__name__ if self.query.model else "?")
+        return compiled(self, *args, **kwargs)
+
+    monkeypatch.setattr(SQLCompiler, "execute_sql", counted)
+    with CaptureQueriesContext(connection) as again:
+        assert web.get(path, **headers).status_code == 200
+    assert len(again.captured_queries) == len(first.captured_queries)
+    assert len(runs) <= built, runs

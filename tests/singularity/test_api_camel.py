@@ -305,3 +305,28 @@ def test_the_renderer_answers_what_the_librarys_camelize_answers():
     assert rendered == json.loads(json.dumps(library_camelize(data, ignore_fields=IGNORED)))
     assert rendered["perMetric"] == {"resolution_rate": 0.5} and rendered["checkVerdict"] == {"gain_low": 0.1}
     assert rendered["rows"][0] == {"costUsd": "1", "perMetric": {"resolution_rate": 1}}
+
+
+def test_the_renderer_walks_lazy_text_and_leaves_plain_values_as_the_library_does():
+    """The walk hands a plain value (str, int, float, bool, None) back without looking into it: a lazy text is
+    still made text, a safe string, a decimal and a tuple's rows still answered as the library answers them."""
+    from decimal import Decimal
+
+    from django.utils.safestring import mark_safe
+    from django.utils.translation import gettext_lazy
+    from djangorestframework_camel_case.util import camelize as library_camelize
+
+    from singularity.apikit.camel import CamelJSONRenderer
+    from singularity.apikit.camel_fields import IGNORED
+
+    data = {
+        "lazy_words": gettext_lazy("Needs you"),
+        gettext_lazy("lazy_key"): 1,
+        "safe_text": mark_safe("<b>x</b>"),
+        "exact_usd": Decimal("1.50"),
+        "both_sides": ({"left_side": 1.5, "right_side": None}, [True, "a_b"]),
+    }
+    rendered = json.loads(CamelJSONRenderer().render(data))
+    assert rendered == json.loads(CamelJSONRenderer().render(library_camelize(data, ignore_fields=IGNORED)))
+    assert rendered["lazyWords"] == "Needs you" and rendered["lazyKey"] == 1
+    assert rendered["bothSides"] == [{"leftSide": 1.5, "rightSide": None}, [True, "a_b"]]

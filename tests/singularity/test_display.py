@@ -153,6 +153,12 @@ def test_an_instant_reads_as_djangos_date_format_of_it_in_any_zone(zone: str) ->
             local = timezone.localtime(instant) if timezone.is_aware(instant) else instant
             assert instant_text(instant) == date_format(local, INSTANT_FORMAT), instant
             assert instant_text(instant, seconds=True) == date_format(local, INSTANT_TITLE_FORMAT), instant
+            if not timezone.is_aware(instant):
+                continue  # how long ago a naive instant was is not asked (``ago_text`` subtracts an aware now)
+            # What the ``instant`` filter writes, its local time worked out once: the same three parts.
+            now = instant + timedelta(minutes=rng.choice([0, 3, -90, 3000, 60 * 24 * 8]))
+            parts = (display.iso(instant), display.instant_title(instant, now=now), instant_text(instant))
+            assert display.instant_parts(instant, now=now) == parts, instant
 
 
 # --- Numbers (issue 28): one format, at most three significant decimals, shares as percentages ------------
