@@ -85,6 +85,16 @@ class Compiled:
 
 _compiled: OrderedDict[tuple[Any, ...], Compiled] = OrderedDict()
 
+#: When True (the test suite sets it: tests/conftest.py), every call that finds its statement compiled already
+#: compiles ``build()`` afresh too and refuses a key that names two different statements: a key missing one of
+#: the inputs (an instant, an id, a scope) is caught by the test that changes that input, not by a person
+#: reading a stale page.
+CHECK_KEYS = False
+
+
+class KeyTooNarrow(AssertionError):
+    """Two calls with one key built different statements: the key misses something ``build`` reads."""
+
 
 def rows_compiled_once(key: tuple[Any, ...], build: Callable[[], QuerySet[Any]]) -> list[tuple[Any, ...]]:
     """``list(build())`` of a ``values_list`` queryset (tuples), its statement built and compiled by the ORM once
@@ -114,6 +124,13 @@ def _compiled_for(key: tuple[Any, ...], build: Callable[[], QuerySet[Any]], *, m
         _compiled[memo] = compiled
         while len(_compiled) > KEEP:
             _compiled.popitem(last=False)
+    elif CHECK_KEYS:
+        fresh = _compile(build(), models=models)
+        if (fresh.sql, fresh.params) != (compiled.sql, compiled.params):
+            raise KeyTooNarrow(
+                f"the key {key!r} named two statements: {compiled.sql!r} with {compiled.params!r}, "
+                f"then {fresh.sql!r} with {fresh.params!r}; name what differs in the key"
+            )
     return compiled
 
 

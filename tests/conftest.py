@@ -16,6 +16,15 @@ pytest_plugins = [
 ]
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _compiled_once_keys_checked() -> None:
+    """Every statement compiled once a process (``singularity.written``) is compiled afresh too and must match:
+    a key that misses an input fails the test that changes the input."""
+    from singularity import written
+
+    written.CHECK_KEYS = True
+
+
 @pytest.fixture(autouse=True)
 def _notify_destinations_read_afresh() -> None:
     """A test starts with no destination: the process's cached read (``singularity.notify.events``) is set so,

@@ -27,7 +27,8 @@ def cycles_of(slugs):
     )
 
 
-def test_the_rows_are_the_querysets_converted_and_read_afresh_each_call():
+def test_the_rows_are_the_querysets_converted_and_read_afresh_each_call(monkeypatch):
+    monkeypatch.setattr(written, "CHECK_KEYS", False)  # as in production: the statement is not built again
     first = make_cycle(in_loop("wr-a"), spent_usd=Decimal("1.234567"), window={"ready": False})
     key = ("test-cycles", "wr-a", "wr-b")
     assert written.rows_compiled_once(key, lambda: cycles_of(["wr-a", "wr-b"])) == list(cycles_of(["wr-a", "wr-b"]))
@@ -44,6 +45,15 @@ def test_a_key_that_differs_builds_its_own_statement():
     make_cycle(in_loop("wr-d"))
     assert [r[1] for r in written.rows_compiled_once(("test-one", "wr-c"), lambda: cycles_of(["wr-c"]))] == ["wr-c"]
     assert [r[1] for r in written.rows_compiled_once(("test-one", "wr-d"), lambda: cycles_of(["wr-d"]))] == ["wr-d"]
+
+
+def test_under_the_tests_a_key_that_misses_an_input_is_refused():
+    assert written.CHECK_KEYS  # tests/conftest.py: every test's compiled-once reads are checked
+    make_cycle(in_loop("wr-e"))
+    written.rows_compiled_once(("test-narrow",), lambda: cycles_of(["wr-e"]))
+    with pytest.raises(written.KeyTooNarrow, match="test-narrow"):
+        written.rows_compiled_once(("test-narrow",), lambda: cycles_of(["wr-f"]))  # the slug is not in the key
+    written.rows_compiled_once(("test-narrow",), lambda: cycles_of(["wr-e"]))  # the same statement: read
 
 
 def test_a_statement_the_orm_knows_is_empty_runs_no_query():
