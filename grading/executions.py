@@ -25,6 +25,7 @@ from grading.spans import COST, ERROR, TOOL, trace_cost, validate_trace
 from singularity.errors import ConfigError, StateError
 from singularity.fields import check_storable
 from singularity.money import MoneyError, parse_money, quantize
+from singularity.nul import holds_nul, replaced
 
 logger = logging.getLogger("grading.executions")
 
@@ -187,7 +188,9 @@ def validate_report(data: Any, *, where: str = "", trace_checked: bool = False) 
     (any JSON), ``error`` (text), ``trace`` (a list of spans, ``grading.spans``;
     refused over its limits). Without ``cost_usd`` the run costs what its spans
     cost; without ``tool_failures`` it counts its failed tool spans. With ``trace_checked`` the trace is taken
-    as it is: stored spans its caller has checked already (``grading.otlp_assemble``).
+    as it is: stored spans its caller has checked already (``grading.otlp_assemble``). A NUL in a string or a key
+    of ``input``, ``output``, ``error`` or ``trace`` is returned as U+FFFD (``singularity.nul``): every run reported,
+    or assembled from OTLP, is built here, so both databases store the same run.
     """
     if not isinstance(data, dict):
         raise ConfigError(f"{where or 'run'}: expected a JSON object, got {type(data).__name__}")
@@ -239,6 +242,9 @@ def validate_report(data: Any, *, where: str = "", trace_checked: bool = False) 
             cost = quantize(spent)
     if "tool_failures" not in data:
         failures = sum(1 for span in trace if span["kind"] == TOOL and span["status"] == ERROR)
+    evidence = {"input": run_input, "output": data.get("output"), "error": error, "trace": trace}
+    if holds_nul(evidence):  # PostgreSQL refuses U+0000 in text and jsonb: kept as U+FFFD on every database
+        evidence = replaced(evidence)
     return {
         "status": status,
         "started_at": started,
@@ -246,10 +252,7 @@ def validate_report(data: Any, *, where: str = "", trace_checked: bool = False) 
         "duration_ms": int((completed - started).total_seconds() * 1000),
         "cost_usd": cost,
         "tool_failures": failures,
-        "input": run_input,
-        "output": data.get("output"),
-        "error": error,
-        "trace": trace,
+        **evidence,
     }
 
 
