@@ -157,6 +157,7 @@ class EntityCalibration(APIView):
 )
 class RunList(FilteredList):
     serializer_class = RunSerializer
+    parser_classes = [api_runs.RunReportParser]
 
     @extend_schema(operation_id="runs_create")
     @api_runs.REPORT_SCHEMA

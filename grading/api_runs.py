@@ -35,6 +35,12 @@ from singularity.serializers import ErrorSerializer
 MAX_RUNS = 1000
 
 
+class RunReportParser(CamelJSONParser):
+    """The API's parser, a NUL let through: a run's evidence is kept, a NUL as U+FFFD (``validate_report``)."""
+
+    nul_allowed = True
+
+
 @extend_schema_field(
     {"oneOf": [{"type": "string", "format": "decimal"}, {"type": "number"}], "example": "0.0042", "description": "USD"}
 )
@@ -147,7 +153,7 @@ REPORT_SCHEMA = extend_schema(
 
 @REPORT_SCHEMA
 @api_view(["POST"])
-@parser_classes([CamelJSONParser])
+@parser_classes([RunReportParser])
 def report_runs(request: Request) -> Response:
     """Record the reported runs and answer 201 with their ids, or 400 naming what was refused."""
     return handle_report(request)

@@ -25,6 +25,7 @@ from grading.spans import COST, ERROR, TOOL, trace_cost, validate_trace
 from singularity.errors import ConfigError, StateError
 from singularity.fields import check_storable
 from singularity.money import MoneyError, parse_money, quantize
+from singularity.nul import holds_nul, replaced
 
 logger = logging.getLogger("grading.executions")
 
@@ -88,6 +89,16 @@ def start_execution(
     )
 
 
+def storable(evidence: dict[str, Any]) -> dict[str, Any]:
+    """Return a run's evidence (its input, output, error, trace) with each NUL of a string or a key as U+FFFD.
+
+    PostgreSQL refuses U+0000 in text and jsonb, SQLite keeps it: a run is
+    kept, not refused, the same on both. One pass of the JSON encoder looks;
+    only evidence holding a NUL is walked (``singularity.nul``).
+    """
+    return replaced(evidence) if holds_nul(evidence) else evidence
+
+
 def finish_execution(
     execution: Execution,
     *,
@@ -103,6 +114,7 @@ def finish_execution(
 
     Raises ``StateError`` when the execution is not running any more (it is
     finished exactly once), ``ConfigError`` for a status that is not terminal.
+    A NUL in its output, error or trace is kept as U+FFFD (``storable``).
     """
     if status not in TERMINAL:
         raise ConfigError(f"execution {execution.pk}: status {status!r} is not succeeded or failed")
@@ -111,11 +123,9 @@ def finish_execution(
     duration_ms = max(0, int((completed - execution.started_at).total_seconds() * 1000))
     fields = {
         "status": status,
-        "output": output,
-        "error": error,
+        **storable({"output": output, "error": error, "trace": trace if trace is not None else []}),
         "cost_usd": cost,
         "tool_failures": tool_failures,
-        "trace": trace if trace is not None else [],
         "completed_at": completed,
         "duration_ms": duration_ms,
     }
@@ -187,7 +197,9 @@ def validate_report(data: Any, *, where: str = "", trace_checked: bool = False) 
     (any JSON), ``error`` (text), ``trace`` (a list of spans, ``grading.spans``;
     refused over its limits). Without ``cost_usd`` the run costs what its spans
     cost; without ``tool_failures`` it counts its failed tool spans. With ``trace_checked`` the trace is taken
-    as it is: stored spans its caller has checked already (``grading.otlp_assemble``).
+    as it is: stored spans its caller has checked already (``grading.otlp_assemble``). A NUL in a string or a key
+    of ``input``, ``output``, ``error`` or ``trace`` is returned as U+FFFD (``storable``): every run reported, or
+    assembled from OTLP, is built here, so both databases store the same run.
     """
     if not isinstance(data, dict):
         raise ConfigError(f"{where or 'run'}: expected a JSON object, got {type(data).__name__}")
@@ -239,6 +251,7 @@ def validate_report(data: Any, *, where: str = "", trace_checked: bool = False) 
             cost = quantize(spent)
     if "tool_failures" not in data:
         failures = sum(1 for span in trace if span["kind"] == TOOL and span["status"] == ERROR)
+    evidence = storable({"input": run_input, "output": data.get("output"), "error": error, "trace": trace})
     return {
         "status": status,
         "started_at": started,
@@ -246,10 +259,7 @@ def validate_report(data: Any, *, where: str = "", trace_checked: bool = False) 
         "duration_ms": int((completed - started).total_seconds() * 1000),
         "cost_usd": cost,
         "tool_failures": failures,
-        "input": run_input,
-        "output": data.get("output"),
-        "error": error,
-        "trace": trace,
+        **evidence,
     }
 
 

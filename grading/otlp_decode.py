@@ -31,6 +31,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from grading import spans
 from grading.spans import TraceRefused
+from singularity.nul import NUL, REPLACEMENT
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -391,14 +392,20 @@ def _refusal(span: Any, values: dict[str, AnyValue], where: str) -> str:
     raise AssertionError(f"{where}: refused once, then not")
 
 
+def _name(value: Any) -> str:
+    """An entity or service name as sent, a NUL as U+FFFD: it names no entity, and is listed as sent (no database
+    holds a NUL in every text)."""
+    return str(value or "").replace(NUL, REPLACEMENT)
+
+
 def received_spans(request: ExportTraceServiceRequest) -> tuple[list[Received], list[Rejected]]:
     """Return every span of a request read onto our schema, and those refused with the reason."""
     received: list[Received] = []
     rejected: list[Rejected] = []
     for r, resource_spans in enumerate(request.resource_spans):
         resource = attributes_of(resource_spans.resource.attributes)
-        resource_entity = str(resource.get(ENTITY_ATTRIBUTE) or "")
-        service = str(resource.get(SERVICE_NAME) or "")
+        resource_entity = _name(resource.get(ENTITY_ATTRIBUTE))
+        service = _name(resource.get(SERVICE_NAME))
         for s, scope_spans in enumerate(resource_spans.scope_spans):
             for n, span in enumerate(scope_spans.spans):
                 trace_id = span.trace_id.hex()
@@ -414,7 +421,7 @@ def received_spans(request: ExportTraceServiceRequest) -> tuple[list[Received], 
                 entity = resource_entity
                 if ENTITY_ATTRIBUTE in values:  # a repeated key: its first
                     named = next(kv.value for kv in span.attributes if kv.key == ENTITY_ATTRIBUTE)
-                    entity = str(value_of(named) or "")
+                    entity = _name(value_of(named))
                 parent = span.parent_span_id.hex() or None
                 raw = span.SerializeToString()
                 received.append(Received(trace_id, span.span_id.hex(), parent, raw, entity, service))

@@ -28,6 +28,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from grading import spans
+from grading.executions import storable
 from grading.grade import json_rows, recordset
 from grading.models import Entity, Execution, OtlpSpan, OtlpTrace, UnknownAgent
 from grading.otlp_decode import ENTITY_ATTRIBUTE, SERVICE_NAME, Received, Rejected
@@ -336,6 +337,7 @@ def attach_late(trace: OtlpTrace | Locked, late: list[dict[str, Any]]) -> int:
     fresh = [span for span in late if span["spanId"] not in have and span["spanId"] != trace.root_span_id]
     ids = have | {span["spanId"] for span in fresh}
     added = [tree_span(span, ids) for span in fresh]
+    added = storable({"trace": added})["trace"]  # as the run was built (``validate_report``): U+FFFD for a NUL
     if added:
         Execution.objects.filter(pk=execution.pk).update(trace=stored + added)
     return len(added)

@@ -32,6 +32,7 @@ from grading.people import people_value as people_value
 from grading.people import people_values as people_values
 from grading.people import scale_of as scale_of
 from hitl.models import Card
+from singularity.nul import nul_refusal
 
 #: The op's answer codes: gone → not_found, not gradable → precondition, off-scale → invalid, the rest → refused.
 CODES = ("ok", "not_found", "precondition", "invalid", "refused")
@@ -122,6 +123,8 @@ def _check_request(
         raise _Refusal("refused", "unauthorized_responder: only a signed-in person rates")
     if not isinstance(idempotency_key, str) or not idempotency_key.strip():
         raise _Refusal("invalid", "idempotencyKey: required")
+    if refusal := nul_refusal("idempotencyKey", idempotency_key):  # PostgreSQL cannot hold it, whatever the door
+        raise _Refusal("invalid", refusal)
     if len(idempotency_key) > MAX_KEY_CHARS:
         raise _Refusal("invalid", f"idempotencyKey: at most {MAX_KEY_CHARS} characters")
     if not isinstance(ratings, list) or not ratings:
@@ -156,6 +159,8 @@ def _check_request(
         note = item.get("note") or ""
         if not isinstance(note, str) or len(note) > MAX_NOTE_CHARS:
             raise _Refusal("invalid", f"ratings[{index}].note: text of at most {MAX_NOTE_CHARS} characters")
+        if refusal := nul_refusal(f"ratings[{index}].note", note):
+            raise _Refusal("invalid", refusal)
         value, normalized = check_value(metric_id, metrics[metric_id], item.get("value"))
         rows.append((metric_id, value, normalized, note.strip()))
     return execution, rows

@@ -24,6 +24,7 @@ from hitl.channels import enabled_channels
 from hitl.models import Card, Delivery, Notice
 from singularity.errors import ConfigError
 from singularity.notify import events as notify_events
+from singularity.nul import nul_refusal
 from singularity.queue import enqueue
 
 logger = logging.getLogger(__name__)
@@ -202,6 +203,9 @@ def check_answer(
     """Return the answer to store for these inputs with "", or {} and why they are not a valid answer."""
     choice, note, refinement = (choice or "").strip(), (note or "").strip(), (refinement or "").strip()
     values = values or {}
+    for name, text in (("note", note), ("refinement", refinement)):
+        if refusal := nul_refusal(name, text):  # PostgreSQL cannot hold it, whatever door it came through
+            return {}, refusal
     if len(note) > MAX_NOTE_CHARS:
         return {}, f"the note is longer than {MAX_NOTE_CHARS} characters"
     if not isinstance(values, dict):

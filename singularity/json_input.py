@@ -18,6 +18,7 @@ from typing import Any
 #: The deepest nesting of objects and lists accepted.
 MAX_DEPTH = 64
 _BAD_CHAR = re.compile("[\x00\ud800-\udfff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}:,]')
 
 
@@ -30,9 +31,12 @@ class JsonRefused(ValueError):
         self.why = why
 
 
-def text_problem(text: str) -> str:
-    """Why ``text`` cannot be stored or sent back ("" when it can): a NUL or a lone surrogate."""
-    found = _BAD_CHAR.search(text)
+def text_problem(text: str, *, nul: bool = False) -> str:
+    """Why ``text`` cannot be stored or sent back ("" when it can): a NUL or a lone surrogate.
+
+    With ``nul`` a NUL passes: the caller makes it storable (a run's evidence, ``singularity.nul``).
+    """
+    found = (_SURROGATE if nul else _BAD_CHAR).search(text)
     if found is None:
         return ""
     if found.group() == "\x00":
@@ -40,10 +44,10 @@ def text_problem(text: str) -> str:
     return f"contains a lone surrogate (U+{ord(found.group()):04X}), which is not text"
 
 
-def loads(raw: bytes | str) -> Any:
+def loads(raw: bytes | str, *, nul: bool = False) -> Any:
     """Parse ``raw`` as JSON and check it (see ``check``); JsonRefused naming the place when it is refused.
 
-    Broken JSON is refused too (its ``where`` is "", its ``why`` Python's words).
+    Broken JSON is refused too (its ``where`` is "", its ``why`` Python's words). With ``nul`` a NUL passes.
     """
     try:
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
@@ -55,18 +59,19 @@ def loads(raw: bytes | str) -> Any:
         raise JsonRefused(_too_deep_at(text), _too_deep()) from None
     except ValueError as exc:
         raise JsonRefused("", f"JSON parse error - {exc}") from None
-    check(data)
+    check(data, nul=nul)
     return data
 
 
-def check(data: Any) -> None:
-    """Raise JsonRefused at the first string holding a NUL or a lone surrogate, or nesting past MAX_DEPTH."""
-    _check(data, "", 0)
+def check(data: Any, *, nul: bool = False) -> None:
+    """Raise JsonRefused at the first string holding a NUL (unless ``nul``) or a lone surrogate, or nesting past
+    MAX_DEPTH."""
+    _check(data, "", 0, nul)
 
 
-def _check(value: Any, where: str, depth: int, steps: int = 0) -> None:
+def _check(value: Any, where: str, depth: int, nul: bool) -> None:
     if isinstance(value, str):
-        if problem := text_problem(value):
+        if problem := text_problem(value, nul=nul):
             raise JsonRefused(where, problem)
         return
     if not isinstance(value, (dict, list)):
@@ -75,12 +80,12 @@ def _check(value: Any, where: str, depth: int, steps: int = 0) -> None:
         raise JsonRefused(_shorten(where), _too_deep())
     if isinstance(value, dict):
         for key, item in value.items():
-            if isinstance(key, str) and (problem := text_problem(key)):
+            if isinstance(key, str) and (problem := text_problem(key, nul=nul)):
                 raise JsonRefused(where, f"a key {problem}")
-            _check(item, _join(where, key), depth + 1)
+            _check(item, _join(where, key), depth + 1, nul)
     else:
         for index, item in enumerate(value):
-            _check(item, f"{where}[{index}]", depth + 1)
+            _check(item, f"{where}[{index}]", depth + 1, nul)
 
 
 def _name(key: Any) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import time_machine
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -16,7 +16,7 @@ from grading.booking import on_terminal, on_terminal_many, register_exemption, u
 from grading.executions import report_execution, report_many
 from grading.grade import grade_many, grade_now
 from grading.models import Execution, Grade, SampleDay
-from grading.sampling import in_rate
+from grading.sampling import in_rate, take_slot, take_slots
 from grading.tasks import grading as grading_tasks
 from singularity.errors import StateError
 from tests.concurrency import each_at_once
@@ -175,8 +175,40 @@ def test_a_batch_holding_a_running_execution_is_refused_whole():
     assert Execution.objects.get(pk=finished.pk).sampling == ""
 
 
+@pytest.fixture
+def slow_slot_counts():
+    """On PostgreSQL, every raise of a day's count sleeps ``PAUSE`` seconds in the database before it is written.
+
+    The pause is inside the booking's transaction, between its read of the
+    count and its commit: without the lock that read waits on, every other
+    booking released meanwhile reads the count as it was and books on it.
+    SQLite takes its one write lock at BEGIN (``transaction_mode``
+    IMMEDIATE): its writers never overlap, and nothing is slowed.
+    """
+    if connection.vendor != "postgresql":
+        yield
+        return
+    table = SampleDay._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION slow_slot_count() RETURNS trigger LANGUAGE plpgsql AS "
+            f"$$ BEGIN PERFORM pg_sleep({PAUSE}); RETURN NEW; END $$"
+        )
+        cursor.execute(
+            f"CREATE TRIGGER slow_slot_count BEFORE UPDATE ON {table} FOR EACH ROW EXECUTE FUNCTION slow_slot_count()"
+        )
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TRIGGER slow_slot_count ON {table}")
+        cursor.execute("DROP FUNCTION slow_slot_count()")
+
+
+#: Seconds each raise of a day's count takes (``slow_slot_counts``): far longer than releasing the threads.
+PAUSE = 0.2
+
+
 @pytest.mark.django_db(transaction=True)
-def test_concurrent_batches_never_book_past_the_ceiling():
+def test_concurrent_batches_never_book_past_the_ceiling(slow_slot_counts):
     # Delayed, so nothing is graded: this test is about the slots.
     entity = make_entity(evaluation={"method": "none", "sample": {"maxPerDay": 7}, "gradeAfterHours": 1})
     batches = [[make_run(entity) for _ in range(5)] for _ in range(4)]
@@ -188,6 +220,27 @@ def test_concurrent_batches_never_book_past_the_ceiling():
     assert SampleDay.objects.get(entity=entity).booked == 7
     assert Grade.objects.filter(entity=entity, holds_slot=True).count() == 7
     assert Execution.objects.filter(entity=entity, sampling=Sampling.SKIPPED_CAP).count() == 24 - 7
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_slot_takers_never_count_past_the_ceiling_by_the_day_row_lock_alone(slow_slot_counts):
+    # The bookings above also lock their entity first, which alone keeps them in line; here nothing but take_slots'
+    # own lock of the day's row stands between batches reading the count at once and each taking what looks free.
+    entity = make_entity(evaluation={"method": "none", "sample": {"maxPerDay": 7}})
+    day = timezone.now().date()
+    SampleDay.objects.create(entity=entity, day=day, booked=0)
+
+    def batch() -> int:
+        with transaction.atomic():
+            return take_slots(entity, day, 7, 3)
+
+    def single() -> int:
+        with transaction.atomic():
+            return int(take_slot(entity, day, 7))
+
+    granted = each_at_once([batch] * 6 + [single] * 3)
+    assert SampleDay.objects.get(entity=entity, day=day).booked == 7
+    assert sum(granted) == 7
 
 
 def _chunks(rows: int, columns: int) -> int:

@@ -229,3 +229,16 @@ def test_a_user_who_is_not_signed_in_is_refused(graded_run) -> None:
     from django.contrib.auth.models import AnonymousUser
 
     assert refused(rate_as(AnonymousUser(), graded_run, {"metric_id": "helpful", "value": 1}), "refused")
+
+
+def test_a_note_holding_a_nul_is_refused_naming_it_and_nothing_is_written(alice, graded_run) -> None:
+    # Whatever door it came through: PostgreSQL cannot hold U+0000, and a person's note is theirs to retype.
+    answer = rate_as(alice, graded_run, {"metric_id": "layout_fit", "value": 4, "note": "good\x00pacing"})
+    assert (answer.ok, answer.code, answer.detail) == (False, "invalid", "ratings[0].note: contains a NUL character")
+    assert not Rating.objects.exists() and not RatingSubmission.objects.exists()
+
+
+def test_an_idempotency_key_holding_a_nul_is_refused_naming_it(alice, graded_run) -> None:
+    answer = rate_as(alice, graded_run, {"metric_id": "layout_fit", "value": 4}, key="tap\x00-1")
+    assert (answer.ok, answer.code, answer.detail) == (False, "invalid", "idempotencyKey: contains a NUL character")
+    assert not Rating.objects.exists()

@@ -137,3 +137,49 @@ def test_runs_can_also_be_reported_by_posting_to_the_runs_collection(entities, a
     assert [Execution.objects.get(pk=i).entity.slug for i in ids] == ["triage", "ops"]
     listed = client(alice).get("/api/runs/").json()
     assert {row["id"] for row in listed["results"]} >= set(ids)
+
+
+def nul_span(span_id: str, parent: str | None, **over: Any) -> dict[str, Any]:
+    span = {
+        "spanId": span_id,
+        "parentSpanId": parent,
+        "name": "execute_tool crm\x00lookup",
+        "kind": "tool",
+        "startTime": "2026-03-01T11:00:01Z",
+        "endTime": "2026-03-01T11:00:02Z",
+        "status": "error",
+        "statusMessage": "not\x00found",
+        "attributes": {"gen_ai.tool.call.result": "found\x00it", "odd\x00key": ["a\x00", {"b\x00": "c\x00"}]},
+    }
+    span.update(over)
+    return span
+
+
+def test_a_nul_in_a_reported_run_is_kept_as_the_replacement_character_on_every_database(entities, alice):
+    # PostgreSQL refuses U+0000 in text and jsonb; the run's evidence is kept, with U+FFFD in its place.
+    body = run(
+        status="failed",
+        error="crashed\x00here",
+        input={"ticket": "a\x00b", "nested": {"k\x00": ["x\x00"]}},
+        output={"label": "bill\x00ing"},
+        trace=[nul_span("root", None), nul_span("child", "root")],
+    )
+    response = client(alice).post(URL, [body, run()], format="json")
+    assert response.status_code == 201, response.json()
+    execution = Execution.objects.get(pk=response.json()["ids"][0])
+    assert execution.error == "crashed\ufffdhere"
+    assert execution.input == {"ticket": "a\ufffdb", "nested": {"k\ufffd": ["x\ufffd"]}}
+    assert execution.output == {"label": "bill\ufffding"}
+    span = execution.trace[1]
+    assert (span["name"], span["statusMessage"]) == ("execute_tool crm\ufffdlookup", "not\ufffdfound")
+    assert span["attributes"] == {
+        "gen_ai.tool.call.result": "found\ufffdit",
+        "odd\ufffdkey": ["a\ufffd", {"b\ufffd": "c\ufffd"}],
+    }
+    assert "\x00" not in str(Execution.objects.values_list("input", "output", "error", "trace").get(pk=execution.pk))
+
+
+def test_a_single_reported_run_with_a_nul_is_kept_too(entities, alice):
+    response = client(alice).post(URL, run(output="bill\x00ing"), format="json")
+    assert response.status_code == 201, response.json()
+    assert Execution.objects.get(pk=response.json()["ids"][0]).output == "bill\ufffding"

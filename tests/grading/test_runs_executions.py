@@ -226,3 +226,21 @@ def test_completed_at_defaults_to_now(settings):
     before = timezone.now()
     finish_execution(execution, status="succeeded")
     assert execution.completed_at >= before
+
+
+def test_an_engine_runs_nul_characters_are_kept_as_the_replacement_character():
+    # What a model or a tool answered an engine's run is its evidence, as a reported run's: PostgreSQL cannot hold
+    # U+0000, so both databases keep U+FFFD.
+    execution = start_execution(make_entity(), input={}, source="manual")
+    finish_execution(
+        execution,
+        status="failed",
+        output={"reply": "bill\x00ing", "k\x00": 1},
+        error="tool crashed\x00",
+        trace=[{"tool": "echo__echo", "result": "a\x00b"}],
+    )
+    stored = Execution.objects.get(pk=execution.pk)
+    assert stored.output == {"reply": "bill\ufffding", "k\ufffd": 1}
+    assert stored.error == "tool crashed\ufffd"
+    assert stored.trace == [{"tool": "echo__echo", "result": "a\ufffdb"}]
+    assert (execution.output, execution.error) == (stored.output, stored.error)

@@ -253,3 +253,30 @@ def test_two_producers_racing_to_open_one_key_get_one_card():
     opened = at_once(lambda: make_card(key="rating:run-77").pk, 4)
     assert len(opened) == 4 and len(set(opened)) == 1
     assert Card.objects.filter(key="rating:run-77").count() == 1
+
+
+@pytest.mark.parametrize(
+    ("answer", "named"),
+    [
+        ({"choice": "accept", "note": "go\x00od"}, "note"),
+        ({"choice": "refine", "refinement": "short\x00er"}, "refinement"),
+    ],
+)
+def test_an_answer_whose_text_holds_a_nul_is_refused_naming_the_field_and_the_card_stays_pending(
+    handler, alice, answer, named
+):
+    # Whatever door it came through: PostgreSQL cannot hold U+0000, and a person's few words are theirs to retype.
+    card = make_card()
+    result = answer_card(card.pk, user=alice, is_agent=False, via="dashboard", **answer)
+    assert (result.ok, result.code, result.detail) == (False, "invalid", f"{named}: contains a NUL character")
+    card.refresh_from_db()
+    assert card.is_pending and handler.calls == []
+
+
+def test_a_form_answer_whose_value_holds_a_nul_is_refused_naming_it(handler, alice):
+    card = make_card(kind="rating", key="rating:nul", options=RATING_FORM)
+    result = answer_card(
+        card.pk, user=alice, is_agent=False, choice="rate", values={"clarity": "7\x00", "pacing": "5"}, via="dashboard"
+    )
+    assert (result.ok, result.code) == (False, "invalid")
+    assert Card.objects.get(pk=card.pk).is_pending
