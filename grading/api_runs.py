@@ -134,8 +134,9 @@ REPORT_SCHEMA = extend_schema(
     description=(
         "Record one run, or a list of up to 1000, already terminal. Each names its entity as "
         "`<target_kind>:<slug>`. A batch is recorded whole or refused whole; a refusal names the field "
-        "(`runs[3].cost_usd: …`). Every recorded run is then sampled and booked for grading like any other. "
-        "Agent tokens may report."
+        "(`runs[3].costUsd: …`). Every recorded run is then sampled and booked for grading like any other. "
+        "A NUL character (U+0000) in a run's input, output, error or trace is kept as U+FFFD, the same on "
+        "every database. Agent tokens may report."
     ),
     request=PolymorphicProxySerializer(
         component_name="RunReportBody",
