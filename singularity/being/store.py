@@ -18,6 +18,7 @@ transaction of an UPDATE, an UPDATE and one multi-row INSERT.
 
 from __future__ import annotations
 
+from contextlib import suppress
 from datetime import timedelta
 from functools import lru_cache
 from typing import Any
@@ -27,6 +28,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
 
 from singularity.being.chain import line_hash
+from singularity.being.columns import Preparer, preparer
 from singularity.being.export import event_line
 from singularity.being.lease import LeaseLost
 from singularity.models import Being, Cycle, Event
@@ -72,29 +74,45 @@ class JournalMoved(LeaseLost):
         )
 
 
+class Pending:
+    """An event numbered, linked and hashed but not yet written: an ``Event``'s columns without a model instance
+    (building one costs more than the rest of ``emit``); ``event()`` makes the model when one is wanted."""
+
+    __slots__ = ("being_id", "seq", "cycle", "kind", "data", "created_at", "prev_hash", "hash")
+
+    def __init__(
+        self, being_id: int, seq: int, cycle: int | None, kind: str, data: dict[str, Any], prev_hash: str
+    ) -> None:
+        self.being_id, self.seq, self.cycle, self.kind, self.data = being_id, seq, cycle, kind, data
+        self.created_at = timezone.now()
+        self.prev_hash, self.hash = prev_hash, ""
+        self.hash = line_hash(event_line(self))  # type: ignore[arg-type]  # the line reads an Event's attributes
+
+    def event(self) -> Event:
+        return Event(**{name: getattr(self, name) for name in self.__slots__})
+
+
 class Journal:
     """Events of one step, numbered from the being's counter and written on ``save``."""
 
     def __init__(self, being: Being) -> None:
         self.being = being
-        self.pending: list[Event] = []
+        self.pending: list[Pending] = []
 
-    def emit(self, kind: str, data: dict[str, Any] | None = None, *, cycle: int | None = None) -> Event:
+    def emit(self, kind: str, data: dict[str, Any] | None = None, *, cycle: int | None = None) -> Pending:
         """Number the event, link it to the chain's head and hash it; it is written on ``save``."""
-        self.being.event_seq += 1
-        event = Event(
-            being=self.being,
-            seq=self.being.event_seq,
-            cycle=self.being.cycle if cycle is None else cycle,
-            kind=kind,
-            data=data or {},
-            created_at=timezone.now(),
-            prev_hash=self.being.event_hash,
+        being = self.being
+        being.event_seq += 1
+        event = Pending(
+            being.pk, being.event_seq, being.cycle if cycle is None else cycle, kind, data or {}, being.event_hash
         )
-        event.hash = line_hash(event_line(event))
-        self.being.event_hash = event.hash
+        being.event_hash = event.hash
         self.pending.append(event)
         return event
+
+    def events(self) -> list[Event]:
+        """The pending events as model instances, for a caller writing them itself (``bulk_create``)."""
+        return [pending.event() for pending in self.pending]
 
     def saved_head(self) -> tuple[int, str]:
         """The journal's counter and head as the database holds them now, if no one else wrote: before ``pending``."""
@@ -132,7 +150,7 @@ class Journal:
                     raise self._refused(owner, seq, head)
                 cycle.save(force_insert=True)
                 if self.pending:
-                    Event.objects.bulk_create(self.pending)
+                    Event.objects.bulk_create(self.events())
         else:
             step = cycle if cycle is not None and cycle_fields else None
             if not _write_step(being, values, (owner, seq, head), step, cycle_fields, self.pending):
@@ -166,16 +184,14 @@ def _write_step(
     written, when the being's row does not match ``guard`` (its lease owner, event counter and head)."""
     db = connections[DEFAULT_DB_ALIAS]
     names = tuple(values)
-    being_params = [_field(Being, name).get_db_prep_save(value, db) for name, value in values.items()]
+    being_params = [_prep(Being, name)(value, db) for name, value in values.items()]
     being_params += [being.pk, *guard]
     cycle_names = cycle_fields if cycle is not None else ()
-    cycle_params = [_field(Cycle, name).get_db_prep_save(getattr(cycle, name), db) for name in cycle_names]
+    cycle_params = [_prep(Cycle, name)(getattr(cycle, name), db) for name in cycle_names]
     if cycle is not None:
         cycle_params.append(cycle.pk)
-    event_fields = [(_field(Event, name), _field(Event, name).attname) for name in EVENT_FIELDS]
-    event_params = [
-        field.get_db_prep_save(getattr(event, attname), db) for event in events for field, attname in event_fields
-    ]
+    event_fields = _event_preparers()
+    event_params = [prep(getattr(event, attname), db) for event in events for attname, prep in event_fields]
     vendor = db.vendor
     if vendor == "postgresql":
         # One statement, so one round trip: on its own it is its own transaction, inside an atomic block a part.
@@ -184,23 +200,87 @@ def _write_step(
                 _postgres_step(vendor, names, cycle_names, len(events)), being_params + cycle_params + event_params
             )
             return cursor.fetchone()[0] == 1
+    statements = [(_being_update(vendor, names), being_params)]
+    if cycle is not None:
+        statements.append((_cycle_update(vendor, cycle_names), cycle_params))
+    width = len(EVENT_FIELDS)
+    for start in range(0, len(events), SQLITE_ROWS_PER_INSERT):
+        rows = min(SQLITE_ROWS_PER_INSERT, len(events) - start)
+        statements.append((_event_insert(vendor, rows), event_params[start * width : (start + rows) * width]))
+    if _direct(db):
+        return _sqlite_direct(db, statements)
     with transaction.atomic(), db.cursor() as cursor:
-        cursor.execute(_being_update(vendor, names), being_params)
+        cursor.execute(*statements[0])
         if cursor.rowcount != 1:
             return False
-        if cycle is not None:
-            cursor.execute(_cycle_update(vendor, cycle_names), cycle_params)
-        width = len(EVENT_FIELDS)
-        for start in range(0, len(events), SQLITE_ROWS_PER_INSERT):
-            rows = min(SQLITE_ROWS_PER_INSERT, len(events) - start)
-            cursor.execute(_event_insert(vendor, rows), event_params[start * width : (start + rows) * width])
+        for statement in statements[1:]:
+            cursor.execute(*statement)
     return True
+
+
+def _direct(db: Any) -> bool:
+    """Whether a SQLite step may go to the driver itself: connected, in autocommit (no transaction to join), and
+    nothing to see its statements (no query log, no execute wrapper), which then pass through Django's cursor."""
+    db.close_if_health_check_failed()
+    return (
+        db.connection is not None
+        and not db.in_atomic_block
+        and not db.queries_logged
+        and not db.execute_wrappers
+        and db.get_autocommit()
+    )
+
+
+def _sqlite_direct(db: Any, statements: list[tuple[str, list[Any]]]) -> bool:
+    """Run ``statements`` in one ``BEGIN <transaction_mode>`` … ``COMMIT`` on the driver's connection, as Django's
+    atomic block and cursor would, without their cost (the placeholders turned to SQLite's once per statement, not
+    on every call); the driver's errors become Django's. False, with nothing written, when the first (the being's
+    guarded UPDATE) matches no row."""
+    raw = db.connection
+    with db.wrap_database_errors:
+        cursor = raw.cursor()
+        try:
+            cursor.execute("BEGIN" if db.transaction_mode is None else f"BEGIN {db.transaction_mode}")
+            try:
+                first, *rest = statements
+                if cursor.execute(_qmark(first[0]), first[1]).rowcount != 1:
+                    cursor.execute("ROLLBACK")
+                    return False
+                for sql, params in rest:
+                    cursor.execute(_qmark(sql), params)
+                cursor.execute("COMMIT")
+            except BaseException:
+                if raw.in_transaction:
+                    with suppress(db.Database.Error):  # the first error is the one to raise
+                        cursor.execute("ROLLBACK")
+                raise
+        finally:
+            cursor.close()
+    return True
+
+
+@lru_cache(maxsize=256)
+def _qmark(sql: str) -> str:
+    """``sql``'s ``%s`` placeholders as SQLite's ``?`` (the statements here hold no other ``%``)."""
+    assert "%" not in sql.replace("%s", ""), sql
+    return sql.replace("%s", "?")
 
 
 @lru_cache(maxsize=128)
 def _field(model: type, name: str) -> Any:
-    """``model``'s field ``name``, whose ``get_db_prep_save`` makes a value what the ORM would send."""
     return model._meta.get_field(name)
+
+
+@lru_cache(maxsize=128)
+def _prep(model: type, name: str) -> Preparer:
+    """A function ``(value, connection)`` making a value of ``model``'s field ``name`` what the ORM would send."""
+    return preparer(_field(model, name))
+
+
+@lru_cache(maxsize=1)
+def _event_preparers() -> tuple[tuple[str, Preparer], ...]:
+    """Each inserted event column's attribute and preparer, in ``EVENT_FIELDS`` order."""
+    return tuple((_field(Event, name).attname, _prep(Event, name)) for name in EVENT_FIELDS)
 
 
 def _column(model: type, name: str) -> str:
