@@ -3,7 +3,7 @@
 The ORM sends ``field.get_db_prep_save(value, connection)``: a few microseconds a value (its checks, ``to_python``
 again, the backend's adaptation), and a step's save sends some twenty. ``preparer(field)`` returns a function of
 ``(value, connection)`` giving the same result quicker for the values a save writes — an int into an integer column
-or a key, a string into a text column, an aware datetime — and ``get_db_prep_save``'s own answer for anything else
+or a key (on SQLite), a string into a text column, an aware datetime — and ``get_db_prep_save``'s own answer for anything else
 (``tests/singularity/test_being_columns.py`` holds the two equal on every column a save writes).
 """
 
@@ -26,8 +26,11 @@ def preparer(field: models.Field) -> Preparer:
     slow = field.get_db_prep_save
     target = field.target_field if isinstance(field, models.ForeignKey) else field
     if isinstance(target, models.IntegerField):
-        # ``int(value)`` and the backend's integer adaptation, which is the value itself; a bool or an enum goes slow.
-        return lambda value, connection: value if type(value) is int else slow(value, connection)
+        # ``int(value)`` and SQLite's integer adaptation, which is the value itself (Postgres wraps it in a typed
+        # integer, its own way); a bool or an enum goes the ORM's way.
+        return lambda value, connection: (
+            value if type(value) is int and connection.vendor == "sqlite" else slow(value, connection)
+        )
     if isinstance(field, models.CharField | models.TextField):
         # ``to_python`` returns a string (or a ``str`` enum) unchanged.
         return lambda value, connection: value if isinstance(value, str) else slow(value, connection)
