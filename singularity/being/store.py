@@ -59,6 +59,9 @@ JOURNAL_FIELDS = ("event_seq", "event_hash")
 #: The event columns a save inserts, in order.
 EVENT_FIELDS = ("being", "seq", "cycle", "kind", "data", "created_at", "prev_hash", "hash")
 
+#: In a cycle's fields to write: its messages, by appending the ones its row does not hold yet (``_write_step``).
+MESSAGES_APPENDED = "messages+"
+
 #: Most events in one INSERT on SQLite (8 values each, under its oldest limit of 999 variables).
 SQLITE_ROWS_PER_INSERT = 100
 
@@ -98,6 +101,8 @@ class Journal:
     def __init__(self, being: Being) -> None:
         self.being = being
         self.pending: list[Pending] = []
+        #: The cycle whose messages this journal last wrote, the list written and how many it held then.
+        self._stored_messages: tuple[Cycle, list[Any], int] | None = None
 
     def emit(self, kind: str, data: dict[str, Any] | None = None, *, cycle: int | None = None) -> Pending:
         """Number the event, link it to the chain's head and hash it; it is written on ``save``."""
@@ -140,6 +145,7 @@ class Journal:
         values["lease_until"] = now + timedelta(seconds=settings.SINGULARITY_LEASE_SECS)
         values["updated_at"] = now
         seq, head = self.saved_head()
+        wrote_messages = cycle is not None and (cycle.pk is None or "messages" in cycle_fields)
         if cycle is not None and cycle.pk is None:
             # A cycle's first save inserts its row (and needs its id back): once a cycle, through the ORM.
             with transaction.atomic():
@@ -153,10 +159,27 @@ class Journal:
                     Event.objects.bulk_create(self.events())
         else:
             step = cycle if cycle is not None and cycle_fields else None
-            if not _write_step(being, values, (owner, seq, head), step, cycle_fields, self.pending):
+            appended = self._appendable(step) if step is not None and "messages" in cycle_fields else None
+            if not _write_step(being, values, (owner, seq, head), step, cycle_fields, self.pending, appended):
                 raise self._refused(owner, seq, head)
+        if wrote_messages and cycle is not None:
+            # Committed now unless an enclosing transaction may yet roll it back: then not counted on.
+            written = not connections[DEFAULT_DB_ALIAS].in_atomic_block
+            self._stored_messages = (cycle, cycle.messages, len(cycle.messages)) if written else None
         being.lease_until = values["lease_until"]
         self.pending = []
+
+    def _appendable(self, cycle: Cycle) -> int | None:
+        """How many of ``cycle.messages`` its row holds, when the save may append the rest instead of writing the
+        whole conversation again: this journal wrote that many of this very list, committed, and it has grown since.
+        The conversation is append-only (the agent loop only appends to it), so the row's messages stay the list's.
+        """
+        stored = self._stored_messages
+        if stored is None or stored[0] is not cycle or stored[1] is not cycle.messages:
+            return None
+        if connections[DEFAULT_DB_ALIAS].in_atomic_block:
+            return None
+        return stored[2] if 0 < stored[2] < len(cycle.messages) else None
 
     def _refused(self, owner: str, seq: int, head: str) -> LeaseLost:
         """Why a guarded save matched no row: the lease went elsewhere, or the journal moved under it."""
@@ -178,16 +201,22 @@ def _write_step(
     guard: tuple[str, int, str],
     cycle: Cycle | None,
     cycle_fields: tuple[str, ...],
-    events: list[Event],
+    events: list[Pending],
+    appended: int | None = None,
 ) -> bool:
     """Write one step's save (the being's ``values``, the ``cycle``'s fields, the ``events``); False, with nothing
-    written, when the being's row does not match ``guard`` (its lease owner, event counter and head)."""
+    written, when the being's row does not match ``guard`` (its lease owner, event counter and head).
+
+    With ``appended``, the cycle's row holds that many of its messages already, and only the rest is sent.
+    """
     db = connections[DEFAULT_DB_ALIAS]
     names = tuple(values)
     being_params = [_prep(Being, name)(value, db) for name, value in values.items()]
     being_params += [being.pk, *guard]
     cycle_names = cycle_fields if cycle is not None else ()
-    cycle_params = [_prep(Cycle, name)(getattr(cycle, name), db) for name in cycle_names]
+    if appended is not None:
+        cycle_names = tuple(MESSAGES_APPENDED if name == "messages" else name for name in cycle_names)
+    cycle_params = [_cycle_value(cycle, name, db, appended) for name in cycle_names]
     if cycle is not None:
         cycle_params.append(cycle.pk)
     event_fields = _event_preparers()
@@ -216,6 +245,17 @@ def _write_step(
         for statement in statements[1:]:
             cursor.execute(*statement)
     return True
+
+
+def _cycle_value(cycle: Cycle, name: str, db: Any, appended: int | None) -> Any:
+    if name != MESSAGES_APPENDED:
+        return _prep(Cycle, name)(getattr(cycle, name), db)
+    new = _prep(Cycle, "messages")(cycle.messages[appended:], db)
+    if db.vendor == "postgresql":
+        return new  # jsonb: ``messages || new``
+    # SQLite's text: the stored ``[a, b]`` loses its ``]`` and gains ``, c, d]``, which makes ``[a, b, c, d]``: the
+    # very text the whole list's JSON is (``json.dumps`` separates items with ``, ``).
+    return ", " + new[1:]
 
 
 def _direct(db: Any) -> bool:
@@ -299,8 +339,17 @@ def _being_update(vendor: str, names: tuple[str, ...]) -> str:
 
 @lru_cache(maxsize=64)
 def _cycle_update(vendor: str, names: tuple[str, ...]) -> str:
-    sets = ", ".join(f"{_column(Cycle, name)} = %s" for name in names)
+    sets = ", ".join(_cycle_set(vendor, name) for name in names)
     return f"UPDATE {connection.ops.quote_name(Cycle._meta.db_table)} SET {sets} WHERE {_column(Cycle, 'id')} = %s"
+
+
+def _cycle_set(vendor: str, name: str) -> str:
+    if name != MESSAGES_APPENDED:
+        return f"{_column(Cycle, name)} = %s"
+    column = _column(Cycle, "messages")
+    if vendor == "postgresql":
+        return f"{column} = {column} || %s"
+    return f"{column} = substr({column}, 1, length({column}) - 1) || %s"
 
 
 @lru_cache(maxsize=64)

@@ -3,6 +3,7 @@ journal's head (the head lives in the process that holds the lease; the database
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -149,6 +150,38 @@ def test_a_step_on_the_driver_that_fails_or_is_refused_writes_nothing_and_leaves
     if connection.vendor == "sqlite":
         assert not connection.connection.in_transaction
     assert Being.objects.get(pk=being.pk).remaining == stored.remaining
+
+
+@pytest.mark.django_db(transaction=True)  # appending counts on a committed write: outside a test's transaction
+def test_a_saves_messages_are_appended_and_the_row_holds_the_whole_conversation(fake_gateway, catalogue, monkeypatch):
+    appends = []
+    real = store._cycle_value
+    monkeypatch.setattr(
+        store,
+        "_cycle_value",
+        lambda cycle, name, db, appended: (
+            (name == store.MESSAGES_APPENDED and appends.append(appended)) or real(cycle, name, db, appended)
+        ),
+    )
+    fake_gateway.script(
+        Reply(tool_calls=[REMEMBER, REMEMBER], usage=USAGE),
+        Reply(tool_calls=[("self__remember", {"key": "é", "value": "\u0000 ü"})], usage=USAGE),
+        Reply(content="done", usage=USAGE),
+    )
+    being = make_being(starting="10")
+    runtime = make_runtime(being, fake_gateway.gateway(), catalogue, prices=Prices(1, 1, 1))
+    runtime.run_cycle()
+    # The first round writes the conversation whole (nothing of it stored yet); every later save appends.
+    assert appends == [1, 2, 3, 4, 5]
+    cycle = Cycle.objects.get(being=being)
+    assert [m["role"] for m in cycle.messages] == ["assistant", "tool", "tool", "assistant", "tool", "assistant"]
+    assert cycle.messages[-1]["content"] == "done"
+    assert cycle.messages == fake_gateway.requests[-1].json["messages"][2:] + [cycle.messages[-1]]
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT messages FROM singularity_cycle WHERE id = %s", [cycle.pk])
+            (text,) = cursor.fetchone()
+        assert text == json.dumps(cycle.messages)  # byte for byte what writing it whole would have written
 
 
 @pytest.mark.django_db
