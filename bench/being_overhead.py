@@ -13,7 +13,8 @@ beside a single-row commit timed between the cycles of that same run (so
 both see the same load on a shared machine). Times are taken with the query
 log off; statements are counted in extra cycles with it on (Django's log
 costs some 0.1 ms a statement, which the commit it is set beside does not
-pay).
+pay). Beside each wall-clock median the CPU time this process spent (``time.process_time``) is given for
+the round and for the commit: steadier than the wall clock when other work shares the machine.
 
     .venv/bin/python bench/being_overhead.py --db sqlite
     .venv/bin/python bench/being_overhead.py --db postgres --pg-url postgres://postgres@127.0.0.1:5432/singularity_bench
@@ -131,6 +132,9 @@ def main() -> None:
         "reserve_q": [],
         "commit_first": [],
         "round_second": [],
+        "round_cpu": [],
+        "reserve_cpu": [],
+        "tool_cpu": [],
     }
 
     def instrument(method_name: str, key: str, subtract_tool: bool) -> None:
@@ -138,11 +142,13 @@ def main() -> None:
 
         def timed(self, *a, **kw):
             c0, q0 = timed_tools.spent_ns, len(connection.queries_log)
-            t0 = time.perf_counter_ns()
+            t0, p0 = time.perf_counter_ns(), time.process_time_ns()
             try:
                 return original(self, *a, **kw)
             finally:
                 spent = time.perf_counter_ns() - t0 - ((timed_tools.spent_ns - c0) if subtract_tool else 0)
+                # The tool's own CPU is in its child process; a timed wrapper's own share is left in (it is small).
+                samples[key + "_cpu"].append(time.process_time_ns() - p0)
                 samples[key].append(spent)
                 samples[key + "_q"].append(len(connection.queries_log) - q0)
 
@@ -155,14 +161,19 @@ def main() -> None:
 
     commit_being = create_being("bench-commit", starting="1")
 
-    def single_row_commit(n: int) -> list[int]:
-        """The ns of each of ``n`` transactions updating one being row: the floor any durable step pays."""
+    commit_cpu: list[int] = []
+
+    def single_row_commit(n: int, cpu: list[int] | None = None) -> list[int]:
+        """The ns of each of ``n`` transactions updating one being row: the floor any durable step pays (the CPU
+        ns of each go to ``cpu`` when given)."""
         times = []
         for _ in range(n):
-            t0 = time.perf_counter_ns()
+            t0, p0 = time.perf_counter_ns(), time.process_time_ns()
             with transaction.atomic():
                 Being.objects.filter(pk=commit_being.pk).update(updated_at=timezone.now())
             times.append(time.perf_counter_ns() - t0)
+            if cpu is not None:
+                cpu.append(time.process_time_ns() - p0)
         return times
 
     timing = {"on": False}
@@ -220,12 +231,13 @@ def main() -> None:
             values.clear()
         # Then the times, with the log off, and the single-row commit between cycles under the same load.
         ours, commits = [], []
+        commit_cpu.clear()
         timing["on"] = True
         for _ in range(args.cycles):
             t0, g0, c0 = time.perf_counter_ns(), gateway.spent_ns, timed_tools.spent_ns
             runtime.run_cycle()
             ours.append((time.perf_counter_ns() - t0) - (gateway.spent_ns - g0) - (timed_tools.spent_ns - c0))
-            commits.extend(single_row_commit(args.commits_per_cycle))
+            commits.extend(single_row_commit(args.commits_per_cycle, commit_cpu))
         timing["on"] = False
         samples.update(counted)
 
@@ -240,7 +252,12 @@ def main() -> None:
         paired = [d + (samples["reserve"][i] if samples["reserve"] else 0) for i, d in enumerate(samples["round"])]
         # The same, counting only the rounds whose debit ran first after the model's answer (the commit did the rest).
         first = [total for total, second in zip(paired, samples["round_second"], strict=True) if not second]
+        paired_cpu = [
+            d + (samples["reserve_cpu"][i] if samples["reserve_cpu"] else 0) for i, d in enumerate(samples["round_cpu"])
+        ]
         return {
+            "commit_cpu_ms": statistics.median(commit_cpu) / 1e6,
+            "model_round_cpu_ms": statistics.median(paired_cpu) / 1e6,
             "commit_ms": statistics.median(commits) / 1e6,
             "commit_in_place_ms": statistics.median(samples["commit_first"]) / 1e6,
             "model_round_ms": statistics.median(paired) / 1e6,
@@ -279,6 +296,10 @@ def main() -> None:
         print(
             f"   per model round (reserve + debit + saves):        median {m['model_round_ms']:.3f} ms  "
             f"= {m['model_round_ms'] / m['commit_ms']:.2f}x the commit in a loop"
+        )
+        print(
+            f"   CPU: per model round {m['model_round_cpu_ms']:.3f} ms, per single-row commit {m['commit_cpu_ms']:.3f} ms"
+            f" (medians) = {m['model_round_cpu_ms'] / m['commit_cpu_ms']:.2f}x"
         )
         print(
             f"   per model round, its debit first:                  median {m['model_round_first_ms']:.3f} ms  "

@@ -64,9 +64,11 @@ class MoneyField(models.DecimalField):
     def get_db_prep_value(self, value: Any, connection: Any, prepared: bool = False) -> Any:
         if value is None:
             return None
-        if hasattr(value, "as_sql"):
-            return value
-        amount = quantize(self.to_python(value))
+        if type(value) is not Decimal or not value.is_finite():  # a finite Decimal needs no more checking
+            if hasattr(value, "as_sql"):
+                return value
+            value = self.to_python(value)
+        amount = quantize(value)
         if connection.vendor == "sqlite":
             units = int(amount * _SCALE)
             if abs(units) > _INT64_MAX:

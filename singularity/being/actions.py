@@ -98,7 +98,7 @@ def _append(locked: Being, kind: str, data: dict[str, Any], **fields: Any) -> No
     for name, value in fields.items():
         setattr(locked, name, value)
     locked.save(update_fields=[*JOURNAL_FIELDS, "updated_at", *fields])
-    Event.objects.bulk_create(journal.pending)
+    Event.objects.bulk_create(journal.events())
 
 
 def start_on_workers(being: Being, *, by: str) -> Being:

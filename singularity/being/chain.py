@@ -17,11 +17,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+#: ``json.dumps`` with these arguments builds an encoder on every call; one made once writes the same text.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
 
 def canonical(line: dict[str, Any]) -> bytes:
     """The canonical JSON form of ``line``: sorted keys, no whitespace, UTF-8, the ``hash`` key left out."""
-    body = {key: value for key, value in line.items() if key != "hash"}
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    body = {key: value for key, value in line.items() if key != "hash"} if "hash" in line else line
+    return _CANONICAL.encode(body).encode()
 
 
 def line_hash(line: dict[str, Any]) -> str:

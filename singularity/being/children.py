@@ -87,7 +87,7 @@ def _spawn_funded(parent: Being, *, name: str, prompt: str, amount: Decimal) -> 
                 {"direction": "in", "from": parent.name, "amount": money_str(amount), "remaining": money_str(amount)},
             )
             child.save(update_fields=[*JOURNAL_FIELDS, "updated_at"])
-            Event.objects.bulk_create(child_journal.pending)
+            Event.objects.bulk_create(child_journal.events())
             journal.emit(
                 Event.Kind.TRANSFER,
                 {

@@ -106,6 +106,8 @@ class Runtime:
         self.deadline_ns = call_deadline_ns() if deadline_ns is None else deadline_ns
         #: The current cycle's tools and the bytes of their JSON (``_bound``).
         self._sized_tools: tuple[list[dict], int] | None = None
+        #: The last worst case computed: the tools and messages it was for, their bound and the reservation.
+        self._worst: tuple[list[dict], list[dict[str, Any]], int, Debit] | None = None
         #: A cycle that failed before its failure could be recorded: (number, error), recorded first thing next cycle.
         self.unrecorded: tuple[int, Exception] | None = None
 
@@ -263,11 +265,25 @@ class Runtime:
         if not self.reserve:
             return
         being = self.being
-        bound = self._bound(messages, tools)
-        hold = reservation(self.prices, prompt_tokens=bound, max_tokens=self.max_tokens, deadline_ns=self.deadline_ns)
+        bound, hold = self._worst_case(messages, tools)
         if hold.total > being.remaining or being.reserved_api or being.reserved_instance:
             return
         self._held(hold, bound, round_number)
+
+    def _worst_case(self, messages: list[dict[str, Any]], tools: list[dict]) -> tuple[int, Debit]:
+        """The prompt's token bound for ``messages`` and ``tools`` and the reservation it makes.
+
+        The call's own check (``_reserve``) asks again for the messages the last tool's save held ahead for: equal
+        messages (the same conversation's dicts, which the agent loop only appends to, and a system message that
+        reads the same) have the same bound, so it is taken from the last answer instead of measured again.
+        """
+        last = self._worst
+        if last is not None and last[0] is tools and last[1] == messages:
+            return last[2], last[3]
+        bound = self._bound(messages, tools)
+        hold = reservation(self.prices, prompt_tokens=bound, max_tokens=self.max_tokens, deadline_ns=self.deadline_ns)
+        self._worst = (tools, messages, bound, hold)
+        return bound, hold
 
     def _bound(self, messages: list[dict[str, Any]], tools: list[dict]) -> int:
         """``prompt_tokens_bound`` with the tools' size measured once a cycle (the cycle's tools are one list that
@@ -304,8 +320,7 @@ class Runtime:
         if not self.reserve:
             return None
         being = self.being
-        bound = self._bound(messages, tools)
-        hold = reservation(self.prices, prompt_tokens=bound, max_tokens=self.max_tokens, deadline_ns=self.deadline_ns)
+        bound, hold = self._worst_case(messages, tools)
         held = EXACT.add(being.reserved_api, being.reserved_instance)
         if held and held >= hold.total and being.reserved_api >= hold.api and being.reserved_instance >= hold.instance:
             return None  # held ahead, in the save before this call, and it covers it

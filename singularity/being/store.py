@@ -18,6 +18,7 @@ transaction of an UPDATE, an UPDATE and one multi-row INSERT.
 
 from __future__ import annotations
 
+from contextlib import suppress
 from datetime import timedelta
 from functools import lru_cache
 from typing import Any
@@ -27,6 +28,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
 
 from singularity.being.chain import line_hash
+from singularity.being.columns import Preparer, preparer
 from singularity.being.export import event_line
 from singularity.being.lease import LeaseLost
 from singularity.models import Being, Cycle, Event
@@ -57,6 +59,9 @@ JOURNAL_FIELDS = ("event_seq", "event_hash")
 #: The event columns a save inserts, in order.
 EVENT_FIELDS = ("being", "seq", "cycle", "kind", "data", "created_at", "prev_hash", "hash")
 
+#: In a cycle's fields to write: its messages, by appending the ones its row does not hold yet (``_write_step``).
+MESSAGES_APPENDED = "messages+"
+
 #: Most events in one INSERT on SQLite (8 values each, under its oldest limit of 999 variables).
 SQLITE_ROWS_PER_INSERT = 100
 
@@ -72,29 +77,47 @@ class JournalMoved(LeaseLost):
         )
 
 
+class Pending:
+    """An event numbered, linked and hashed but not yet written: an ``Event``'s columns without a model instance
+    (building one costs more than the rest of ``emit``); ``event()`` makes the model when one is wanted."""
+
+    __slots__ = ("being_id", "seq", "cycle", "kind", "data", "created_at", "prev_hash", "hash")
+
+    def __init__(
+        self, being_id: int, seq: int, cycle: int | None, kind: str, data: dict[str, Any], prev_hash: str
+    ) -> None:
+        self.being_id, self.seq, self.cycle, self.kind, self.data = being_id, seq, cycle, kind, data
+        self.created_at = timezone.now()
+        self.prev_hash, self.hash = prev_hash, ""
+        self.hash = line_hash(event_line(self))  # type: ignore[arg-type]  # the line reads an Event's attributes
+
+    def event(self) -> Event:
+        return Event(**{name: getattr(self, name) for name in self.__slots__})
+
+
 class Journal:
     """Events of one step, numbered from the being's counter and written on ``save``."""
 
     def __init__(self, being: Being) -> None:
         self.being = being
-        self.pending: list[Event] = []
+        self.pending: list[Pending] = []
+        #: The cycle whose messages this journal last wrote, the list written and how many it held then.
+        self._stored_messages: tuple[Cycle, list[Any], int] | None = None
 
-    def emit(self, kind: str, data: dict[str, Any] | None = None, *, cycle: int | None = None) -> Event:
+    def emit(self, kind: str, data: dict[str, Any] | None = None, *, cycle: int | None = None) -> Pending:
         """Number the event, link it to the chain's head and hash it; it is written on ``save``."""
-        self.being.event_seq += 1
-        event = Event(
-            being=self.being,
-            seq=self.being.event_seq,
-            cycle=self.being.cycle if cycle is None else cycle,
-            kind=kind,
-            data=data or {},
-            created_at=timezone.now(),
-            prev_hash=self.being.event_hash,
+        being = self.being
+        being.event_seq += 1
+        event = Pending(
+            being.pk, being.event_seq, being.cycle if cycle is None else cycle, kind, data or {}, being.event_hash
         )
-        event.hash = line_hash(event_line(event))
-        self.being.event_hash = event.hash
+        being.event_hash = event.hash
         self.pending.append(event)
         return event
+
+    def events(self) -> list[Event]:
+        """The pending events as model instances, for a caller writing them itself (``bulk_create``)."""
+        return [pending.event() for pending in self.pending]
 
     def saved_head(self) -> tuple[int, str]:
         """The journal's counter and head as the database holds them now, if no one else wrote: before ``pending``."""
@@ -122,6 +145,7 @@ class Journal:
         values["lease_until"] = now + timedelta(seconds=settings.SINGULARITY_LEASE_SECS)
         values["updated_at"] = now
         seq, head = self.saved_head()
+        wrote_messages = cycle is not None and (cycle.pk is None or "messages" in cycle_fields)
         if cycle is not None and cycle.pk is None:
             # A cycle's first save inserts its row (and needs its id back): once a cycle, through the ORM.
             with transaction.atomic():
@@ -132,13 +156,30 @@ class Journal:
                     raise self._refused(owner, seq, head)
                 cycle.save(force_insert=True)
                 if self.pending:
-                    Event.objects.bulk_create(self.pending)
+                    Event.objects.bulk_create(self.events())
         else:
             step = cycle if cycle is not None and cycle_fields else None
-            if not _write_step(being, values, (owner, seq, head), step, cycle_fields, self.pending):
+            appended = self._appendable(step) if step is not None and "messages" in cycle_fields else None
+            if not _write_step(being, values, (owner, seq, head), step, cycle_fields, self.pending, appended):
                 raise self._refused(owner, seq, head)
+        if wrote_messages and cycle is not None:
+            # Committed now unless an enclosing transaction may yet roll it back: then not counted on.
+            written = not connections[DEFAULT_DB_ALIAS].in_atomic_block
+            self._stored_messages = (cycle, cycle.messages, len(cycle.messages)) if written else None
         being.lease_until = values["lease_until"]
         self.pending = []
+
+    def _appendable(self, cycle: Cycle) -> int | None:
+        """How many of ``cycle.messages`` its row holds, when the save may append the rest instead of writing the
+        whole conversation again: this journal wrote that many of this very list, committed, and it has grown since.
+        The conversation is append-only (the agent loop only appends to it), so the row's messages stay the list's.
+        """
+        stored = self._stored_messages
+        if stored is None or stored[0] is not cycle or stored[1] is not cycle.messages:
+            return None
+        if connections[DEFAULT_DB_ALIAS].in_atomic_block:
+            return None
+        return stored[2] if 0 < stored[2] < len(cycle.messages) else None
 
     def _refused(self, owner: str, seq: int, head: str) -> LeaseLost:
         """Why a guarded save matched no row: the lease went elsewhere, or the journal moved under it."""
@@ -160,22 +201,26 @@ def _write_step(
     guard: tuple[str, int, str],
     cycle: Cycle | None,
     cycle_fields: tuple[str, ...],
-    events: list[Event],
+    events: list[Pending],
+    appended: int | None = None,
 ) -> bool:
     """Write one step's save (the being's ``values``, the ``cycle``'s fields, the ``events``); False, with nothing
-    written, when the being's row does not match ``guard`` (its lease owner, event counter and head)."""
+    written, when the being's row does not match ``guard`` (its lease owner, event counter and head).
+
+    With ``appended``, the cycle's row holds that many of its messages already, and only the rest is sent.
+    """
     db = connections[DEFAULT_DB_ALIAS]
     names = tuple(values)
-    being_params = [_field(Being, name).get_db_prep_save(value, db) for name, value in values.items()]
+    being_params = [_prep(Being, name)(value, db) for name, value in values.items()]
     being_params += [being.pk, *guard]
     cycle_names = cycle_fields if cycle is not None else ()
-    cycle_params = [_field(Cycle, name).get_db_prep_save(getattr(cycle, name), db) for name in cycle_names]
+    if appended is not None:
+        cycle_names = tuple(MESSAGES_APPENDED if name == "messages" else name for name in cycle_names)
+    cycle_params = [_cycle_value(cycle, name, db, appended) for name in cycle_names]
     if cycle is not None:
         cycle_params.append(cycle.pk)
-    event_fields = [(_field(Event, name), _field(Event, name).attname) for name in EVENT_FIELDS]
-    event_params = [
-        field.get_db_prep_save(getattr(event, attname), db) for event in events for field, attname in event_fields
-    ]
+    event_fields = _event_preparers()
+    event_params = [prep(getattr(event, attname), db) for event in events for attname, prep in event_fields]
     vendor = db.vendor
     if vendor == "postgresql":
         # One statement, so one round trip: on its own it is its own transaction, inside an atomic block a part.
@@ -184,23 +229,98 @@ def _write_step(
                 _postgres_step(vendor, names, cycle_names, len(events)), being_params + cycle_params + event_params
             )
             return cursor.fetchone()[0] == 1
+    statements = [(_being_update(vendor, names), being_params)]
+    if cycle is not None:
+        statements.append((_cycle_update(vendor, cycle_names), cycle_params))
+    width = len(EVENT_FIELDS)
+    for start in range(0, len(events), SQLITE_ROWS_PER_INSERT):
+        rows = min(SQLITE_ROWS_PER_INSERT, len(events) - start)
+        statements.append((_event_insert(vendor, rows), event_params[start * width : (start + rows) * width]))
+    if _direct(db):
+        return _sqlite_direct(db, statements)
     with transaction.atomic(), db.cursor() as cursor:
-        cursor.execute(_being_update(vendor, names), being_params)
+        cursor.execute(*statements[0])
         if cursor.rowcount != 1:
             return False
-        if cycle is not None:
-            cursor.execute(_cycle_update(vendor, cycle_names), cycle_params)
-        width = len(EVENT_FIELDS)
-        for start in range(0, len(events), SQLITE_ROWS_PER_INSERT):
-            rows = min(SQLITE_ROWS_PER_INSERT, len(events) - start)
-            cursor.execute(_event_insert(vendor, rows), event_params[start * width : (start + rows) * width])
+        for statement in statements[1:]:
+            cursor.execute(*statement)
     return True
+
+
+def _cycle_value(cycle: Cycle, name: str, db: Any, appended: int | None) -> Any:
+    if name != MESSAGES_APPENDED:
+        return _prep(Cycle, name)(getattr(cycle, name), db)
+    new = _prep(Cycle, "messages")(cycle.messages[appended:], db)
+    if db.vendor == "postgresql":
+        return new  # jsonb: ``messages || new``
+    # SQLite's text: the stored ``[a, b]`` loses its ``]`` and gains ``, c, d]``, which makes ``[a, b, c, d]``: the
+    # very text the whole list's JSON is (``json.dumps`` separates items with ``, ``).
+    return ", " + new[1:]
+
+
+def _direct(db: Any) -> bool:
+    """Whether a SQLite step may go to the driver itself: connected, in autocommit (no transaction to join), and
+    nothing to see its statements (no query log, no execute wrapper), which then pass through Django's cursor."""
+    db.close_if_health_check_failed()
+    return (
+        db.connection is not None
+        and not db.in_atomic_block
+        and not db.queries_logged
+        and not db.execute_wrappers
+        and db.get_autocommit()
+    )
+
+
+def _sqlite_direct(db: Any, statements: list[tuple[str, list[Any]]]) -> bool:
+    """Run ``statements`` in one ``BEGIN <transaction_mode>`` … ``COMMIT`` on the driver's connection, as Django's
+    atomic block and cursor would, without their cost (the placeholders turned to SQLite's once per statement, not
+    on every call); the driver's errors become Django's. False, with nothing written, when the first (the being's
+    guarded UPDATE) matches no row."""
+    raw = db.connection
+    with db.wrap_database_errors:
+        cursor = raw.cursor()
+        try:
+            cursor.execute("BEGIN" if db.transaction_mode is None else f"BEGIN {db.transaction_mode}")
+            try:
+                first, *rest = statements
+                if cursor.execute(_qmark(first[0]), first[1]).rowcount != 1:
+                    cursor.execute("ROLLBACK")
+                    return False
+                for sql, params in rest:
+                    cursor.execute(_qmark(sql), params)
+                cursor.execute("COMMIT")
+            except BaseException:
+                if raw.in_transaction:
+                    with suppress(db.Database.Error):  # the first error is the one to raise
+                        cursor.execute("ROLLBACK")
+                raise
+        finally:
+            cursor.close()
+    return True
+
+
+@lru_cache(maxsize=256)
+def _qmark(sql: str) -> str:
+    """``sql``'s ``%s`` placeholders as SQLite's ``?`` (the statements here hold no other ``%``)."""
+    assert "%" not in sql.replace("%s", ""), sql
+    return sql.replace("%s", "?")
 
 
 @lru_cache(maxsize=128)
 def _field(model: type, name: str) -> Any:
-    """``model``'s field ``name``, whose ``get_db_prep_save`` makes a value what the ORM would send."""
     return model._meta.get_field(name)
+
+
+@lru_cache(maxsize=128)
+def _prep(model: type, name: str) -> Preparer:
+    """A function ``(value, connection)`` making a value of ``model``'s field ``name`` what the ORM would send."""
+    return preparer(_field(model, name))
+
+
+@lru_cache(maxsize=1)
+def _event_preparers() -> tuple[tuple[str, Preparer], ...]:
+    """Each inserted event column's attribute and preparer, in ``EVENT_FIELDS`` order."""
+    return tuple((_field(Event, name).attname, _prep(Event, name)) for name in EVENT_FIELDS)
 
 
 def _column(model: type, name: str) -> str:
@@ -219,8 +339,17 @@ def _being_update(vendor: str, names: tuple[str, ...]) -> str:
 
 @lru_cache(maxsize=64)
 def _cycle_update(vendor: str, names: tuple[str, ...]) -> str:
-    sets = ", ".join(f"{_column(Cycle, name)} = %s" for name in names)
+    sets = ", ".join(_cycle_set(vendor, name) for name in names)
     return f"UPDATE {connection.ops.quote_name(Cycle._meta.db_table)} SET {sets} WHERE {_column(Cycle, 'id')} = %s"
+
+
+def _cycle_set(vendor: str, name: str) -> str:
+    if name != MESSAGES_APPENDED:
+        return f"{_column(Cycle, name)} = %s"
+    column = _column(Cycle, "messages")
+    if vendor == "postgresql":
+        return f"{column} = {column} || %s"
+    return f"{column} = substr({column}, 1, length({column}) - 1) || %s"
 
 
 @lru_cache(maxsize=64)

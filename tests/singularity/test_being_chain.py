@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
 
-from singularity.being.chain import line_hash, verify_export
+from singularity.being.chain import canonical, line_hash, verify_export
 from singularity.being.export import event_line, export_being, verify_being
 from singularity.models import Being, Event
 from singularity.tools import build_catalogue
@@ -113,3 +114,27 @@ def test_being_verify_exits_0_when_whole_and_names_the_first_broken_event(fake_g
     Event.objects.filter(being__name="ada", seq=target["seq"]).update(cycle=7)
     proc = manage("being", "verify", "--name", "ada", env=env)
     assert proc.returncode == 4 and f"event seq {target['seq']}" in proc.stderr
+
+
+def test_the_canonical_form_is_sorted_compact_utf8_json_without_the_hash():
+    line = {
+        "seq": 2,
+        "ts": "2026-12-06T22:30:01.123456+00:00",
+        "event": "warning",
+        "cycle": 1,
+        "message": "é \u0000 ü",
+        "n": 1.5,
+        "z": None,
+        "a": [1, {"b": 2, "a": 1}],
+        "prev_hash": "ab",
+        "hash": "not hashed",
+    }
+    text = (
+        '{"a":[1,{"a":1,"b":2}],"cycle":1,"event":"warning","message":"é \\u0000 ü","n":1.5,"prev_hash":"ab",'
+        '"seq":2,"ts":"2026-12-06T22:30:01.123456+00:00","z":null}'
+    )
+    assert canonical(line) == text.encode()
+    assert line_hash(line) == hashlib.sha256(text.encode()).hexdigest()
+    assert "hash" in line  # the caller's line is left as it was
+    with pytest.raises(ValueError):
+        canonical({"n": float("nan")})

@@ -439,3 +439,23 @@ def test_the_bound_is_the_same_with_the_tools_measured_once():
     whole = len(json.dumps({"messages": messages, "tools": tools}, ensure_ascii=False).encode())
     assert prompt_tokens_bound(messages, tools) == whole
     assert prompt_tokens_bound(messages, tools, tools_bytes=json_bytes(tools)) == whole
+
+
+@pytest.mark.django_db
+def test_the_calls_check_reuses_the_worst_case_held_ahead_for_equal_messages_only(catalogue, monkeypatch):
+    # The last tool's save measured the next call's messages; the call's own check, given equal messages, takes
+    # that answer, and measures again whatever differs (here a system message rewritten in between).
+    from singularity.being import runtime as runtime_module
+
+    measured = []
+    real = runtime_module.prompt_tokens_bound
+    monkeypatch.setattr(runtime_module, "prompt_tokens_bound", lambda *a, **kw: measured.append(1) or real(*a, **kw))
+    runtime = make_runtime(make_being(), None, catalogue, prices=PRICES, reserve=True)
+    tools = catalogue.openai_tools()
+    conversation = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "ok"}]
+    held = runtime._worst_case([{"role": "system", "content": "be"}, *conversation], tools)
+    again = runtime._worst_case([{"role": "system", "content": "be"}, *conversation], tools)
+    assert again == held and len(measured) == 1
+    grown = runtime._worst_case([{"role": "system", "content": "be é"}, *conversation], tools)
+    assert len(measured) == 2 and grown[0] == held[0] + len(" é".encode())
+    assert grown[1].total > held[1].total

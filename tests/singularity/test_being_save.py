@@ -3,6 +3,7 @@ journal's head (the head lives in the process that holds the lease; the database
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,13 +11,14 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection
 from django.test.utils import CaptureQueriesContext
 
+from singularity.being import store
 from singularity.being.export import verify_being
 from singularity.being.lease import LeaseLost
 from singularity.being.runtime import DEBIT_FIELDS, Prices
-from singularity.being.store import Journal, JournalMoved
+from singularity.being.store import Journal, JournalMoved, Pending
 from singularity.models import Being, Cycle, Event
 from singularity.tools import build_catalogue
 from tests.fakes.gateway import Reply
@@ -80,6 +82,106 @@ def test_a_model_rounds_save_is_one_statement_on_postgres_and_one_short_transact
     assert being.total_tokens == 220
     assert Cycle.objects.get(being=being).rounds == 2
     assert verify_being(being).whole
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sqlite_step_nothing_watches_goes_to_the_driver_as_the_same_short_transaction(
+    fake_gateway, catalogue, monkeypatch
+):
+    # With no query log or execute wrapper to see it (the test above has one), a step's save runs on the driver's
+    # connection: the same statements, BEGIN IMMEDIATE to COMMIT, and the same rows.
+    if connection.vendor != "sqlite":
+        pytest.skip("Postgres's step is one statement through Django's cursor")
+    direct = []
+    real = store._sqlite_direct
+    monkeypatch.setattr(store, "_sqlite_direct", lambda db, statements: direct.append(1) or real(db, statements))
+    fake_gateway.script(Reply(tool_calls=[REMEMBER], usage=USAGE), Reply(content="done", usage=USAGE))
+    being = make_being(starting="10")
+    runtime = make_runtime(being, fake_gateway.gateway(), catalogue, prices=Prices(1, 1, 1))
+    rounds: list[list[str]] = []
+    debit = runtime._debit
+
+    def traced(*args, **kwargs):
+        seen: list[str] = []
+        connection.connection.set_trace_callback(seen.append)
+        try:
+            debit(*args, **kwargs)
+        finally:
+            connection.connection.set_trace_callback(None)
+        rounds.append([sql.split()[0].upper() for sql in seen])
+
+    runtime._debit = traced  # type: ignore[method-assign]
+    runtime.run_cycle()
+    assert len(direct) == 4  # two rounds and a tool call, then the cycle's end
+    assert rounds == [["BEGIN", "UPDATE", "UPDATE", "INSERT", "COMMIT"]] * 2
+    assert not connection.connection.in_transaction
+    being.refresh_from_db()
+    assert being.api_spent + being.instance_spent == Decimal(10) - being.remaining
+    assert being.total_tokens == 220
+    assert Cycle.objects.get(being=being).rounds == 2
+    assert verify_being(being).whole
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_step_on_the_driver_that_fails_or_is_refused_writes_nothing_and_leaves_no_transaction(
+    fake_gateway, catalogue
+):
+    fake_gateway.script(Reply(content="one", usage=USAGE))
+    being, runtime = ran_a_cycle(fake_gateway, catalogue)
+    before, stored = stored_events(being), Being.objects.get(pk=being.pk)
+    # An event already stored at the next number (written past the being's counter): the INSERT fails after the
+    # being's UPDATE matched, and the whole step is rolled back, raised as Django's IntegrityError.
+    Event.objects.bulk_create([Pending(being.pk, being.event_seq + 1, 1, "warning", {}, "x").event()])
+    being.remaining -= Decimal(1)
+    runtime.journal.emit(Event.Kind.WARNING, {"message": "mine"})
+    with pytest.raises(IntegrityError):
+        runtime.journal.save(owner=runtime.owner, fields=DEBIT_FIELDS)
+    if connection.vendor == "sqlite":
+        assert not connection.connection.in_transaction
+    assert Being.objects.get(pk=being.pk).remaining == stored.remaining
+    assert stored_events(being)[: len(before)] == before and len(stored_events(being)) == len(before) + 1
+    Event.objects.filter(being=being, seq__gt=stored.event_seq).delete()
+    runtime.journal.discard()
+
+    foreign_append(being, runtime.owner)
+    runtime.journal.emit(Event.Kind.WARNING, {"message": "mine"})
+    with pytest.raises(JournalMoved):
+        runtime.journal.save(owner=runtime.owner, fields=DEBIT_FIELDS)
+    if connection.vendor == "sqlite":
+        assert not connection.connection.in_transaction
+    assert Being.objects.get(pk=being.pk).remaining == stored.remaining
+
+
+@pytest.mark.django_db(transaction=True)  # appending counts on a committed write: outside a test's transaction
+def test_a_saves_messages_are_appended_and_the_row_holds_the_whole_conversation(fake_gateway, catalogue, monkeypatch):
+    appends = []
+    real = store._cycle_value
+    monkeypatch.setattr(
+        store,
+        "_cycle_value",
+        lambda cycle, name, db, appended: (
+            (name == store.MESSAGES_APPENDED and appends.append(appended)) or real(cycle, name, db, appended)
+        ),
+    )
+    fake_gateway.script(
+        Reply(tool_calls=[REMEMBER, REMEMBER], usage=USAGE),
+        Reply(tool_calls=[("self__remember", {"key": "é", "value": "\u0000 ü"})], usage=USAGE),
+        Reply(content="done", usage=USAGE),
+    )
+    being = make_being(starting="10")
+    runtime = make_runtime(being, fake_gateway.gateway(), catalogue, prices=Prices(1, 1, 1))
+    runtime.run_cycle()
+    # The first round writes the conversation whole (nothing of it stored yet); every later save appends.
+    assert appends == [1, 2, 3, 4, 5]
+    cycle = Cycle.objects.get(being=being)
+    assert [m["role"] for m in cycle.messages] == ["assistant", "tool", "tool", "assistant", "tool", "assistant"]
+    assert cycle.messages[-1]["content"] == "done"
+    assert cycle.messages == fake_gateway.requests[-1].json["messages"][2:] + [cycle.messages[-1]]
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT messages FROM singularity_cycle WHERE id = %s", [cycle.pk])
+            (text,) = cursor.fetchone()
+        assert text == json.dumps(cycle.messages)  # byte for byte what writing it whole would have written
 
 
 @pytest.mark.django_db
