@@ -89,7 +89,7 @@ class Debit:
 
     @property
     def total(self) -> Decimal:
-        return self.api + self.instance
+        return EXACT.add(self.api, self.instance)
 
 
 def debit_for(

@@ -74,3 +74,10 @@ def test_money_text_is_exact_without_exponents():
     assert money_str(Decimal("1E-12")) == "0.000000000001"
     assert money_str(Decimal("10")) == "10.00"
     assert money_str(Decimal("-0.002000")) == "-0.002"
+
+
+def test_a_debits_total_is_exact_beyond_the_default_28_digits():
+    from singularity.money import Debit
+
+    debit = Debit(api=Decimal("123456789012345678.123456789012"), instance=Decimal("0.000000000001"))
+    assert debit.total == Decimal("123456789012345678.123456789013")
