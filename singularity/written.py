@@ -126,12 +126,19 @@ def _compiled_for(key: tuple[Any, ...], build: Callable[[], QuerySet[Any]], *, m
             _compiled.popitem(last=False)
     elif CHECK_KEYS:
         fresh = _compile(build(), models=models)
-        if (fresh.sql, fresh.params) != (compiled.sql, compiled.params):
+        if fresh.sql != compiled.sql or not _same_params(fresh.params, compiled.params):
             raise KeyTooNarrow(
                 f"the key {key!r} named two statements: {compiled.sql!r} with {compiled.params!r}, "
                 f"then {fresh.sql!r} with {fresh.params!r}; name what differs in the key"
             )
     return compiled
+
+
+def _same_params(one: tuple[Any, ...], other: tuple[Any, ...]) -> bool:
+    """Equal parameters; a driver's wrapper that compares by identity (psycopg's ``Jsonb``) by what it wraps."""
+    return len(one) == len(other) and all(
+        a == b or (type(a) is type(b) and repr(a) == repr(b)) for a, b in zip(one, other, strict=True)
+    )
 
 
 def _rows(compiled: Compiled) -> list[tuple[Any, ...]]:
