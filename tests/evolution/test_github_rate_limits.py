@@ -10,7 +10,7 @@ list says so. Every request names X-GitHub-Api-Version: 2022-11-28.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import pytest
 import time_machine
@@ -50,6 +50,20 @@ def api(fake, method: str, part: str) -> list:
 # --- The forge ---------------------------------------------------------------------------------------
 
 
+def midday():
+    """Today at 12:00 UTC: a reset 40 minutes on is still today, as the titles' "until 12:40 UTC" assume (from
+    23:20 on it would be tomorrow, and the title names the date)."""
+    return timezone.now().astimezone(UTC).replace(hour=12, minute=0, second=0, microsecond=0)
+
+
+@pytest.fixture(autouse=True)
+def _at_midday():
+    """Every test here runs from today's 12:00 UTC on (the clock ticking): the limits' "until HH:MM UTC" words
+    hold only while the reset is today."""
+    with time_machine.travel(midday(), tick=True):
+        yield
+
+
 @pytest.mark.django_db
 def test_every_request_names_the_api_version(gb, github_on):
     head = gb.push("loop/digest-v", {"features/digest/notes.md": "x\n"})
@@ -74,7 +88,7 @@ def test_a_secondary_limit_without_retry_after_waits_a_minute_then_two_never_sec
 def test_a_secondary_limit_longer_than_a_step_waits_stops_every_caller_until_it_passes(gb, github_on, waits):
     # The fixture's steps wait at most 5 s: the minute GitHub asks for is recorded, not slept in a worker.
     head = gb.push("loop/digest-s2", {"features/digest/notes.md": "x\n"})
-    with time_machine.travel(timezone.now(), tick=False) as clock:
+    with time_machine.travel(midday(), tick=False) as clock:
         github_on.fail("POST", "/statuses/", 429, SECONDARY)
         with pytest.raises(GitHubError) as limited:
             gb.forge.set_status(head, VALIDATION, "success", "checked")
@@ -92,7 +106,7 @@ def test_a_secondary_limit_longer_than_a_step_waits_stops_every_caller_until_it_
 @pytest.mark.django_db
 def test_a_primary_limit_stops_every_caller_until_its_reset_and_is_announced(gb, github_on, waits):
     head = gb.push("loop/digest-p", {"features/digest/notes.md": "x\n"})
-    with time_machine.travel(timezone.now().replace(microsecond=0), tick=False) as clock:
+    with time_machine.travel(midday(), tick=False) as clock:
         reset = timezone.now() + timedelta(minutes=40)
         github_on.fail(
             "POST",
@@ -136,7 +150,7 @@ def test_the_merge_wait_waits_for_the_reset_and_needs_you_says_so(on_github, ali
     press(card, alice, "accept")
     cycle = Cycle.objects.get(entity=triage(), analysed=True)
     assert cycle.phase == Cycle.Phase.MERGE_WAIT
-    with time_machine.travel(timezone.now().replace(microsecond=0) + timedelta(minutes=3), tick=False) as clock:
+    with time_machine.travel(midday() + timedelta(minutes=3), tick=False) as clock:
         reset = timezone.now() + timedelta(minutes=30)
         _limit(on_github, reset)
         machine.poll_due()
@@ -160,7 +174,7 @@ def test_the_merge_wait_waits_for_the_reset_and_needs_you_says_so(on_github, ali
 @pytest.mark.no_check
 def test_an_apply_under_a_limit_pushes_nothing_and_runs_after_the_reset(on_github, alice, waits):
     card, _ = drive_until_card(tickets())
-    with time_machine.travel(timezone.now().replace(microsecond=0), tick=False) as clock:
+    with time_machine.travel(midday(), tick=False) as clock:
         until = timezone.now() + timedelta(minutes=10)
         GitHubRateLimit.objects.create(key="other process", until=until, reason="API rate limit exceeded (HTTP 403)")
         press(card, alice, "accept")
