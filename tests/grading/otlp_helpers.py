@@ -8,6 +8,7 @@ protobuf request for spans, to send by hand when a test needs the answer.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -84,3 +85,40 @@ def export(url: str, key: str, spans: Sequence[ReadableSpan], *, gzip: bool = Fa
 def encoded(spans: Sequence[ReadableSpan]) -> bytes:
     """The exporter's protobuf body for spans."""
     return encode_spans(list(spans)).SerializeToString()
+
+
+def otlp_json(request: Any) -> dict[str, Any]:
+    """An ``ExportTraceServiceRequest`` as OTLP/JSON writes it: protobuf's JSON mapping, with the ids in hex (the
+    mapping writes bytes in base64; OTLP/JSON says hex)."""
+    from google.protobuf import json_format
+
+    body = json_format.MessageToDict(request)
+    for resource in body["resourceSpans"]:
+        for scope in resource["scopeSpans"]:
+            for span in scope["spans"]:
+                for field in ("traceId", "spanId", "parentSpanId"):
+                    if field in span:
+                        span[field] = base64.b64decode(span[field]).hex()
+    return body
+
+
+def export_in_process(key: str, body: bytes, content_type: str = "application/x-protobuf") -> Any:
+    """One export request of ``body`` to the view in this process, answered 200; the answer read (protobuf or
+    OTLP/JSON, as sent)."""
+    from django.test import RequestFactory
+    from google.protobuf import json_format
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+    from grading.api_otlp import export_traces
+
+    request = RequestFactory().post(
+        "/v1/traces", data=body, content_type=content_type, HTTP_AUTHORIZATION=f"Bearer {key}"
+    )
+    response = export_traces(request)
+    assert response.status_code == 200, response.content
+    answer = ExportTraceServiceResponse()
+    if content_type == "application/json":
+        json_format.Parse(response.content.decode(), answer)
+    else:
+        answer.ParseFromString(response.content)
+    return answer

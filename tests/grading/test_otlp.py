@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import gzip
 import json
 import os
@@ -30,7 +29,7 @@ from singularity.models import ApiToken
 from singularity.schedule import BEAT_SCHEDULE
 from tests.concurrency import at_once
 from tests.grading.grading_helpers import brain_repo, make_entity
-from tests.grading.otlp_helpers import agent_spans, encoded, export
+from tests.grading.otlp_helpers import agent_spans, encoded, export, export_in_process, otlp_json
 
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -93,16 +92,8 @@ def assemble() -> int:
 
 
 def send_in_process(key: str, body: bytes) -> None:
-    """One export request of ``body`` (protobuf) to the view in this process."""
-    from django.test import RequestFactory
-
-    from grading.api_otlp import export_traces
-
-    request = RequestFactory().post(
-        "/v1/traces", data=body, content_type="application/x-protobuf", HTTP_AUTHORIZATION=f"Bearer {key}"
-    )
-    response = export_traces(request)
-    assert response.status_code == 200 and not answer_of(response).partial_success.rejected_spans
+    """One export request of ``body`` (protobuf) to the view in this process, every span accepted."""
+    assert not export_in_process(key, body).partial_success.rejected_spans
 
 
 def answer_of(response: object) -> ExportTraceServiceResponse:
@@ -217,13 +208,7 @@ def test_gzip_and_json_bodies_are_read(live_server, key, triage):
     assert export(live_server.url, key, agent_spans(), gzip=True) == SpanExportResult.SUCCESS
     request = ExportTraceServiceRequest()
     request.ParseFromString(encoded(agent_spans()))
-    body = json_format.MessageToDict(request)
-    for resource in body["resourceSpans"]:  # OTLP/JSON: ids in hex, not protobuf JSON's base64
-        for scope in resource["scopeSpans"]:
-            for span in scope["spans"]:
-                for field in ("traceId", "spanId", "parentSpanId"):
-                    if field in span:
-                        span[field] = base64.b64decode(span[field]).hex()
+    body = otlp_json(request)
     response = post(
         live_server.url,
         key,

@@ -9,25 +9,20 @@ and OTLP/JSON, through the view in this process.
 
 from __future__ import annotations
 
-import base64
 import json
 from datetime import timedelta
 
 import pytest
-from django.test import RequestFactory
 from django.utils import timezone
-from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
 )
 
 from grading import otlp_assemble
-from grading.api_otlp import export_traces
 from grading.models import Entity, Execution, OtlpTrace, UnknownAgent
 from singularity.models import ApiToken
 from tests.grading.grading_helpers import make_entity
-from tests.grading.otlp_helpers import agent_spans, encoded
+from tests.grading.otlp_helpers import agent_spans, encoded, export_in_process, otlp_json
 
 pytestmark = pytest.mark.django_db
 
@@ -41,20 +36,6 @@ def key(django_user_model) -> str:
 @pytest.fixture
 def triage(key) -> Entity:
     return make_entity("triage", evaluation={"method": "none", "sample": {"rate": 1.0, "maxPerDay": 1000}})
-
-
-def send(key: str, body: bytes, content_type: str = "application/x-protobuf") -> ExportTraceServiceResponse:
-    request = RequestFactory().post(
-        "/v1/traces", data=body, content_type=content_type, HTTP_AUTHORIZATION=f"Bearer {key}"
-    )
-    response = export_traces(request)
-    assert response.status_code == 200, response.content
-    answer = ExportTraceServiceResponse()
-    if content_type == "application/json":
-        json_format.Parse(response.content.decode(), answer)
-    else:
-        answer.ParseFromString(response.content)
-    return answer
 
 
 def assemble() -> int:
@@ -87,7 +68,7 @@ def assert_kept_with_replacement_characters(run: Execution) -> None:
 
 
 def test_a_protobuf_trace_with_nuls_becomes_its_run_with_replacement_characters(key, triage):
-    send(key, with_nuls().SerializeToString())
+    export_in_process(key, with_nuls().SerializeToString())
     assert assemble() == 1
     (run,) = Execution.objects.all()
     assert_kept_with_replacement_characters(run)
@@ -95,16 +76,10 @@ def test_a_protobuf_trace_with_nuls_becomes_its_run_with_replacement_characters(
 
 
 def test_an_otlp_json_trace_with_nuls_becomes_its_run_with_replacement_characters(key, triage):
-    body = json_format.MessageToDict(with_nuls())
-    for resource in body["resourceSpans"]:  # OTLP/JSON: ids in hex, not protobuf JSON's base64
-        for scope in resource["scopeSpans"]:
-            for span in scope["spans"]:
-                for field in ("traceId", "spanId", "parentSpanId"):
-                    if field in span:
-                        span[field] = base64.b64decode(span[field]).hex()
+    body = otlp_json(with_nuls())
     text = json.dumps(body)
     assert "\\u0000" in text
-    send(key, text.encode(), "application/json")
+    export_in_process(key, text.encode(), "application/json")
     assert assemble() == 1
     (run,) = Execution.objects.all()
     assert_kept_with_replacement_characters(run)
@@ -119,15 +94,15 @@ def test_a_late_span_with_a_nul_attaches_to_its_run_with_a_replacement_character
     late_spans = late.resource_spans[0].scope_spans[0].spans
     for index in (3, 2, 0):
         del late_spans[index]
-    send(key, request.SerializeToString())
+    export_in_process(key, request.SerializeToString())
     assert assemble() == 1
-    send(key, late.SerializeToString())
+    export_in_process(key, late.SerializeToString())
     (run,) = Execution.objects.all()
     assert_kept_with_replacement_characters(run)
 
 
 def test_a_service_name_with_a_nul_names_no_entity_and_is_listed_with_a_replacement_character(key, triage):
-    answer = send(key, encoded(agent_spans(service="bill\x00ing")))
+    answer = export_in_process(key, encoded(agent_spans(service="bill\x00ing")))
     assert answer.partial_success.rejected_spans == 4
     assert "names no entity" in answer.partial_success.error_message
     assert list(UnknownAgent.objects.values_list("name", flat=True)) == ["bill\ufffding"]

@@ -20,12 +20,11 @@ from django.utils import timezone
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from grading import otlp_assemble
-from grading.api_otlp import export_traces
 from grading.doctor import run_doctor
 from grading.models import Entity, Execution, Grade, OtlpSpan, OtlpTrace
 from singularity.models import ApiToken
 from tests.grading.grading_helpers import make_entity
-from tests.grading.otlp_helpers import agent_spans, encoded
+from tests.grading.otlp_helpers import agent_spans, encoded, export_in_process
 
 pytestmark = pytest.mark.django_db
 
@@ -41,19 +40,10 @@ def triage(key) -> Entity:
     return make_entity("triage", evaluation={"method": "none", "sample": {"rate": 1.0, "maxPerDay": 1000}})
 
 
-def send(key: str, body: bytes) -> None:
-    from django.test import RequestFactory
-
-    request = RequestFactory().post(
-        "/v1/traces", data=body, content_type="application/x-protobuf", HTTP_AUTHORIZATION=f"Bearer {key}"
-    )
-    assert export_traces(request).status_code == 200
-
-
 def traces(key: str, bodies: list[bytes]) -> list[OtlpTrace]:
     """One export request a body, each its own trace, received a second apart in that order (the sweep's order)."""
     for body in bodies:
-        send(key, body)
+        export_in_process(key, body)
     received = list(OtlpTrace.objects.order_by("pk"))
     assert len(received) == len(bodies)
     start = timezone.now() - timedelta(minutes=1)
