@@ -55,6 +55,15 @@ def ran_a_cycle(fake_gateway, catalogue) -> tuple[Being, Any]:
     return being, runtime
 
 
+def assert_two_rounds_saved(being: Being) -> None:
+    """The two-round cycle's saves, read back: the ledger's sum, the tokens, the rounds, the chain whole."""
+    being.refresh_from_db()
+    assert being.api_spent + being.instance_spent == Decimal(10) - being.remaining
+    assert being.total_tokens == 220
+    assert Cycle.objects.get(being=being).rounds == 2
+    assert verify_being(being).whole
+
+
 @pytest.mark.django_db(transaction=True)  # outside a test's own transaction, so the save's own shows
 def test_a_model_rounds_save_is_one_statement_on_postgres_and_one_short_transaction_on_sqlite(fake_gateway, catalogue):
     fake_gateway.script(Reply(tool_calls=[REMEMBER], usage=USAGE), Reply(content="done", usage=USAGE))
@@ -77,11 +86,7 @@ def test_a_model_rounds_save_is_one_statement_on_postgres_and_one_short_transact
             assert statements == ["WITH"]
         else:
             assert statements == ["BEGIN", "UPDATE", "UPDATE", "INSERT", "COMMIT"]
-    being.refresh_from_db()
-    assert being.api_spent + being.instance_spent == Decimal(10) - being.remaining
-    assert being.total_tokens == 220
-    assert Cycle.objects.get(being=being).rounds == 2
-    assert verify_being(being).whole
+    assert_two_rounds_saved(being)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -115,11 +120,7 @@ def test_a_sqlite_step_nothing_watches_goes_to_the_driver_as_the_same_short_tran
     assert len(direct) == 4  # two rounds and a tool call, then the cycle's end
     assert rounds == [["BEGIN", "UPDATE", "UPDATE", "INSERT", "COMMIT"]] * 2
     assert not connection.connection.in_transaction
-    being.refresh_from_db()
-    assert being.api_spent + being.instance_spent == Decimal(10) - being.remaining
-    assert being.total_tokens == 220
-    assert Cycle.objects.get(being=being).rounds == 2
-    assert verify_being(being).whole
+    assert_two_rounds_saved(being)
 
 
 @pytest.mark.django_db(transaction=True)
