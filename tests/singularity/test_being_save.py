@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any
 
@@ -55,6 +57,41 @@ def ran_a_cycle(fake_gateway, catalogue) -> tuple[Being, Any]:
     return being, runtime
 
 
+@contextmanager
+def django_log() -> Iterator[list[str]]:
+    """The statements Django's cursor runs inside the block (its query log)."""
+    seen: list[str] = []
+    with CaptureQueriesContext(connection) as ctx:
+        yield seen
+    seen.extend(query["sql"] for query in ctx.captured_queries)
+
+
+@contextmanager
+def sqlite_trace() -> Iterator[list[str]]:
+    """The statements SQLite itself runs inside the block, whoever sends them (its trace callback)."""
+    seen: list[str] = []
+    connection.connection.set_trace_callback(seen.append)
+    try:
+        yield seen
+    finally:
+        connection.connection.set_trace_callback(None)
+
+
+def rounds_seen(runtime: Any, reader: Any) -> list[list[str]]:
+    """Each model round's save from now on, as ``reader`` sees it: its statements' first words, a list a round."""
+    rounds: list[list[str]] = []
+    debit = runtime._debit
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        with reader() as seen:
+            answer = debit(*args, **kwargs)
+        rounds.append([sql.split()[0].upper() for sql in seen])
+        return answer
+
+    runtime._debit = watched
+    return rounds
+
+
 def assert_two_rounds_saved(being: Being) -> None:
     """The two-round cycle's saves, read back: the ledger's sum, the tokens, the rounds, the chain whole."""
     being.refresh_from_db()
@@ -69,15 +106,7 @@ def test_a_model_rounds_save_is_one_statement_on_postgres_and_one_short_transact
     fake_gateway.script(Reply(tool_calls=[REMEMBER], usage=USAGE), Reply(content="done", usage=USAGE))
     being = make_being(starting="10")
     runtime = make_runtime(being, fake_gateway.gateway(), catalogue, prices=Prices(1, 1, 1))
-    rounds: list[list[str]] = []
-    debit = runtime._debit
-
-    def counted(*args, **kwargs):
-        with CaptureQueriesContext(connection) as ctx:
-            debit(*args, **kwargs)
-        rounds.append([query["sql"].split()[0].upper() for query in ctx.captured_queries])
-
-    runtime._debit = counted  # type: ignore[method-assign]
+    rounds = rounds_seen(runtime, django_log)
     runtime.run_cycle()
     assert len(rounds) == 2
     for statements in rounds:
@@ -103,19 +132,7 @@ def test_a_sqlite_step_nothing_watches_goes_to_the_driver_as_the_same_short_tran
     fake_gateway.script(Reply(tool_calls=[REMEMBER], usage=USAGE), Reply(content="done", usage=USAGE))
     being = make_being(starting="10")
     runtime = make_runtime(being, fake_gateway.gateway(), catalogue, prices=Prices(1, 1, 1))
-    rounds: list[list[str]] = []
-    debit = runtime._debit
-
-    def traced(*args, **kwargs):
-        seen: list[str] = []
-        connection.connection.set_trace_callback(seen.append)
-        try:
-            debit(*args, **kwargs)
-        finally:
-            connection.connection.set_trace_callback(None)
-        rounds.append([sql.split()[0].upper() for sql in seen])
-
-    runtime._debit = traced  # type: ignore[method-assign]
+    rounds = rounds_seen(runtime, sqlite_trace)
     runtime.run_cycle()
     assert len(direct) == 4  # two rounds and a tool call, then the cycle's end
     assert rounds == [["BEGIN", "UPDATE", "UPDATE", "INSERT", "COMMIT"]] * 2
