@@ -46,6 +46,7 @@ from grading.otlp_ingest import tree_span
 from grading.spans import TraceRefused
 from singularity.errors import ConfigError
 from singularity.longlived import collector_paused
+from singularity.nul import replaced
 
 logger = logging.getLogger("grading.otlp")
 
@@ -255,8 +256,8 @@ ERROR_CHARS = 2000
 
 
 def _error_text(exc: BaseException) -> str:
-    """``"<class>: <message>"``, bounded, with any NUL written out (PostgreSQL's text cannot hold one)."""
-    return f"{type(exc).__name__}: {exc}".replace("\x00", "\\x00")[:ERROR_CHARS]
+    """``"<class>: <message>"``, bounded, any NUL as U+FFFD (PostgreSQL's text cannot hold one: ``singularity.nul``)."""
+    return replaced(f"{type(exc).__name__}: {exc}")[:ERROR_CHARS]
 
 
 def _set_aside(trace: OtlpTrace, exc: BaseException, now: datetime) -> None:

@@ -10,6 +10,7 @@ naming the field (``singularity.json_input``, ``singularity.input_guard``).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 NUL = "\x00"
@@ -18,18 +19,28 @@ REPLACEMENT = "\ufffd"
 _ESCAPED = "\\u0000"
 
 
+def each_string(value: Any, change: Callable[[str], str]) -> Any:
+    """``value`` (JSON-like: dicts, lists, tuples, scalars) with ``change`` applied to every string in it, keys
+    included, at any depth; a list for a tuple; anything else as it is."""
+    if isinstance(value, str):
+        return change(value)
+    if isinstance(value, dict):
+        return {each_string(key, change): each_string(item, change) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [each_string(item, change) for item in value]
+    return value
+
+
 def replaced(value: Any) -> Any:
     """Return ``value`` with every NUL in its strings and keys (at any depth of dicts and lists) as U+FFFD.
 
     Walks the whole value: call it on what holds a NUL (``holds_nul``).
     """
-    if isinstance(value, str):
-        return value.replace(NUL, REPLACEMENT)
-    if isinstance(value, dict):
-        return {replaced(key): replaced(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [replaced(item) for item in value]
-    return value
+    return each_string(value, _replace)
+
+
+def _replace(text: str) -> str:
+    return text.replace(NUL, REPLACEMENT)
 
 
 def holds_nul(value: Any) -> bool:

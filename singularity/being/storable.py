@@ -14,6 +14,8 @@ import json
 import re
 from typing import Any
 
+from singularity.nul import each_string
+
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
@@ -28,13 +30,7 @@ def storable_text(text: str) -> str:
 
 def storable(value: Any) -> Any:
     """``value`` with ``storable_text`` applied to every string in it, keys included."""
-    if isinstance(value, str):
-        return storable_text(value)
-    if isinstance(value, dict):
-        return {storable(key): storable(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [storable(item) for item in value]
-    return value
+    return each_string(value, storable_text)
 
 
 def storable_arguments(arguments: str) -> str:

@@ -198,3 +198,8 @@ def test_a_person_removes_a_trace_set_aside_or_has_it_taken_again_in_the_admin(k
     poisoned.refresh_from_db()
     assert poisoned.execution is not None and poisoned.assembly_error == ""
     assert Execution.objects.count() == 2 and len(poisoned.execution.trace) == 3
+
+
+def test_a_set_aside_error_holding_a_nul_is_kept_with_u_fffd_as_a_runs_text_is():
+    error = otlp_assemble._error_text(ValueError("bad\x00byte"))
+    assert error == "ValueError: bad\ufffdbyte"
