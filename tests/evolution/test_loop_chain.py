@@ -5,7 +5,6 @@ chain breaks — an edited reason, a deleted row — or says both logs are whole
 
 from __future__ import annotations
 
-import threading
 from io import StringIO
 
 import pytest
@@ -15,6 +14,7 @@ from django.db import connection
 from evolution.core import chain
 from evolution.models import ActionLog, Supervision
 from evolution.steering import supervision
+from tests.concurrency import each_at_once
 from tests.evolution.loop_helpers import looped
 
 
@@ -79,21 +79,6 @@ def test_writers_in_parallel_never_fork_the_chain():
     if connection.vendor != "postgresql":
         pytest.skip("real parallel writers need Postgres (SQLite serialises every write); CI runs this there")
     entities = [looped(f"e{i}") for i in range(4)]
-    errors: list[BaseException] = []
-
-    def writer(entity) -> None:
-        try:
-            _moves(entity, 5)
-        except Exception as exc:  # noqa: BLE001 - reported by the assertion below, never swallowed
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=writer, args=(e,)) for e in entities]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    each_at_once([lambda entity=entity: _moves(entity, 5) for entity in entities])
     assert Supervision.objects.count() == 40
     assert "supervision log: 40 entries, chain whole" in verify()
