@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils.safestring import SafeString, mark_safe
 
 from evolution.steering import needs_you
-from evolution.views.pages import _e
+from evolution.views.pages import escaped
 
 #: A gate → the badge colour the stylesheet already has.
 GATE_BADGE = {"failure": "failed", "config": "failed", "rearm": "stopped", "stall": "stopped"}
@@ -51,7 +51,7 @@ def needs_you_count(request: HttpRequest) -> HttpResponse:
 
 def rows_html(items: list[dict[str, Any]]) -> SafeString:
     """The list's rows (a page of ``needs_you.page``'s items, badged) as one piece of HTML: what the template's loop
-    over them rendered, each value escaped as the template escaped it (``pages._e``), built here without a template
+    over them rendered, each value escaped as the template escaped it (``pages.escaped``), built here without a template
     lookup or a filter's wrapper a value (a page's fifty rows cost their template a sixth of the page). A cycle's
     link is reversed once a page (an ``int`` converter's: ``str(id)`` in the path)."""
     from django.template.defaultfilters import capfirst
@@ -61,39 +61,39 @@ def rows_html(items: list[dict[str, Any]]) -> SafeString:
     prefix, _, suffix = reverse("evolution:cycle", args=[987654321]).partition("987654321")
     parts = []
     for item in items:
-        gate = _e(item["gate"])
+        gate = escaped(item["gate"])
         cycle = ""
         if item["cycleId"]:
-            rnd = f" · r{_e(item['round'])}" if item["round"] else ""
+            rnd = f" · r{escaped(item['round'])}" if item["round"] else ""
             cycle = (
-                f'<div class="small"><a href="{_e(prefix)}{_e(item["cycleId"])}{_e(suffix)}">cycle '
-                f"{_e(item['cycleId'])}{rnd}</a></div>"
+                f'<div class="small"><a href="{escaped(prefix)}{escaped(item["cycleId"])}{escaped(suffix)}">cycle '
+                f"{escaped(item['cycleId'])}{rnd}</a></div>"
             )
         if item["targetKind"]:
             kind, slug = item["targetKind"], item["targetId"]
             entity = (
-                f'<a href="{_e(reverse("grading:entity", args=[kind, slug]))}">{_e(item["name"] or slug)}</a>'
-                f'<div class="muted small"><code>{_e(kind)}:{_e(slug)}</code></div>'
+                f'<a href="{escaped(reverse("grading:entity", args=[kind, slug]))}">{escaped(item["name"] or slug)}</a>'
+                f'<div class="muted small"><code>{escaped(kind)}:{escaped(slug)}</code></div>'
             )
         else:
             entity = '<span class="muted">—</span>'
-        clause = f"<div>{_e(item['clause'])}</div>" if item["clause"] else ""
+        clause = f"<div>{escaped(item['clause'])}</div>" if item["clause"] else ""
         if item["card"]:
             where = "the card"
         elif item["pr"]:
-            where = f"PR #{_e(item['pr']['number'])}"
+            where = f"PR #{escaped(item['pr']['number'])}"
         else:
             where = "go there"
-        since = _e(instant(item["since"])) if item["since"] else ""
-        until = _e(instant(item["until"])) if item["until"] else '<span class="muted">until someone acts</span>'
+        since = escaped(instant(item["since"])) if item["since"] else ""
+        until = escaped(instant(item["until"])) if item["until"] else '<span class="muted">until someone acts</span>'
         parts.append(
             f'\n    <tr class="needs-you-item" data-gate="{gate}">'
-            f'\n      <td><span class="badge {_e(item["badge"])}">{gate}</span>{cycle}</td>'
+            f'\n      <td><span class="badge {escaped(item["badge"])}">{gate}</span>{cycle}</td>'
             f"\n      <td>{entity}</td>"
-            f'\n      <td>{clause}<div class="small">{_e(capfirst(item["next"]))} · '
-            f'<a href="{_e(local(item["url"]))}">{where}</a></div></td>'
+            f'\n      <td>{clause}<div class="small">{escaped(capfirst(item["next"]))} · '
+            f'<a href="{escaped(local(item["url"]))}">{where}</a></div></td>'
             f'\n      <td class="small">{since}</td>'
             f'\n      <td class="small">{until}</td>'
             "\n    </tr>\n  "
         )
-    return mark_safe("".join(parts))  # noqa: S308 - every value escaped (``_e``)
+    return mark_safe("".join(parts))  # noqa: S308 - every value escaped (``escaped``)

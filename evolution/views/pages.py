@@ -88,7 +88,7 @@ def _page_number(text: str | None) -> int:
     return int(text) if text and text.isdigit() and int(text) > 0 else 1
 
 
-def _e(value: Any) -> str:
+def escaped(value: Any) -> str:
     """``value`` escaped as a template variable (and ``format_html``) escapes it: safe text as it is, anything
     else through ``html.escape`` (``django.utils.html.escape``), without their per-call wrappers."""
     if hasattr(value, "__html__"):
@@ -98,27 +98,27 @@ def _e(value: Any) -> str:
 
 def fleet_rows_html(rows: list[dict[str, Any]]) -> SafeString:
     """The fleet table's rows (``_badged`` rows of ``fleet_page``) as one piece of HTML: what the template's loop
-    over them rendered, each value escaped as the template escaped it (``_e``), built here without a template
+    over them rendered, each value escaped as the template escaped it (``escaped``), built here without a template
     lookup, a filter or a ``format_html`` a value (a page's fifty rows cost their template more than their read).
     A cycle's link is reversed once a page (its id is an ``int`` converter's: ``str(id)`` in the path).
     """
     prefix, _, suffix = reverse("evolution:cycle", args=[987654321]).partition("987654321")
-    cycle_url = (_e(prefix), _e(suffix))
+    cycle_url = (escaped(prefix), escaped(suffix))
     parts = []
     for row in rows:
-        kind, slug = _e(row["targetKind"]), _e(row["targetId"])
+        kind, slug = escaped(row["targetKind"]), escaped(row["targetId"])
         parts.append(
-            f'\n      <tr id="entity-{kind}-{slug}" data-state="{_e(row["state"])}">'
-            f'\n        <td><a href="{_e(row["entity"].get_absolute_url())}">{_e(row["name"])}</a>'
+            f'\n      <tr id="entity-{kind}-{slug}" data-state="{escaped(row["state"])}">'
+            f'\n        <td><a href="{escaped(row["entity"].get_absolute_url())}">{escaped(row["name"])}</a>'
             f'<div class="muted small"><code>{kind}:{slug}</code></div></td>'
-            f'\n        <td><span class="badge {_e(row["badge"])}">{_e(row["stateLabel"])}</span></td>'
-            f'\n        <td class="small">{_e(row["next"])}</td>'
+            f'\n        <td><span class="badge {escaped(row["badge"])}">{escaped(row["stateLabel"])}</span></td>'
+            f'\n        <td class="small">{escaped(row["next"])}</td>'
             f'\n        <td class="small">{_in_flight_html(row["inFlight"])}</td>'
             f'\n        <td class="small month-spend">{_month_html(row["month"])}</td>'
             f'\n        <td class="small">{_needs_html(row["needsYou"], cycle_url)}</td>'
             "\n      </tr>\n    "
         )
-    return mark_safe("".join(parts))  # noqa: S308 - every value escaped (``_e``)
+    return mark_safe("".join(parts))  # noqa: S308 - every value escaped (``escaped``)
 
 
 def _in_flight_html(cycles: list[dict[str, Any]]) -> str:
@@ -129,10 +129,10 @@ def _in_flight_html(cycles: list[dict[str, Any]]) -> str:
         return '<span class="muted">none</span>'
     parts = []
     for c in cycles:
-        rnd = f" · r{_e(c['round'])}" if c["round"] else ""
-        pr = f' · <a href="{_e(local(c["pr"]["url"]))}">PR #{_e(c["pr"]["number"])}</a>' if c["pr"] else ""
+        rnd = f" · r{escaped(c['round'])}" if c["round"] else ""
+        pr = f' · <a href="{escaped(local(c["pr"]["url"]))}">PR #{escaped(c["pr"]["number"])}</a>' if c["pr"] else ""
         parts.append(
-            f'<div><a href="{_e(local(c["url"]))}">cycle {_e(c["id"])}</a>{rnd} · {_e(phase_words(c["phase"]))}{pr}</div>'
+            f'<div><a href="{escaped(local(c["url"]))}">cycle {escaped(c["id"])}</a>{rnd} · {escaped(phase_words(c["phase"]))}{pr}</div>'
         )
     return "".join(parts)
 
@@ -142,15 +142,15 @@ def _month_html(m: dict[str, Any]) -> str:
 
     from singularity.templatetags.singularity_tags import usd
 
-    ceiling = f' <span class="muted">of {_e(usd(m["ceiling_usd"]))}</span>' if m["ceiling_usd"] is not None else ""
+    ceiling = f' <span class="muted">of {escaped(usd(m["ceiling_usd"]))}</span>' if m["ceiling_usd"] is not None else ""
     if m["cycles"]:
         moved = (
-            f'<div class="muted">{_e(m["validated"])} kept · {_e(m["regressed"])} regressed · {_e(m["cycles"])} '
-            f"cycle{_e(pluralize(m['cycles']))}</div>"
+            f'<div class="muted">{escaped(m["validated"])} kept · {escaped(m["regressed"])} regressed · {escaped(m["cycles"])} '
+            f"cycle{escaped(pluralize(m['cycles']))}</div>"
         )
     else:
         moved = '<div class="muted">no cycle</div>'
-    return f"<div>{_e(usd(m['spent_usd']))}{ceiling}</div>{moved}"
+    return f"<div>{escaped(usd(m['spent_usd']))}{ceiling}</div>{moved}"
 
 
 def _needs_html(items: list[dict[str, Any]], cycle_url: tuple[str, str]) -> str:
@@ -161,14 +161,14 @@ def _needs_html(items: list[dict[str, Any]], cycle_url: tuple[str, str]) -> str:
     parts = []
     for item in items:
         if item["cycleId"]:
-            rnd = f" · r{_e(item['round'])}" if item["round"] else ""
-            href = f"{cycle_url[0]}{_e(item['cycleId'])}{cycle_url[1]}"
-            tail = f' · <a href="{href}">cycle {_e(item["cycleId"])}{rnd}</a>'
+            rnd = f" · r{escaped(item['round'])}" if item["round"] else ""
+            href = f"{cycle_url[0]}{escaped(item['cycleId'])}{cycle_url[1]}"
+            tail = f' · <a href="{href}">cycle {escaped(item["cycleId"])}{rnd}</a>'
         elif item["clause"]:
-            tail = f" · {_e(truncatechars(item['clause'], 80))}"
+            tail = f" · {escaped(truncatechars(item['clause'], 80))}"
         else:
             tail = ""
-        parts.append(f'<div><a href="{_e(local(item["url"]))}">{_e(item["gate"])}</a>{tail}</div>')
+        parts.append(f'<div><a href="{escaped(local(item["url"]))}">{escaped(item["gate"])}</a>{tail}</div>')
     return "".join(parts)
 
 
